@@ -1,0 +1,50 @@
+"""Source-coordination counters with Data Prepper's metric names.
+
+Counted in process (free), persisted in batches by `LeaseStore.flush_metrics`, so the per-
+partition path pays no extra store call and `leasehold status` still sees every process's counts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+PARTITIONS_CREATED = "partitionsCreatedCount"
+PARTITIONS_ACQUIRED = "partitionsAcquired"
+PARTITIONS_COMPLETED = "partitionsCompleted"
+PARTITIONS_CLOSED = "partitionsClosed"
+NO_PARTITIONS_ACQUIRED = "noPartitionsAcquired"
+PARTITION_NOT_FOUND = "partitionNotFoundErrors"
+PARTITION_NOT_OWNED = "partitionNotOwnedErrors"
+
+
+def update_errors(action: str) -> str:
+    """Data Prepper prefixes `partitionUpdateErrors` with the action: `saveStatePartitionUpdateErrors`."""
+    return f"{action}PartitionUpdateErrors"
+
+
+class CoordinatorMetrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def incr(self, source_identifier: str, name: str, amount: int = 1) -> None:
+        if amount:
+            with self._lock:
+                self._pending[source_identifier][name] += amount
+
+    def pending(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {sid: dict(m) for sid, m in self._pending.items()}
+
+    def drain(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            out = {sid: dict(m) for sid, m in self._pending.items() if m}
+            self._pending.clear()
+            return out
+
+    def restore(self, deltas: dict[str, dict[str, int]]) -> None:
+        """Put back deltas whose flush failed, so a store outage loses no counts."""
+        for sid, metrics in deltas.items():
+            for name, amount in metrics.items():
+                self.incr(sid, name, amount)

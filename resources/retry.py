@@ -1,0 +1,54 @@
+"""Bounded retries with full jitter.
+
+Data Prepper retries a throttled DynamoDB forever and at a fixed pace, which deepens the
+throttling. Here every store call gets a bounded number of attempts with exponentially growing,
+fully jittered sleeps, and then a clear `StoreUnavailableError` naming what failed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 6
+    base_delay_s: float = 0.05
+    max_delay_s: float = 2.0
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Full jitter (AWS architecture blog): uniform in [0, min(cap, base * 2**attempt)]."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * (2**attempt))
+        return (rng or random).uniform(0, ceiling)
+
+    def max_total_delay(self) -> float:
+        return sum(
+            min(self.max_delay_s, self.base_delay_s * (2**a)) for a in range(self.max_attempts - 1)
+        )
+
+
+def call_with_retries(
+    fn: Callable[[], T],
+    *,
+    policy: RetryPolicy,
+    is_retryable: Callable[[BaseException], bool],
+    on_give_up: Callable[[BaseException, int], BaseException],
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - classified just below
+            if not is_retryable(exc):
+                raise
+            attempt += 1
+            if attempt >= policy.max_attempts:
+                raise on_give_up(exc, attempt) from exc
+            sleep(policy.delay(attempt))

@@ -1,0 +1,129 @@
+"""Lease store configuration: validated in full before any work, one message naming the field.
+
+The embedded default (SQLite under the data directory) needs no configuration at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from resources.lease_store import Clock, LeaseStore, StoreConfigError
+
+BACKENDS = ("sqlite", "dynamodb")
+
+_DURATION = re.compile(
+    r"^P(?!$)(?:(?P<weeks>\d+(?:\.\d+)?)W)?(?:(?P<days>\d+(?:\.\d+)?)D)?"
+    r"(?:T(?=\d)(?:(?P<hours>\d+(?:\.\d+)?)H)?(?:(?P<minutes>\d+(?:\.\d+)?)M)?"
+    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+def parse_iso_duration(text: str, field: str = "ttl") -> float:
+    """ISO-8601 duration to seconds (`P7D`, `PT12H`, `P1DT30M`, `P2W`).
+
+    Years and months are refused: they have no fixed length, and a TTL that silently means
+    something else than the operator thought is how live items get deleted.
+    """
+    match = _DURATION.match(text.strip().upper()) if isinstance(text, str) else None
+    if match is None:
+        raise StoreConfigError(
+            field,
+            f"{text!r} is not an ISO-8601 duration such as 'P7D' or 'PT12H' "
+            "(weeks, days, hours, minutes, seconds)",
+        )
+    parts = {k: float(v) for k, v in match.groupdict().items() if v}
+    seconds = (
+        parts.get("weeks", 0) * 604800
+        + parts.get("days", 0) * 86400
+        + parts.get("hours", 0) * 3600
+        + parts.get("minutes", 0) * 60
+        + parts.get("seconds", 0)
+    )
+    if seconds <= 0:
+        raise StoreConfigError(field, f"{text!r} must be longer than zero")
+    return seconds
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("LEASEHOLD_DATA_DIR", "data")).resolve()
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    backend: str = "sqlite"
+    sqlite_path: str | None = None
+    table_name: str = "leasehold-coordination"
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    sts_role_arn: str | None = None
+    sts_external_id: str | None = None
+    skip_table_creation: bool = False
+    billing_mode: str = "PROVISIONED"
+    provisioned_read_capacity_units: int = 10
+    provisioned_write_capacity_units: int = 10
+    ttl: str | None = None
+    partition_prefix: str | None = None
+
+    def validate(self) -> StoreSettings:
+        if self.backend not in BACKENDS:
+            raise StoreConfigError(
+                "backend", f"{self.backend!r} is unknown; choose one of {', '.join(BACKENDS)}"
+            )
+        if self.ttl is not None:
+            parse_iso_duration(self.ttl)
+        if self.partition_prefix is not None and (
+            not self.partition_prefix.strip() or "|" in self.partition_prefix
+        ):
+            raise StoreConfigError("partition_prefix", "must be non-empty and contain no '|'")
+        if self.backend == "dynamodb":
+            if not self.table_name or not self.table_name.strip():
+                raise StoreConfigError("table_name", "must not be empty")
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{3,255}", self.table_name):
+                raise StoreConfigError(
+                    "table_name", f"{self.table_name!r}: 3-255 of letters, digits, '_', '-', '.'"
+                )
+            if not self.region or not self.region.strip():
+                raise StoreConfigError("region", "must not be empty")
+            if self.billing_mode not in ("PROVISIONED", "PAY_PER_REQUEST"):
+                raise StoreConfigError(
+                    "billing_mode", f"{self.billing_mode!r}: PROVISIONED or PAY_PER_REQUEST"
+                )
+            for field in ("provisioned_read_capacity_units", "provisioned_write_capacity_units"):
+                value = getattr(self, field)
+                if not isinstance(value, int) or value < 1:
+                    raise StoreConfigError(field, f"{value!r} must be a positive integer")
+            if self.endpoint_url is not None and not re.match(r"^https?://", self.endpoint_url):
+                raise StoreConfigError(
+                    "endpoint_url", f"{self.endpoint_url!r} is not an http(s) URL"
+                )
+            if self.sts_external_id and not self.sts_role_arn:
+                raise StoreConfigError("sts_external_id", "is only meaningful with sts_role_arn")
+        return self
+
+    @property
+    def ttl_seconds(self) -> float | None:
+        return None if self.ttl is None else parse_iso_duration(self.ttl)
+
+    def resolved_sqlite_path(self) -> Path:
+        return Path(self.sqlite_path) if self.sqlite_path else default_data_dir() / "leasehold.db"
+
+
+def build_store(settings: StoreSettings, clock: Clock | None = None) -> LeaseStore:
+    """Validate, then construct the backend. Nothing touches the store before validation."""
+    settings.validate()
+    extra = {} if clock is None else {"clock": clock}
+    if settings.backend == "sqlite":
+        from resources.sqlite_store import SqliteLeaseStore
+
+        return SqliteLeaseStore(
+            settings.resolved_sqlite_path(),
+            partition_prefix=settings.partition_prefix,
+            ttl_seconds=settings.ttl_seconds,
+            **extra,
+        )
+    from resources.dynamodb_store import DynamoDbLeaseStore
+
+    return DynamoDbLeaseStore(settings, **extra)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from resources.lease_store import LeaseStore
+from resources.store_config import StoreSettings, build_store
+from tests.aws_server import AWS_TEST_ENV, LocalAwsServer
+
+# No traffic off loopback, ever; and no real AWS credentials reach a test.
+os.environ.update(AWS_TEST_ENV)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+BACKENDS = ["sqlite", "dynamodb"]
+
+
+class FakeClock:
+    """Wall clock the tests move by hand, so expiry is tested without sleeping."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(scope="session")
+def aws_server() -> Iterator[LocalAwsServer]:
+    server = LocalAwsServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+StoreFactory = Callable[..., LeaseStore]
+
+
+@pytest.fixture
+def settings_for(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., StoreSettings]:
+    """Settings for a fresh, isolated store of the given backend (own file or own table)."""
+
+    def make(backend: str, **overrides: object) -> StoreSettings:
+        if backend == "sqlite":
+            base = StoreSettings(
+                backend="sqlite", sqlite_path=str(tmp_path / f"{uuid.uuid4().hex}.db")
+            )
+        else:
+            server = request.getfixturevalue("aws_server")
+            base = StoreSettings(
+                backend="dynamodb",
+                table_name=f"leasehold-{uuid.uuid4().hex[:12]}",
+                region="us-east-1",
+                endpoint_url=server.endpoint_url,
+            )
+        return StoreSettings(**{**base.__dict__, **overrides})
+
+    return make
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_store(
+    backend: str, settings_for: Callable[..., StoreSettings], clock: FakeClock
+) -> Iterator[StoreFactory]:
+    """Build stores of the parametrized backend; several calls with the same settings share
+    one underlying table or file (two nodes of one cluster)."""
+    stores: list[LeaseStore] = []
+
+    def make(settings: StoreSettings | None = None, **overrides: object) -> LeaseStore:
+        store = build_store(settings or settings_for(backend, **overrides), clock=clock)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close_store()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> LeaseStore:
+    return make_store(ttl="P1D")
