@@ -7,15 +7,23 @@ no configuration at all for the embedded SQLite default. The store itself is pla
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import PrivateAttr
 
 from resources.lease import Lease, LeaseTiming, new_owner_id
 from resources.lease_store import ItemType, LeaseStore
-from resources.store_config import StoreSettings, build_store
+from resources.store_config import (
+    ENV_VARS,
+    INT_FIELDS,
+    StoreSettings,
+    build_store,
+    parse_env_value,
+    settings_from_env,
+)
 
 
 class CoordinationResource(ConfigurableResource):
@@ -122,3 +130,24 @@ class CoordinationResource(ConfigurableResource):
             return
         with Lease(self.store, item, timing, on_lost=on_lost) as lease:
             yield lease
+
+
+def coordination_resource_from_env() -> CoordinationResource:
+    """The resource as Definitions should bind it: each field that has its environment variable
+    set is bound to it (`EnvVar`, so the UI shows where the value comes from and secrets never
+    land in run config); every other field keeps its default, which is the embedded SQLite
+    store. Values are validated here, so a bad variable fails the code location at load with a
+    message naming the field, before any run starts."""
+    settings_from_env()  # validate now; raises StoreConfigError naming the field
+    kwargs: dict[str, object] = {}
+    for field, var in ENV_VARS.items():
+        raw = os.environ.get(var)
+        if not raw:
+            continue
+        if field in INT_FIELDS:
+            kwargs[field] = EnvVar.int(var)
+        elif isinstance(parse_env_value(field, raw), bool):
+            kwargs[field] = parse_env_value(field, raw)
+        else:
+            kwargs[field] = EnvVar(var)
+    return CoordinationResource(**kwargs)

@@ -19,7 +19,7 @@ PARTITION_NOT_OWNED = "partitionNotOwnedErrors"
 
 
 def update_errors(action: str) -> str:
-    """Data Prepper prefixes `partitionUpdateErrors` with the action: `saveStatePartitionUpdateErrors`."""
+    """Data Prepper prefixes `partitionUpdateErrors` with the action (`saveState...`)."""
     return f"{action}PartitionUpdateErrors"
 
 

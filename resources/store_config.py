@@ -127,3 +127,44 @@ def build_store(settings: StoreSettings, clock: Clock | None = None) -> LeaseSto
     from resources.dynamodb_store import DynamoDbLeaseStore
 
     return DynamoDbLeaseStore(settings, **extra)
+
+
+# One environment variable per field: the CLI reads them directly, the Dagster resource as EnvVar.
+ENV_VARS: dict[str, str] = {
+    "backend": "LEASEHOLD_STORE_BACKEND",
+    "sqlite_path": "LEASEHOLD_SQLITE_PATH",
+    "table_name": "LEASEHOLD_DYNAMODB_TABLE",
+    "region": "LEASEHOLD_DYNAMODB_REGION",
+    "endpoint_url": "LEASEHOLD_DYNAMODB_ENDPOINT_URL",
+    "sts_role_arn": "LEASEHOLD_STS_ROLE_ARN",
+    "sts_external_id": "LEASEHOLD_STS_EXTERNAL_ID",
+    "skip_table_creation": "LEASEHOLD_SKIP_TABLE_CREATION",
+    "billing_mode": "LEASEHOLD_DYNAMODB_BILLING_MODE",
+    "provisioned_read_capacity_units": "LEASEHOLD_DYNAMODB_READ_CAPACITY",
+    "provisioned_write_capacity_units": "LEASEHOLD_DYNAMODB_WRITE_CAPACITY",
+    "ttl": "LEASEHOLD_TTL",
+    "partition_prefix": "LEASEHOLD_PARTITION_PREFIX",
+}
+INT_FIELDS = {"provisioned_read_capacity_units", "provisioned_write_capacity_units"}
+BOOL_FIELDS = {"skip_table_creation"}
+
+
+def parse_env_value(field: str, raw: str) -> str | int | bool:
+    """Typed value of one configuration field given as text, or a StoreConfigError naming it."""
+    if field in BOOL_FIELDS:
+        lowered = raw.strip().lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise StoreConfigError(field, f"{raw!r} is not a boolean (true/false)")
+        return lowered in ("true", "1", "yes")
+    if field in INT_FIELDS:
+        try:
+            return int(raw)
+        except ValueError:
+            raise StoreConfigError(field, f"{raw!r} is not an integer") from None
+    return raw
+
+
+def settings_from_env(environ: dict[str, str] | None = None) -> StoreSettings:
+    env = os.environ if environ is None else environ
+    values = {f: parse_env_value(f, env[v]) for f, v in ENV_VARS.items() if env.get(v)}
+    return StoreSettings(**values).validate()  # type: ignore[arg-type]

@@ -1,0 +1,152 @@
+"""`leasehold` command line: run the main job, show coordination status, purge expired items.
+
+The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
+resource (`resources.store_config.ENV_VARS`); with none set it is the embedded SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from resources.lease_store import LeaseItem, LeaseStoreError, StatusSummary
+from resources.store_config import build_store, settings_from_env
+
+
+def _when(millis: int | None) -> str:
+    if millis is None:
+        return "-"
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _item_json(item: LeaseItem | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {
+        "sourcePartitionKey": item.partition_key,
+        "partitionOwner": item.owner,
+        "partitionOwnershipTimeout": _when(item.ownership_timeout_ms),
+        "sourcePartitionStatus": item.status.value,
+        "closedCount": item.closed_count,
+        "epoch": item.epoch,
+        "deadLetterReason": item.dead_letter_reason,
+    }
+
+
+def status_json(summaries: Sequence[StatusSummary]) -> list[dict[str, Any]]:
+    return [
+        {
+            "sourceIdentifier": s.source_identifier,
+            "counts": s.counts,
+            "oldestExpiredLease": _item_json(s.oldest_expired),
+            "deadLetters": [_item_json(d) for d in s.dead_letters],
+            "metrics": s.metrics,
+        }
+        for s in summaries
+    ]
+
+
+def status_text(summaries: Sequence[StatusSummary]) -> str:
+    if not summaries:
+        return "no source identifiers in the store yet"
+    statuses = ["UNASSIGNED", "ASSIGNED", "CLOSED", "COMPLETED", "DEAD_LETTERED"]
+    width = max(len("sourceIdentifier"), *(len(s.source_identifier) for s in summaries))
+    lines = [
+        f"{'sourceIdentifier':<{width}}  " + "  ".join(f"{h:>13}" for h in statuses),
+    ]
+    for s in summaries:
+        counts = "  ".join(f"{s.counts.get(h, 0):>13}" for h in statuses)
+        lines.append(f"{s.source_identifier:<{width}}  {counts}")
+    for s in summaries:
+        if s.oldest_expired is not None:
+            o = s.oldest_expired
+            lines.append(
+                f"\n{s.source_identifier}: oldest expired lease {o.partition_key!r} held by "
+                f"{o.owner} since expiry at {_when(o.ownership_timeout_ms)}"
+            )
+        for d in s.dead_letters:
+            lines.append(
+                f"{s.source_identifier}: dead-lettered {d.partition_key!r} after "
+                f"{d.closed_count} closes: {d.dead_letter_reason}"
+            )
+        if s.metrics:
+            rendered = ", ".join(f"{k}={v}" for k, v in s.metrics.items())
+            lines.append(f"{s.source_identifier}: metrics {rendered}")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = build_store(settings_from_env())
+    try:
+        summaries = store.status()
+    finally:
+        store.close_store()
+    if args.json:
+        print(json.dumps(status_json(summaries), indent=2))
+    else:
+        print(status_text(summaries))
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    store = build_store(settings_from_env())
+    purge = getattr(store, "purge_expired", None)
+    if purge is None:
+        print(f"the {store.backend} backend expires items itself (DynamoDB TTL)")
+        return 0
+    print(f"deleted {purge()} expired items")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from resources.coordination_demo import run_demo
+    from resources.store_config import default_data_dir
+
+    settings = settings_from_env()
+    work_dir = Path(args.work_dir) if args.work_dir else default_data_dir() / "demo"
+    result = run_demo(settings, workers=args.workers, partitions=args.partitions, work_dir=work_dir)
+    print(result.describe())
+    store = build_store(settings)
+    try:
+        print()
+        print(status_text(store.status()))
+    finally:
+        store.close_store()
+    return 0 if result.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leasehold", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="run the main job end to end on the configured (default: embedded) store"
+    )
+    run.add_argument("--workers", type=int, default=4)
+    run.add_argument("--partitions", type=int, default=300)
+    run.add_argument("--work-dir", default=None)
+    run.set_defaults(fn=cmd_run)
+    status = sub.add_parser("status", help="lease counts, expired leases, dead letters, metrics")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(fn=cmd_status)
+    purge = sub.add_parser("purge-expired", help="delete items whose TTL passed (SQLite)")
+    purge.set_defaults(fn=cmd_purge)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except LeaseStoreError as exc:
+        print(f"leasehold: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
