@@ -18,9 +18,18 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resources.metrics import CoordinatorMetrics
+
+if TYPE_CHECKING:
+    from resources.ledger import (
+        CommitRecord,
+        CommitResult,
+        RegisteredObject,
+        SmallObject,
+        TablePartition,
+    )
 
 Clock = Callable[[], float]
 """Seconds since the epoch. Injected so contract tests can move time without sleeping."""
@@ -295,6 +304,34 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def source_identifiers(self) -> list[str]: ...
+
+    # -- ledger: the commit protocol of ARCHITECTURE §5 ---------------------------------------
+
+    @abstractmethod
+    def commit(
+        self,
+        token: LeaseToken,
+        objects: Sequence[SmallObject],
+        *,
+        progress_state: str | None = NOT_GIVEN,
+        complete: bool = True,
+        timeout_s: float = 60.0,
+    ) -> CommitResult:
+        """In ONE transaction, conditional on `token` still holding: register `objects` in the
+        ledger (dense per-table-partition ids assigned here), save progress, and mark the
+        partition COMPLETED with a TTL-free commit record (or, with `complete=False`, keep the
+        lease for the next chunk, ownership extended by `timeout_s`). Raises
+        `PartitionNotOwnedError` (fenced: nothing written) or `AlreadyCommittedError`."""
+
+    @abstractmethod
+    def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None: ...
+
+    @abstractmethod
+    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
+        """Committed small objects, by (dt, id): what readers may read, and nothing else."""
+
+    @abstractmethod
+    def table_partitions(self, table: str) -> list[TablePartition]: ...
 
     # -- metrics -------------------------------------------------------------------------------
 

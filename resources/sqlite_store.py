@@ -8,6 +8,7 @@ and two processes can never both acquire the same item.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,16 @@ from resources.lease_store import (
     StoreUnavailableError,
     priority_at,
     to_millis,
+)
+from resources.ledger import (
+    AlreadyCommittedError,
+    CommitRecord,
+    CommitResult,
+    RegisteredObject,
+    SmallObject,
+    TablePartition,
+    check_commit_size,
+    group_by_partition,
 )
 from resources.retry import RetryPolicy, call_with_retries
 
@@ -70,6 +81,38 @@ CREATE TABLE IF NOT EXISTS lease_items (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS source_status
     ON lease_items ({ATTR["sid"]}, {ATTR["status"]}, {ATTR["priority"]});
+CREATE TABLE IF NOT EXISTS table_partitions (
+    tbl TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    next_object_id INTEGER NOT NULL,
+    last_live_object_id INTEGER,
+    current_manifest_version INTEGER NOT NULL DEFAULT -1,
+    desired_manifest_version INTEGER NOT NULL DEFAULT -1,
+    switched INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tbl, dt)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS small_objects (
+    tbl TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    object_id INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    content_length INTEGER NOT NULL,
+    row_count INTEGER NOT NULL,
+    {ATTR["sid"]} TEXT NOT NULL,
+    {ATTR["key"]} TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    delayed INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY (tbl, dt, object_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS commit_records (
+    {ATTR["sid"]} TEXT NOT NULL,
+    {ATTR["key"]} TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    object_ids TEXT NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY ({ATTR["sid"]}, {ATTR["key"]})
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS coordinator_metrics (
     {ATTR["sid"]} TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -323,9 +366,14 @@ class SqliteLeaseStore(LeaseStore):
         return item
 
     def _fenced(
-        self, token: LeaseToken, action: str, change: Callable[[LeaseItem, int], LeaseItem]
+        self,
+        token: LeaseToken,
+        action: str,
+        change: Callable[[LeaseItem, int], LeaseItem],
+        also: Callable[[sqlite3.Connection, int], None] | None = None,
     ) -> LeaseItem:
-        """Apply `change` only while `token` still holds: owner, epoch and ASSIGNED."""
+        """Apply `change` only while `token` still holds: owner, epoch and ASSIGNED; `also`
+        writes more in the same transaction (the ledger part of a commit)."""
 
         def fenced(db: sqlite3.Connection) -> LeaseItem | Exception:
             current = self._fetch(db, token.source_identifier, token.partition_key)
@@ -337,7 +385,10 @@ class SqliteLeaseStore(LeaseStore):
                 or current.epoch != token.epoch
             ):
                 return PartitionNotOwnedError(token, action)
-            return self._write(db, change(current, self.now_ms()))
+            now = self.now_ms()
+            if also is not None:
+                also(db, now)
+            return self._write(db, change(current, now))
 
         try:
             result = self._run(action, fenced)
@@ -464,6 +515,141 @@ class SqliteLeaseStore(LeaseStore):
             ).rowcount
 
         return self._run("purge_expired", purge)
+
+    # -- ledger --------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        token: LeaseToken,
+        objects: Sequence[SmallObject],
+        *,
+        progress_state: str | None = NOT_GIVEN,
+        complete: bool = True,
+        timeout_s: float = 60.0,
+    ) -> CommitResult:
+        objects = list(objects)
+        check_commit_size(objects)
+        registered: list[RegisteredObject] = []
+
+        def change(item: LeaseItem, now: int) -> LeaseItem:
+            if complete:
+                return self._released(item, now, PartitionStatus.COMPLETED, progress_state)
+            deadline = now + to_millis(timeout_s)
+            return LeaseItem(
+                **{
+                    **item.__dict__,
+                    "progress_state": item.progress_state
+                    if progress_state is NOT_GIVEN
+                    else progress_state,
+                    "ownership_timeout_ms": deadline,
+                    "priority": priority_at(deadline),
+                    "version": item.version + 1,
+                    "expiration_time": self.expiration_at(now),
+                }
+            )
+
+        def register(db: sqlite3.Connection, now: int) -> None:
+            record = self._commit_record(db, token.source_identifier, token.partition_key)
+            if record is not None:
+                raise AlreadyCommittedError(record)
+            registered.clear()
+            for (table, dt), group in group_by_partition(objects).items():
+                row = db.execute(
+                    "SELECT next_object_id, last_live_object_id FROM table_partitions "
+                    "WHERE tbl = ? AND dt = ?",
+                    (table, dt),
+                ).fetchone()
+                next_id, last_live = (1, None) if row is None else row
+                for offset, obj in enumerate(group):
+                    registered.append(
+                        RegisteredObject(
+                            table=table,
+                            dt=dt,
+                            object_id=next_id + offset,
+                            url=obj.url,
+                            content_length=obj.content_length,
+                            row_count=obj.row_count,
+                            source_identifier=token.source_identifier,
+                            source_partition_key=token.partition_key,
+                            epoch=token.epoch,
+                            delayed=last_live is not None,
+                        )
+                    )
+                db.execute(
+                    "INSERT INTO table_partitions (tbl, dt, next_object_id) VALUES (?, ?, ?) "
+                    "ON CONFLICT (tbl, dt) DO UPDATE SET next_object_id = excluded.next_object_id",
+                    (table, dt, next_id + len(group)),
+                )
+            db.executemany(
+                "INSERT INTO small_objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        o.table,
+                        o.dt,
+                        o.object_id,
+                        o.url,
+                        o.content_length,
+                        o.row_count,
+                        o.source_identifier,
+                        o.source_partition_key,
+                        o.epoch,
+                        int(o.delayed),
+                        now,
+                    )
+                    for o in registered
+                ],
+            )
+            if complete:
+                db.execute(
+                    "INSERT INTO commit_records VALUES (?, ?, ?, ?, ?)",
+                    (
+                        token.source_identifier,
+                        token.partition_key,
+                        token.epoch,
+                        json.dumps([[o.table, o.dt, o.object_id] for o in registered]),
+                        now,
+                    ),
+                )
+
+        item = self._fenced(token, "complete" if complete else "saveState", change, register)
+        if complete:
+            self.metrics.incr(token.source_identifier, m.PARTITIONS_COMPLETED)
+        return CommitResult(item, tuple(registered))
+
+    @staticmethod
+    def _commit_record(db: sqlite3.Connection, sid: str, key: str) -> CommitRecord | None:
+        row = db.execute(
+            f"SELECT epoch, object_ids, committed_at FROM commit_records "
+            f"WHERE {ATTR['sid']} = ? AND {ATTR['key']} = ?",
+            (sid, key),
+        ).fetchone()
+        if row is None:
+            return None
+        ids = tuple(tuple(x) for x in json.loads(row[1]))
+        return CommitRecord(sid, key, row[0], ids, row[2])  # type: ignore[arg-type]
+
+    def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None:
+        return self._commit_record(self._connection(), source_identifier, partition_key)
+
+    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
+        sql = (
+            "SELECT tbl, dt, object_id, url, content_length, row_count, "
+            f"{ATTR['sid']}, {ATTR['key']}, epoch, delayed FROM small_objects WHERE tbl = ?"
+        )
+        args: tuple[str, ...] = (table,)
+        if dt is not None:
+            sql += " AND dt = ?"
+            args += (dt,)
+        rows = self._connection().execute(sql + " ORDER BY dt, object_id", args).fetchall()
+        return [RegisteredObject(*r[:9], delayed=bool(r[9])) for r in rows]
+
+    def table_partitions(self, table: str) -> list[TablePartition]:
+        rows = self._connection().execute(
+            "SELECT tbl, dt, next_object_id, last_live_object_id, current_manifest_version, "
+            "desired_manifest_version, switched FROM table_partitions WHERE tbl = ? ORDER BY dt",
+            (table,),
+        )
+        return [TablePartition(*r[:6], switched=bool(r[6])) for r in rows.fetchall()]
 
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         db = self._connection()
