@@ -99,3 +99,24 @@ def test_exit_without_finishing_gives_the_partition_back(real_store: LeaseStore)
 def test_timing_must_renew_well_inside_the_timeout() -> None:
     with pytest.raises(ValueError, match="third"):
         LeaseTiming(ownership_timeout_s=30, renew_interval_s=15)
+
+
+def test_keeper_renews_many_leases_and_releases_the_unfinished(tmp_path) -> None:
+    from resources.lease import LeaseKeeper
+
+    store = build_store(StoreSettings(sqlite_path=str(tmp_path / "k.db")))
+    sid = store.source_identifier("s")
+    keys = [f"k{i}" for i in range(20)]
+    store.create_partitions(sid, keys)
+    with LeaseKeeper(FAST.renew_interval_s) as keeper:
+        leases = [
+            keeper.add(Lease(store, store.acquire(sid, k, "run", 1.0), FAST)) for k in keys
+        ]
+        time.sleep(FAST.ownership_timeout_s * 2.5)  # well past the original timeouts
+        assert not any(lease.lost for lease in leases)
+        for lease in leases[:5]:
+            lease.complete()
+    statuses = [store.get(sid, k).status for k in keys]
+    assert statuses[:5] == [PartitionStatus.COMPLETED] * 5
+    assert statuses[5:] == [PartitionStatus.UNASSIGNED] * 15  # handed back on exit
+    store.close_store()
