@@ -16,7 +16,7 @@ from dagster import (
 
 from resources.cli import status_json, status_text
 from resources.coordination import CoordinationResource
-from resources.lease_store import PartitionStatus
+from resources.ingestion_checks import lease_health_report
 
 
 @asset(group_name="coordination", description="Lease counts, dead letters and metrics.")
@@ -36,28 +36,9 @@ def coordination_status(coordination: CoordinationResource) -> MaterializeResult
 
 @asset_check(asset=coordination_status, description="No stuck leases; dead letters reported.")
 def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
-    store = coordination.store
-    limit_ms = int(2 * coordination.ownership_timeout_seconds * 1000)
-    now = store.now_ms()
-    stuck: list[str] = []
-    dead: list[str] = []
-    for item in store.iter_items():
-        if (
-            item.status is PartitionStatus.ASSIGNED
-            and item.ownership_timeout_ms is not None
-            and now - item.ownership_timeout_ms > limit_ms
-        ):
-            stuck.append(f"{item.source_identifier} / {item.partition_key} ({item.owner})")
-        if item.dead_letter_reason is not None:
-            dead.append(
-                f"{item.source_identifier} / {item.partition_key}: {item.dead_letter_reason}"
-            )
+    report = lease_health_report(coordination.store, None, coordination.ownership_timeout_seconds)
     return AssetCheckResult(
-        passed=not stuck and not dead,
-        severity=AssetCheckSeverity.ERROR if stuck else AssetCheckSeverity.WARN,
-        metadata={
-            "stuck_leases": len(stuck),
-            "dead_letters": len(dead),
-            "details": MetadataValue.md("\n".join(f"- {x}" for x in stuck + dead) or "none"),
-        },
+        passed=report.healthy,
+        severity=AssetCheckSeverity.ERROR if report.stuck else AssetCheckSeverity.WARN,
+        metadata=report.metadata(),
     )
