@@ -109,9 +109,7 @@ def test_keeper_renews_many_leases_and_releases_the_unfinished(tmp_path) -> None
     keys = [f"k{i}" for i in range(20)]
     store.create_partitions(sid, keys)
     with LeaseKeeper(FAST.renew_interval_s) as keeper:
-        leases = [
-            keeper.add(Lease(store, store.acquire(sid, k, "run", 1.0), FAST)) for k in keys
-        ]
+        leases = [keeper.add(Lease(store, store.acquire(sid, k, "run", 1.0), FAST)) for k in keys]
         time.sleep(FAST.ownership_timeout_s * 2.5)  # well past the original timeouts
         assert not any(lease.lost for lease in leases)
         for lease in leases[:5]:

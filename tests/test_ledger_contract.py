@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from resources.ledger import AlreadyCommittedError, SmallObject
 from resources.lease_store import LeaseStore, PartitionNotOwnedError, PartitionStatus
+from resources.ledger import AlreadyCommittedError, SmallObject
 from tests.conftest import FakeClock
 from tests.ttl_sweep import sweep_expired
 
