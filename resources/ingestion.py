@@ -1,0 +1,290 @@
+"""Exactly-once ingestion of a batch of source partitions (ARCHITECTURE §5), without Dagster.
+
+Per chunk of source partitions:
+1. acquire each lease by name (epoch e); a COMPLETED one is reported as already done;
+2. read every source of the chunk with ONE Spark read and write small objects to a local
+   staging directory under attempt-unique names; publish them to the table's object store —
+   still invisible, since readers only ever read what the ledger names;
+3. commit each partition in its own transaction, fenced by (owner, e): ledger registration
+   with fresh ids + COMPLETED + commit record.
+A crash anywhere before 3 leaves orphans (never read) and a lease that expires; a crash after 3
+leaves a COMPLETED lease, so the retry does nothing and says so. A zombie's commit is refused.
+
+Storm's lesson applies within a chunk: processing is parallel (one Spark job), commits are
+per partition and in a fixed order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from resources.lease import Lease, LeaseKeeper, LeaseLostError, LeaseTiming
+from resources.lease_store import (
+    LeaseStore,
+    LeaseStoreError,
+    PartitionNotFoundError,
+    PartitionStatus,
+    PartitionUnavailableError,
+)
+from resources.ledger import AlreadyCommittedError, SmallObject
+
+COMMITTED = "committed"
+ALREADY_COMPLETE = "already_complete"
+LOST_LEASE = "lost_lease"
+UNREADABLE = "unreadable"
+FAILED = "failed"
+
+
+@dataclass
+class PartitionOutcome:
+    source_key: str
+    outcome: str
+    epoch: int | None = None
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_quarantined: int = 0
+    small_objects: int = 0
+    bytes: int = 0
+    table_partitions: list[str] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in (COMMITTED, ALREADY_COMPLETE)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "already_complete": self.outcome == ALREADY_COMPLETE,
+            "rows_read": self.rows_read,
+            "rows_written": self.rows_written,
+            "rows_quarantined": self.rows_quarantined,
+            "small_objects": self.small_objects,
+            "bytes": self.bytes,
+            "table_partitions": ", ".join(self.table_partitions),
+            "lease_epoch": self.epoch if self.epoch is not None else -1,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A local file written by the reader, to be published under `dt`."""
+
+    dt: str
+    local_path: Path
+    row_count: int
+    content_length: int
+
+
+@dataclass
+class SourceBatchResult:
+    """What the reader produced for one source partition."""
+
+    rows_read: int = 0
+    rows_quarantined: int = 0
+    table_files: list[StagedFile] = field(default_factory=list)
+    quarantine_files: list[StagedFile] = field(default_factory=list)
+    unreadable: str | None = None
+
+
+ReadBatch = Callable[[dict[str, Path], Path, str], dict[str, SourceBatchResult]]
+"""(source key -> local file, staging dir, attempt id) -> per source key results."""
+Fetch = Callable[[str, Path], Path]
+"""(source key, scratch dir) -> a local path holding the source object's bytes."""
+Publish = Callable[[Path, str], str]
+"""(local file, object key under the table root) -> its URL; moves the file."""
+
+
+def quarantine_table(stream: str) -> str:
+    return f"{stream}.quarantine"
+
+
+def object_name(attempt_id: str, source_key: str, suffix: str) -> str:
+    """Unique per attempt and source: two attempts can never overwrite each other's objects."""
+    digest = hashlib.sha256(source_key.encode()).hexdigest()[:16]
+    return f"{attempt_id}-{digest}{suffix}"
+
+
+class IngestionRunner:
+    def __init__(
+        self,
+        *,
+        stream: str,
+        table: str,
+        store: LeaseStore,
+        owner: str,
+        timing: LeaseTiming,
+        fetch: Fetch,
+        read_batch: ReadBatch,
+        publish_table: Publish,
+        publish_quarantine: Publish,
+        work_dir: Path,
+        chunk_size: int = 500,
+        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ) -> None:
+        self.stream = stream
+        self.table = table
+        self.store = store
+        self.owner = owner
+        self.timing = timing
+        self.fetch = fetch
+        self.read_batch = read_batch
+        self.publish_table = publish_table
+        self.publish_quarantine = publish_quarantine
+        self.work_dir = work_dir
+        self.chunk_size = chunk_size
+        self.clock = clock
+        self.sid = store.source_identifier(stream)
+
+    def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
+        """One outcome per key, in order; never raises for a single partition's failure."""
+        for start in range(0, len(source_keys), self.chunk_size):
+            yield from self._ingest_chunk(source_keys[start : start + self.chunk_size])
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _acquire(self, key: str) -> Lease | PartitionOutcome:
+        try:
+            item = self.store.acquire(self.sid, key, self.owner, self.timing.ownership_timeout_s)
+        except PartitionNotFoundError:
+            return PartitionOutcome(key, FAILED, message="no lease item: not discovered yet")
+        except PartitionUnavailableError as exc:
+            cur = exc.current
+            if cur.status is PartitionStatus.COMPLETED and cur.dead_letter_reason is None:
+                return PartitionOutcome(
+                    key,
+                    ALREADY_COMPLETE,
+                    cur.epoch,
+                    message=f"already committed (epoch {cur.epoch}); nothing to do",
+                )
+            if cur.status is PartitionStatus.COMPLETED:
+                return PartitionOutcome(
+                    key, FAILED, cur.epoch, message=f"dead-lettered: {cur.dead_letter_reason}"
+                )
+            if cur.status is PartitionStatus.ASSIGNED:
+                return PartitionOutcome(
+                    key,
+                    LOST_LEASE,
+                    cur.epoch,
+                    message=f"lost the lease: held by {cur.owner} (epoch {cur.epoch})",
+                )
+            return PartitionOutcome(
+                key,
+                UNREADABLE,
+                cur.epoch,
+                message=f"CLOSED after {cur.closed_count} failed reads; reopens later",
+            )
+        return Lease(self.store, item, self.timing)
+
+    def _ingest_chunk(self, keys: Sequence[str]) -> Iterator[PartitionOutcome]:
+        attempt = uuid.uuid4().hex[:12]
+        scratch = self.work_dir / f"attempt-{attempt}"
+        outcomes: dict[str, PartitionOutcome] = {}
+        leases: dict[str, Lease] = {}
+        try:
+            with LeaseKeeper(self.timing.renew_interval_s) as keeper:
+                for key in keys:
+                    got = self._acquire(key)
+                    if isinstance(got, Lease):
+                        leases[key] = keeper.add(got)
+                    else:
+                        outcomes[key] = got
+                local: dict[str, Path] = {}
+                for key, lease in leases.items():
+                    try:
+                        local[key] = self.fetch(key, scratch / "sources")
+                    except Exception as exc:  # noqa: BLE001 - any failure to read the object
+                        outcomes[key] = self._close_unreadable(lease, key, f"cannot fetch: {exc}")
+                results = self.read_batch(local, scratch / "staging", attempt) if local else {}
+                for key in local:
+                    outcomes[key] = self._commit(leases[key], key, results.get(key), attempt)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        for key in keys:
+            yield outcomes[key]
+
+    def _close_unreadable(self, lease: Lease, key: str, reason: str) -> PartitionOutcome:
+        try:
+            item = lease.close(reason=reason)
+        except LeaseStoreError as exc:
+            return PartitionOutcome(key, LOST_LEASE, lease.epoch, message=str(exc))
+        if item.dead_letter_reason is not None:
+            message = f"dead-lettered after {item.closed_count} failed reads: {reason}"
+        else:
+            message = f"unreadable (closed {item.closed_count} times, will retry): {reason}"
+        return PartitionOutcome(key, UNREADABLE, lease.epoch, message=message)
+
+    def _commit(
+        self, lease: Lease, key: str, result: SourceBatchResult | None, attempt: str
+    ) -> PartitionOutcome:
+        if result is None:
+            return self._close_unreadable(lease, key, "the reader returned nothing for it")
+        if result.unreadable is not None:
+            return self._close_unreadable(lease, key, result.unreadable)
+        outcome = PartitionOutcome(key, COMMITTED, lease.epoch)
+        if lease.lost:
+            outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
+            return outcome
+        objects = [
+            self._publish(f, key, attempt, self.table, self.publish_table)
+            for f in result.table_files
+        ]
+        today = self.clock().strftime("%Y-%m-%d")
+        objects += [
+            self._publish(
+                StagedFile(today, f.local_path, f.row_count, f.content_length),
+                key,
+                attempt,
+                quarantine_table(self.stream),
+                self.publish_quarantine,
+            )
+            for f in result.quarantine_files
+        ]
+        rows_written = sum(f.row_count for f in result.table_files)
+        progress = {
+            "rows_read": result.rows_read,
+            "rows_written": rows_written,
+            "rows_quarantined": result.rows_quarantined,
+            "attempt": attempt,
+        }
+        try:
+            committed = lease.commit(
+                lambda token: (
+                    self.store.commit(token, objects, progress_state=json.dumps(progress)).item
+                )
+            )
+        except LeaseLostError as exc:
+            outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {exc}"
+            return outcome
+        except AlreadyCommittedError as exc:
+            outcome.outcome, outcome.message = ALREADY_COMPLETE, str(exc)
+            return outcome
+        except LeaseStoreError as exc:  # store down: unknown whether it landed; a retry knows
+            outcome.outcome, outcome.message = FAILED, f"commit failed: {exc}"
+            return outcome
+        outcome.epoch = committed.epoch
+        outcome.rows_read = result.rows_read
+        outcome.rows_written = rows_written
+        outcome.rows_quarantined = result.rows_quarantined
+        table_objects = [o for o in objects if o.table == self.table]
+        outcome.small_objects = len(table_objects)
+        outcome.bytes = sum(o.content_length for o in table_objects)
+        outcome.table_partitions = sorted({o.dt for o in table_objects})
+        return outcome
+
+    def _publish(
+        self, staged: StagedFile, key: str, attempt: str, table: str, publish: Publish
+    ) -> SmallObject:
+        suffix = "".join(staged.local_path.suffixes) or ".parquet"
+        name = f"dt={staged.dt}/{object_name(attempt, key, suffix)}"
+        url = publish(staged.local_path, name)
+        return SmallObject(table, staged.dt, url, staged.content_length, staged.row_count)
