@@ -11,10 +11,11 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from resources.lease_store import LeaseItem, LeaseStoreError, StatusSummary
-from resources.store_config import build_store, settings_from_env
+from resources.store_config import build_store, default_data_dir, settings_from_env
 
 
 def _when(millis: int | None) -> str:
@@ -103,10 +104,49 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    """The main job: discovery -> range runs -> commits -> checks, on the configured stores."""
+    import os
 
+    from dagster import DagsterInstance
+
+    from coordination_assets.definitions import build_definitions
+    from coordination_assets.main_job import run_stream
+    from resources.lake import LakeResource
+    from resources.sample_data import write_sample_sources
+
+    settings = settings_from_env()  # fail fast on bad store configuration
+    lake = LakeResource.from_env()
+    streams = lake.streams()
+    for config in streams.values():
+        source = lake.object_store(config.source)
+        if config.source.startswith("file://") and not source.list_after(None, 1):
+            root = Path(config.source[len("file://") :])
+            write_sample_sources(
+                root, objects=args.sample_objects, records_per_object=200, malformed_every=997
+            )
+            print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_data_dir() / "dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():  # no network here: no telemetry
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+    defs = build_definitions(lake)
+    ok = True
+    with DagsterInstance.get() as instance:
+        for name in sorted(streams):
+            report = run_stream(defs, instance, name)
+            print(f"{name}: {report.describe()}")
+            ok = ok and report.ok
+    store = build_store(settings)
+    try:
+        print()
+        print(status_text(store.status()))
+    finally:
+        store.close_store()
+    return 0 if ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
     from resources.coordination_demo import run_demo
-    from resources.store_config import default_data_dir
 
     settings = settings_from_env()
     work_dir = Path(args.work_dir) if args.work_dir else default_data_dir() / "demo"
@@ -125,12 +165,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leasehold", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
-        "run", help="run the main job end to end on the configured (default: embedded) store"
+        "run", help="run the main job end to end on the configured (default: embedded) stores"
     )
-    run.add_argument("--workers", type=int, default=4)
-    run.add_argument("--partitions", type=int, default=300)
-    run.add_argument("--work-dir", default=None)
+    run.add_argument(
+        "--sample-objects",
+        type=int,
+        default=60,
+        help="objects to generate when a local source directory is empty",
+    )
     run.set_defaults(fn=cmd_run)
+    demo = sub.add_parser("demo", help="worker processes racing over one lease store")
+    demo.add_argument("--workers", type=int, default=4)
+    demo.add_argument("--partitions", type=int, default=300)
+    demo.add_argument("--work-dir", default=None)
+    demo.set_defaults(fn=cmd_demo)
     status = sub.add_parser("status", help="lease counts, expired leases, dead letters, metrics")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(fn=cmd_status)

@@ -242,6 +242,10 @@ class DynamoDbLeaseStore(LeaseStore):
                 return True
             if _code(exc) in RETRYABLE_CODES:
                 return True
+            if isinstance(exc, ClientError):
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if status >= 500:
+                    return True
             if _code(exc) == "TransactionCanceledException":
                 reasons = set(_reasons(exc)) - {"None"}  # type: ignore[arg-type]
                 return reasons == {"TransactionConflict"}

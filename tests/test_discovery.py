@@ -84,7 +84,9 @@ def test_nothing_new_costs_constant_store_work(make_store: StoreFactory) -> None
     d = Discovery(counting, "events", lister, owner="node-a")  # type: ignore[arg-type]
     cursor = d.discover(None).cursor
     per_tick = []
-    for extra in (0, 5000):  # the calls do not grow with what was discovered before
+    # The calls do not grow with what was discovered before. (moto copies the whole table on
+    # every transaction, so the DynamoDB run stays small; SQLite shows the same at scale.)
+    for extra in (0, 300 if counting.backend == "dynamodb" else 5000):
         keys.extend(f"z{i:05d}" for i in range(extra))
         cursor = d.discover(cursor).cursor
         counting.calls.clear()

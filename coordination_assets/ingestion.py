@@ -1,0 +1,195 @@
+"""Per stream: the dynamic partitions, the ingestion asset, its discovery sensor and checks.
+
+Thin on purpose: the sensor is `resources.discovery`, the asset is `resources.ingestion`, the
+checks are `resources.ingestion_checks`. What lives here is the Dagster mapping of ARCHITECTURE
+§8: one dynamic partition per source partition, one run per range of many partitions.
+"""
+
+from dagster import (
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    BackfillPolicy,
+    DefaultSensorStatus,
+    DynamicPartitionsDefinition,
+    Failure,
+    MetadataValue,
+    RunRequest,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    asset,
+    asset_check,
+    sensor,
+)
+
+from resources.coordination import CoordinationResource
+from resources.discovery import Discovery, plan_runs
+from resources.ingestion_checks import find_duplicate_ids, lease_health_report, reconcile_rows
+from resources.lake import LakeResource, SparkResource
+from resources.partition_keys import from_partition_key, to_partition_key
+
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+EXPECTED_COUNT = "leasehold/partition_count"
+
+
+def partitions_for(stream: str) -> DynamicPartitionsDefinition:
+    return DynamicPartitionsDefinition(name=f"{stream}_source_partitions")
+
+
+def ingestion_asset_key(stream: str) -> AssetKey:
+    return AssetKey([stream, "ingested"])
+
+
+def build_ingestion_asset(stream: str) -> AssetsDefinition:
+    partitions = partitions_for(stream)
+
+    @asset(
+        key=ingestion_asset_key(stream),
+        group_name=stream,
+        partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        output_required=False,
+        description=f"Source partitions of stream {stream!r}, ingested exactly once.",
+        kinds={"spark", "parquet"},
+    )
+    def ingested(
+        context: AssetExecutionContext,
+        coordination: CoordinationResource,
+        lake: LakeResource,
+        spark: SparkResource,
+    ):
+        keys = list(context.partition_keys)
+        expected = context.run.tags.get(EXPECTED_COUNT)
+        if expected is not None and int(expected) != len(keys):
+            # A range is positional: if partitions were added between its ends by someone
+            # else, it now covers keys this run was not planned for. Refuse before any work.
+            raise Failure(
+                f"range {keys[0]!r}..{keys[-1]!r} covers {len(keys)} partitions, "
+                f"the sensor planned {expected}"
+            )
+        runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
+        failed: list[str] = []
+        by_source = {from_partition_key(k): k for k in keys}
+        for outcome in runner.ingest(list(by_source)):
+            key = by_source[outcome.source_key]
+            if outcome.ok:
+                yield AssetMaterialization(
+                    asset_key=context.asset_key, partition=key, metadata=outcome.metadata()
+                )
+            else:
+                failed.append(key)
+                context.log.error(f"{key}: {outcome.outcome}: {outcome.message}")
+        coordination.store.flush_metrics()
+        if failed:
+            raise Failure(
+                f"{len(failed)} of {len(keys)} source partitions not ingested",
+                metadata={"failed_partitions": MetadataValue.json(failed[:1000])},
+            )
+
+    return ingested
+
+
+def build_discovery_sensor(stream: str) -> SensorDefinition:
+    partitions = partitions_for(stream)
+    asset_key = ingestion_asset_key(stream)
+
+    @sensor(
+        name=f"{stream}_discovery",
+        asset_selection=[asset_key],
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=f"Lists new objects of {stream!r}, creates leases and requests runs.",
+    )
+    def discovery(
+        context: SensorEvaluationContext, coordination: CoordinationResource, lake: LakeResource
+    ):
+        lister = lake.lister(stream)
+        found = Discovery(
+            coordination.store,
+            stream,
+            lister,
+            owner=coordination.owner,
+            timeout_s=coordination.ownership_timeout_seconds,
+            max_objects_per_tick=lake.max_objects_per_tick,
+        ).discover(context.cursor or None)
+        coordination.store.flush_metrics()
+        if found.skipped_reason:
+            return SkipReason(found.skipped_reason)
+        if not found.source_keys:
+            return SensorResult(skip_reason="no new objects", cursor=found.cursor)
+        partition_keys = [to_partition_key(k) for k in found.source_keys]
+        runs = [
+            RunRequest(
+                run_key=plan.run_key,
+                asset_selection=[asset_key],
+                tags={
+                    RANGE_START: plan.first,
+                    RANGE_END: plan.last,
+                    EXPECTED_COUNT: str(plan.count),
+                },
+            )
+            for plan in plan_runs(stream, partition_keys, lake.max_partitions_per_run)
+        ]
+        return SensorResult(
+            run_requests=runs,
+            dynamic_partitions_requests=[partitions.build_add_request(partition_keys)],
+            cursor=found.cursor,
+        )
+
+    return discovery
+
+
+def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
+    asset_key = ingestion_asset_key(stream)
+
+    @asset_check(
+        asset=asset_key,
+        name="rows_reconcile",
+        description="Per committed source partition: ledger rows = rows read - quarantined.",
+    )
+    def rows_reconcile(coordination: CoordinationResource, lake: LakeResource) -> AssetCheckResult:
+        report = reconcile_rows(coordination.store, stream, lake.table_name(stream))
+        return AssetCheckResult(passed=not report.mismatches, metadata=report.metadata())
+
+    @asset_check(
+        asset=asset_key,
+        name="unique_record_ids",
+        description="No record id appears twice in a table partition.",
+    )
+    def unique_record_ids(
+        coordination: CoordinationResource, lake: LakeResource
+    ) -> AssetCheckResult:
+        config = lake.stream(stream)
+        if config.record_id is None:
+            return AssetCheckResult(passed=True, metadata={"skipped": "no record_id configured"})
+        report = find_duplicate_ids(
+            coordination.store,
+            lake.table_name(stream),
+            config.record_id,
+            lake.object_store(config.table).read_column,
+        )
+        return AssetCheckResult(passed=not report.duplicates, metadata=report.metadata())
+
+    @asset_check(
+        asset=asset_key,
+        name="lease_health",
+        description="No ASSIGNED lease expired for over twice its timeout; dead letters reported.",
+    )
+    def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
+        report = lease_health_report(
+            coordination.store, stream, coordination.ownership_timeout_seconds
+        )
+        return AssetCheckResult(
+            passed=report.healthy,
+            severity=AssetCheckSeverity.ERROR if report.stuck else AssetCheckSeverity.WARN,
+            metadata=report.metadata(),
+        )
+
+    return [rows_reconcile, unique_record_ids, lease_health]

@@ -1,0 +1,207 @@
+"""Read a batch of source objects with Spark: table rows by date, bad records to quarantine.
+
+One read covers every object of the batch (a run ingests many partitions; a Spark job per
+object would cost more than the data). Objects are read whole (`wholetext`), split into lines
+with their numbers, parsed against the declared schema as text, and cast with `try_cast`, so a
+malformed line becomes a quarantine row with a reason instead of failing the job (Spark 4 runs
+ANSI casts, which would raise). The parsed batch is cached once and written twice — table rows
+partitioned by (source, dt), quarantine rows by source — and all counts come from the written
+files' Parquet footers, not from extra Spark jobs.
+
+A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
+found in Python before Spark sees it, and reported as `unreadable`: the caller closes that
+source partition with backoff instead of losing the batch to one bad file.
+
+DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Connect.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from resources.ingestion import SourceBatchResult, StagedFile
+from resources.streams import StreamConfig
+
+SPARK_TYPES = {
+    "string": "string",
+    "long": "bigint",
+    "int": "int",
+    "double": "double",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+    "date": "date",
+}
+CORRUPT = "_corrupt_record"
+
+
+def unreadable_reason(path: Path) -> str | None:
+    """Why a whole object can't be read, or None. Gzip is verified end to end here: a corrupt
+    member would otherwise fail the Spark job for every object in the batch."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(2)
+    except OSError as exc:
+        return f"cannot open: {exc.strerror or exc}"
+    if path.name.endswith(".gz"):
+        if head != b"\x1f\x8b":
+            return "named .gz but is not gzip data"
+        try:
+            with gzip.open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        except (OSError, EOFError, zlib.error) as exc:
+            return f"corrupt gzip: {exc}"
+    return None
+
+
+def _stage_input(path: Path, link: Path) -> None:
+    """Give Spark a name we can map back (keys may hold any character); no copy if possible."""
+    try:
+        os.link(path, link)
+    except OSError:
+        try:
+            os.symlink(path.resolve(), link)
+        except OSError:
+            shutil.copyfile(path, link)
+
+
+def _reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[str, Any]]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    names = config.column_names
+    if config.format == "jsonl":
+        schema = StructType(
+            [StructField(n, StringType()) for n in names] + [StructField(CORRUPT, StringType())]
+        )
+        parsed = F.from_json(
+            line, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+        )
+        malformed = parsed.isNull() | parsed[CORRUPT].isNotNull()
+        malformed_reason = "invalid JSON (truncated or malformed)"
+    else:
+        ddl = ", ".join(f"`{n}` STRING" for n in names)
+        parsed = F.from_csv(line, ddl, {"sep": config.csv_delimiter, "mode": "PERMISSIVE"})
+        fields = F.size(F.split(line, f"\\{config.csv_delimiter}", -1))
+        malformed = parsed.isNull() | (fields != len(names))
+        malformed_reason = f"CSV line does not have {len(names)} fields"
+    typed = {c.name: parsed[c.name].try_cast(SPARK_TYPES[c.type]) for c in config.columns}
+    reason = F.when(line.contains("\ufffd"), F.lit("invalid UTF-8")).when(
+        malformed, F.lit(malformed_reason)
+    )
+    for c in config.columns:
+        reason = reason.when(
+            parsed[c.name].isNotNull() & typed[c.name].isNull(),
+            F.lit(f"wrong type for {c.name}: expected {c.type}"),
+        )
+    reason = reason.when(typed[config.event_time].isNull(), F.lit("missing event time"))
+    if config.record_id:
+        reason = reason.when(typed[config.record_id].isNull(), F.lit("missing record id"))
+    return reason, typed
+
+
+def read_sources(
+    spark: Any,
+    config: StreamConfig,
+    files: dict[str, Path],
+    staging: Path,
+    attempt: str,
+) -> dict[str, SourceBatchResult]:
+    """Read `files` (source key -> local path) and stage their table and quarantine rows.
+
+    Returns one result per source key. Staged file names carry `attempt`, so nothing written
+    here can be mistaken for another attempt's output.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    results = {key: SourceBatchResult() for key in files}
+    inputs = staging / "in"
+    inputs.mkdir(parents=True, exist_ok=True)
+    index: dict[int, str] = {}
+    paths = []
+    for i, (key, path) in enumerate(files.items()):
+        problem = unreadable_reason(path)
+        if problem is not None:
+            results[key].unreadable = problem
+            continue
+        link = inputs / (f"{i:07d}.txt" + (".gz" if path.name.endswith(".gz") else ""))
+        _stage_input(path, link)
+        index[i] = key
+        paths.append(str(link))
+    if not paths:
+        return results
+
+    lines = (
+        spark.read.text(paths, wholetext=True)
+        .select(
+            F.regexp_extract(F.col("_metadata.file_path"), r"(\d+)\.txt(\.gz)?$", 1)
+            .cast("int")
+            .alias("src"),
+            F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"),
+        )
+        .select(
+            "src", (F.col("pos") + 1).alias("line"), F.regexp_replace("raw", "\r$", "").alias("raw")
+        )
+        .where(F.trim(F.col("raw")) != "")
+    )
+    if config.format == "csv" and config.csv_header:
+        lines = lines.where(F.col("line") > 1)
+    reason, typed = _reason_and_columns(config, F.col("raw"))
+    event = typed[config.event_time]
+    if config.columns[config.column_names.index(config.event_time)].type == "string":
+        event = event.try_cast("timestamp")
+    dt = F.date_format(F.from_utc_timestamp(event, config.timezone), "yyyy-MM-dd")
+    batch = lines.select(
+        "src",
+        "line",
+        "raw",
+        reason.alias("reason"),
+        dt.alias("dt"),
+        *(col.alias(name) for name, col in typed.items()),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        table_dir, quarantine_dir = staging / "table", staging / "quarantine"
+        batch.where(F.col("reason").isNull()).select(
+            "src", "dt", *config.column_names
+        ).write.partitionBy("src", "dt").parquet(str(table_dir))
+        keys = spark.createDataFrame(list(index.items()), "src int, source_key string")
+        batch.where(F.col("reason").isNotNull()).join(F.broadcast(keys), "src").select(
+            "src", "source_key", "line", "reason", "raw"
+        ).write.partitionBy("src").parquet(str(quarantine_dir))
+    finally:
+        batch.unpersist()
+
+    for src_dir in sorted(table_dir.glob("src=*")):
+        result = results[index[int(src_dir.name[4:])]]
+        for dt_dir in sorted(src_dir.glob("dt=*")):
+            result.table_files.extend(_staged(dt_dir.name[3:], dt_dir, attempt))
+    for src_dir in sorted(quarantine_dir.glob("src=*")):
+        result = results[index[int(src_dir.name[4:])]]
+        result.quarantine_files.extend(_staged("", src_dir, attempt))
+    for result in results.values():
+        if result.unreadable is None:
+            result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
+            written = sum(f.row_count for f in result.table_files)
+            result.rows_read = written + result.rows_quarantined
+    return results
+
+
+def _staged(dt: str, directory: Path, attempt: str) -> list[StagedFile]:
+    """Spark's part files of one output directory, with counts from their footers."""
+    out = []
+    for part in sorted(directory.glob("part-*.parquet")):
+        rows = pq.ParquetFile(part).metadata.num_rows
+        if rows == 0:
+            continue
+        named = part.with_name(f"{attempt}-{part.name}")
+        part.rename(named)
+        out.append(StagedFile(dt, named, rows, named.stat().st_size))
+    return out

@@ -1,0 +1,54 @@
+"""The one SparkSession of a run, bound to loopback.
+
+This machine must not send traffic off 127.0.0.1, so the driver binds and advertises loopback
+and the UI is off unless asked for. `remote` selects Spark Connect (a URL, or `local[N]` to start
+a local Connect server), which the data path supports because it uses the DataFrame API only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+
+LOOPBACK_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    # Many small source objects: pack them into fewer tasks than the default 4 MB open cost.
+    "spark.sql.files.openCostInBytes": "262144",
+    "spark.sql.parquet.compression.codec": "snappy",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def prepare_environment() -> None:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    if not os.environ.get("JAVA_HOME") and JAVA_17.is_dir():
+        os.environ["JAVA_HOME"] = str(JAVA_17)
+
+
+def build_spark_session(
+    master: str | None = None,
+    remote: str | None = None,
+    app_name: str = "leasehold",
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    master = master or os.environ.get("LEASEHOLD_SPARK_MASTER") or None
+    remote = remote or os.environ.get("LEASEHOLD_SPARK_REMOTE") or None
+    builder = SparkSession.builder.appName(app_name)
+    if remote:
+        builder = builder.remote(remote)
+    else:
+        builder = builder.master(master or "local[*]")
+    for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

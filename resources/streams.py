@@ -1,0 +1,163 @@
+"""Stream configuration: one YAML file (`streams.yaml`), validated in full on load.
+
+A stream is one source -> table pipeline. Everything a run needs to know about it is here, so
+a bad value fails the code location at load with one message naming the stream and the field,
+never a run halfway through.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+
+from resources.store_config import parse_iso_duration
+
+FORMATS = ("jsonl", "csv")
+TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
+DEFAULT_PATH = "streams.yaml"
+
+
+class StreamConfigError(ValueError):
+    def __init__(self, stream: str, field_name: str, message: str) -> None:
+        super().__init__(f"stream {stream!r}: field {field_name!r}: {message}")
+        self.stream = stream
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    max_objects: int = 2000
+    max_bytes: int = 128 * 1024 * 1024
+    close_grace: str = "PT1H"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    source: str
+    format: str
+    columns: tuple[ColumnSpec, ...]
+    event_time: str
+    table: str
+    quarantine: str
+    timezone: str = "UTC"
+    record_id: str | None = None
+    csv_header: bool = True
+    csv_delimiter: str = ","
+    merge: MergeSettings = field(default_factory=MergeSettings)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+def _url(value: Any, base: Path, stream: str, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise StreamConfigError(stream, name, "must be a file:// or s3:// URL")
+    if value.startswith("s3://"):
+        if not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$", value):
+            raise StreamConfigError(stream, name, f"{value!r} is not a valid s3://bucket/prefix")
+        return value.rstrip("/")
+    if value.startswith("file://"):
+        path = Path(value[len("file://") :])
+        return "file://" + str(path if path.is_absolute() else (base / path).resolve())
+    raise StreamConfigError(stream, name, f"{value!r} must start with file:// or s3://")
+
+
+def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
+        raise StreamConfigError(name, "name", "letters, digits and '_', not starting with a digit")
+    if not isinstance(raw, dict):
+        raise StreamConfigError(name, "-", "must be a mapping of fields")
+    known = {
+        "source", "format", "schema", "event_time", "timezone", "record_id", "table",
+        "quarantine", "csv", "merge",
+    }  # fmt: skip
+    for key in raw:
+        if key not in known:
+            raise StreamConfigError(name, key, f"unknown field; known: {', '.join(sorted(known))}")
+    fmt = raw.get("format", "jsonl")
+    if fmt not in FORMATS:
+        raise StreamConfigError(name, "format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
+    schema = raw.get("schema")
+    if not isinstance(schema, dict) or not schema:
+        raise StreamConfigError(name, "schema", "must map column names to types")
+    columns = []
+    for col, typ in schema.items():
+        if typ not in TYPES:
+            raise StreamConfigError(
+                name, f"schema.{col}", f"{typ!r} is not one of {', '.join(TYPES)}"
+            )
+        columns.append(ColumnSpec(str(col), typ))
+    names = [c.name for c in columns]
+    event_time = raw.get("event_time")
+    if event_time not in names:
+        raise StreamConfigError(name, "event_time", f"{event_time!r} is not a schema column")
+    if schema[event_time] not in ("timestamp", "string"):
+        raise StreamConfigError(name, "event_time", "must be a timestamp (or string) column")
+    record_id = raw.get("record_id")
+    if record_id is not None and record_id not in names:
+        raise StreamConfigError(name, "record_id", f"{record_id!r} is not a schema column")
+    tz = raw.get("timezone", "UTC")
+    try:
+        ZoneInfo(str(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise StreamConfigError(name, "timezone", f"{tz!r} is not an IANA time zone") from None
+    table = _url(raw.get("table"), base, name, "table")
+    quarantine = _url(raw.get("quarantine", table + "_quarantine"), base, name, "quarantine")
+    csv = raw.get("csv") or {}
+    delimiter = csv.get("delimiter", ",")
+    if not isinstance(delimiter, str) or len(delimiter) != 1:
+        raise StreamConfigError(name, "csv.delimiter", "must be one character")
+    merge_raw = raw.get("merge") or {}
+    merge = MergeSettings(
+        **{k: v for k, v in merge_raw.items() if k in MergeSettings.__annotations__}
+    )
+    for key in ("max_objects", "max_bytes"):
+        value = getattr(merge, key)
+        if not isinstance(value, int) or value < 1:
+            raise StreamConfigError(name, f"merge.{key}", f"{value!r} must be a positive integer")
+    try:
+        parse_iso_duration(merge.close_grace, "merge.close_grace")
+    except ValueError as exc:
+        raise StreamConfigError(name, "merge.close_grace", str(exc)) from None
+    return StreamConfig(
+        name=name,
+        source=_url(raw.get("source"), base, name, "source"),
+        format=fmt,
+        columns=tuple(columns),
+        event_time=event_time,
+        table=table,
+        quarantine=quarantine,
+        timezone=str(tz),
+        record_id=record_id,
+        csv_header=bool(csv.get("header", True)),
+        csv_delimiter=delimiter,
+        merge=merge,
+    )
+
+
+def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, StreamConfig]:
+    """Load and validate every stream; relative file:// URLs resolve against the file's
+    directory, so the same file works from any working directory."""
+    file = Path(path or os.environ.get("LEASEHOLD_STREAMS") or DEFAULT_PATH).resolve()
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise StreamConfigError("-", "streams", f"no streams file at {file}") from None
+    streams = raw.get("streams") if isinstance(raw, dict) else None
+    if not isinstance(streams, dict) or not streams:
+        raise StreamConfigError("-", "streams", f"{file} must have a 'streams:' mapping")
+    return {name: _stream(str(name), body, file.parent) for name, body in streams.items()}
