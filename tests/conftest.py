@@ -15,6 +15,8 @@ from tests.aws_server import AWS_TEST_ENV, LocalAwsServer
 os.environ.update(AWS_TEST_ENV)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+pytest_plugins = ["tests.spark_fixture"]
+
 BACKENDS = ["sqlite", "dynamodb"]
 
 

@@ -1,0 +1,141 @@
+"""The Spark data path on a corpus of bad input: nothing crashes, nothing vanishes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from resources.source_reader import read_sources, unreadable_reason
+from resources.streams import load_streams
+
+
+def good(i: int, at: str, amount: float = 1.5) -> str:
+    return json.dumps({"event_id": f"e{i}", "user_id": "u", "amount": amount, "event_time": at})
+
+
+@pytest.fixture
+def config(tmp_path: Path):
+    streams = tmp_path / "streams.yaml"
+    streams.write_text(
+        """
+streams:
+  ev:
+    source: file://src
+    format: jsonl
+    schema: {event_id: string, user_id: string, amount: double, event_time: timestamp}
+    event_time: event_time
+    timezone: America/New_York
+    record_id: event_id
+    table: file://lake/ev
+"""
+    )
+    return load_streams(streams)["ev"]
+
+
+def corpus(d: Path) -> dict[str, Path]:
+    d.mkdir()
+    lines = [
+        good(1, "2026-01-01T10:00:00Z"),
+        good(2, "2026-01-03T03:30:00Z"),  # 22:30 on Jan 2 in New York: crosses midnight
+        '{"event_id": "e3", "amount": 2',  # truncated
+        json.dumps({"event_id": "e4", "amount": "abc", "event_time": "2026-01-01T00:00:00Z"}),
+        json.dumps({"event_id": "e5", "amount": 1.0}),  # no event time
+        json.dumps({"amount": 1.0, "event_time": "2026-01-01T12:00:00Z"}),  # no record id
+        "",
+        good(6, "2026-01-02T15:00:00Z"),
+    ]
+    (d / "mixed 1,[a]|b.jsonl").write_text("\n".join(lines) + "\n")
+    (d / "utf8.jsonl").write_bytes(
+        good(7, "2026-01-01T15:00:00Z").encode()
+        + b"\n"
+        + b'{"event_id": "e8\xff\xfe", "event_time": "2026-01-01T15:00:00Z"}\n'
+    )
+    (d / "empty.jsonl").write_text("")
+    (d / "fake.jsonl.gz").write_text(good(9, "2026-01-01T15:00:00Z"))
+    with gzip.open(d / "real.jsonl.gz", "wt") as f:
+        f.write(good(10, "2026-01-01T15:00:00Z") + "\n" + good(11, "2026-01-03T15:00:00Z"))
+    (d / "corrupt.jsonl.gz").write_bytes(gzip.compress(good(12, "x").encode())[:-12])
+    return {p.name: p for p in sorted(d.iterdir())}
+
+
+def test_bad_input_is_quarantined_with_reasons_and_counted(spark, config, tmp_path: Path) -> None:
+    files = corpus(tmp_path / "src")
+    results = read_sources(spark, config, files, tmp_path / "stage", "a1")
+
+    mixed = results["mixed 1,[a]|b.jsonl"]
+    assert mixed.unreadable is None
+    assert (mixed.rows_read, mixed.rows_quarantined) == (7, 4)  # the blank line is no record
+    by_dt = {f.dt: f for f in mixed.table_files}
+    assert {dt: f.row_count for dt, f in by_dt.items()} == {
+        "2026-01-01": 1,
+        "2026-01-02": 2,  # e2 (moved across midnight by the time zone) and e6
+    }
+    day2 = pq.read_table(by_dt["2026-01-02"].local_path).to_pylist()
+    assert sorted(r["event_id"] for r in day2) == ["e2", "e6"]
+    assert all(f.local_path.name.startswith("a1-") for f in mixed.table_files)
+    (quarantine,) = mixed.quarantine_files
+    rows = sorted(pq.read_table(quarantine.local_path).to_pylist(), key=lambda r: r["line"])
+    assert [(r["line"], r["reason"]) for r in rows] == [
+        (3, "invalid JSON (truncated or malformed)"),
+        (4, "wrong type for amount: expected double"),
+        (5, "missing event time"),
+        (6, "missing record id"),
+    ]
+    assert {r["source_key"] for r in rows} == {"mixed 1,[a]|b.jsonl"}
+    assert rows[0]["raw"] == '{"event_id": "e3", "amount": 2'
+
+    utf8 = results["utf8.jsonl"]
+    assert (utf8.rows_read, utf8.rows_quarantined) == (2, 1)
+    (bad,) = pq.read_table(utf8.quarantine_files[0].local_path).to_pylist()
+    assert bad["reason"] == "invalid UTF-8" and bad["line"] == 2
+
+    assert results["empty.jsonl"].rows_read == 0 and results["empty.jsonl"].unreadable is None
+    assert results["fake.jsonl.gz"].unreadable == "named .gz but is not gzip data"
+    assert results["corrupt.jsonl.gz"].unreadable.startswith("corrupt gzip")
+    real = results["real.jsonl.gz"]
+    assert real.rows_read == 2 and sorted(f.dt for f in real.table_files) == [
+        "2026-01-01",
+        "2026-01-03",
+    ]
+    for result in results.values():
+        written = sum(f.row_count for f in result.table_files)
+        assert result.rows_read == written + result.rows_quarantined
+
+
+def test_csv_with_header(spark, tmp_path: Path) -> None:
+    streams = tmp_path / "streams.yaml"
+    streams.write_text(
+        """
+streams:
+  c:
+    source: file://src
+    format: csv
+    schema: {id: string, n: long, at: timestamp}
+    event_time: at
+    record_id: id
+    table: file://lake/c
+"""
+    )
+    config = load_streams(streams)["c"]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.csv").write_text(
+        "id,n,at\nx1,5,2026-01-01T01:00:00Z\nx2,notanumber,2026-01-01T02:00:00Z\nx3,7\n"
+    )
+    (result,) = read_sources(spark, config, {"a.csv": src / "a.csv"}, tmp_path / "st", "b").values()
+    assert (result.rows_read, result.rows_quarantined) == (3, 2)
+    reasons = sorted(
+        r["reason"] for r in pq.read_table(result.quarantine_files[0].local_path).to_pylist()
+    )
+    assert reasons == ["CSV line does not have 3 fields", "wrong type for n: expected long"]
+
+
+def test_unreadable_reasons(tmp_path: Path) -> None:
+    assert unreadable_reason(tmp_path / "missing.jsonl").startswith("cannot open")
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text("{}")
+    assert unreadable_reason(ok) is None
