@@ -84,12 +84,13 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                     asset_key=context.asset_key, partition=key, metadata=outcome.metadata()
                 )
             else:
-                failed.append(key)
-                context.log.error(f"{key}: {outcome.outcome}: {outcome.message}")
+                failed.append(f"{key}: {outcome.outcome}: {outcome.message}")
+                context.log.error(failed[-1])
         coordination.store.flush_metrics()
         if failed:
             raise Failure(
-                f"{len(failed)} of {len(keys)} source partitions not ingested",
+                f"{len(failed)} of {len(keys)} source partitions not ingested: "
+                + "; ".join(failed[:10]),
                 metadata={"failed_partitions": MetadataValue.json(failed[:1000])},
             )
 

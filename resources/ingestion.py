@@ -130,6 +130,7 @@ class IngestionRunner:
         work_dir: Path,
         chunk_size: int = 500,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        on_step: Callable[[str, str], None] | None = None,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -143,6 +144,9 @@ class IngestionRunner:
         self.work_dir = work_dir
         self.chunk_size = chunk_size
         self.clock = clock
+        # Observer of the protocol's steps, ("published" | "committed", source key): the two
+        # moments a crash matters. Used for progress logging and by the crash tests.
+        self.on_step = on_step or (lambda step, key: None)
         self.sid = store.source_identifier(stream)
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
@@ -250,6 +254,7 @@ class IngestionRunner:
             for f in result.quarantine_files
         ]
         rows_written = sum(f.row_count for f in result.table_files)
+        self.on_step("published", key)
         progress = {
             "rows_read": result.rows_read,
             "rows_written": rows_written,
@@ -271,6 +276,7 @@ class IngestionRunner:
         except LeaseStoreError as exc:  # store down: unknown whether it landed; a retry knows
             outcome.outcome, outcome.message = FAILED, f"commit failed: {exc}"
             return outcome
+        self.on_step("committed", key)
         outcome.epoch = committed.epoch
         outcome.rows_read = result.rows_read
         outcome.rows_written = rows_written

@@ -10,6 +10,7 @@ that needs Spark pays the ~7 s start, and no other step starts a second one.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ class SparkResource(ConfigurableResource):
     remote: str | None = None
 
     _session: Any = PrivateAttr(default=None)
+    _owned: bool = PrivateAttr(default=False)
 
     @classmethod
     def from_env(cls) -> SparkResource:
@@ -46,13 +48,19 @@ class SparkResource(ConfigurableResource):
 
     def session(self) -> Any:
         if self._session is None:
-            self._session = build_spark_session(master=self.master, remote=self.remote)
+            from pyspark.sql import SparkSession
+
+            active = None if self.remote else SparkSession.getActiveSession()
+            self._owned = active is None
+            self._session = active or build_spark_session(master=self.master, remote=self.remote)
         return self._session
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        if self._session is not None:
+        # Stop only a session this run started: one that was already active (a notebook, a
+        # test session) belongs to whoever started it.
+        if self._session is not None and self._owned:
             self._session.stop()
-            self._session = None
+        self._session = None
 
 
 class LakeResource(ConfigurableResource):
@@ -116,6 +124,7 @@ class LakeResource(ConfigurableResource):
         coordination: CoordinationResource,
         spark: SparkResource,
         owner: str,
+        on_step: Callable[[str, str], None] | None = None,
     ) -> IngestionRunner:
         config = self.stream(stream)
         source = self.object_store(config.source)
@@ -142,4 +151,5 @@ class LakeResource(ConfigurableResource):
             publish_quarantine=publisher(quarantine),
             work_dir=self.scratch_dir(),
             chunk_size=self.chunk_size,
+            on_step=on_step,
         )
