@@ -1,0 +1,237 @@
+"""Ingestion through the Dagster path vs the tools a user would otherwise pick, same files.
+
+    .venv/bin/python bench/ingest.py [--objects 2000] [--records 500 5000]
+
+For each size, on the same JSON-lines objects over 3 dates, in one process and one
+SparkSession (its start-up, ~7 s, is excluded from every path alike; a warm-up job runs first):
+  (a) bare PySpark: read the directory with the schema, write date-partitioned Parquet;
+  (b) Structured Streaming's file source, Trigger.AvailableNow, into Parquet (exactly-once via
+      its checkpoint);
+  (c) leasehold: a discovery sensor tick, then each requested range run executed in process
+      on the embedded default (SQLite store, SQLite Dagster instance) — leases, one Spark read
+      per run, publishing, one fenced commit per partition, Dagster's materialization events.
+Targets (issue 3): overhead per source partition, (c - a) / partitions, <= 40 ms; at the larger
+size (c) <= 1.5x (a); <= 4 runs for 2,000 partitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+
+from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize  # noqa: E402
+
+from coordination_assets.ingestion import (  # noqa: E402
+    build_discovery_sensor,
+    build_ingestion_asset,
+    partitions_for,
+)
+from resources.coordination import CoordinationResource  # noqa: E402
+from resources.ingestion import IngestionRunner  # noqa: E402
+from resources.lake import LakeResource, SparkResource  # noqa: E402
+from resources.sample_data import write_sample_sources  # noqa: E402
+from resources.spark_session import build_spark_session  # noqa: E402
+
+STREAM = "events"
+SCHEMA = "event_id string, user_id string, amount double, event_time timestamp"
+STEPS: dict[str, float] = defaultdict(float)
+
+
+def timed(step: str, fn: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            STEPS[step] += time.perf_counter() - started
+
+    return wrapper
+
+
+class TimedStore:
+    """The real store, with acquire and commit timed."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.acquire = timed("acquire leases", store.acquire)
+        self.commit = timed("commits", store.commit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class TimedLake(LakeResource):
+    def ingestion_runner(self, stream, coordination, spark, owner, on_step=None) -> IngestionRunner:
+        runner = super().ingestion_runner(stream, coordination, spark, owner, on_step)
+        runner.store = TimedStore(runner.store)  # type: ignore[assignment]
+        runner.fetch = timed("fetch", runner.fetch)
+        runner.read_batch = timed("spark read + staged writes", runner.read_batch)
+        runner.publish_table = timed("publish objects", runner.publish_table)
+        runner.publish_quarantine = timed("publish objects", runner.publish_quarantine)
+        return runner
+
+
+def bare_job(spark: Any, source: Path, out: Path) -> None:
+    from pyspark.sql import functions as F
+
+    (
+        spark.read.schema(SCHEMA)
+        .option("recursiveFileLookup", "true")
+        .json(str(source))
+        .withColumn("dt", F.date_format("event_time", "yyyy-MM-dd"))
+        .write.partitionBy("dt")
+        .parquet(str(out))
+    )
+
+
+def streaming_job(spark: Any, source: Path, out: Path, checkpoint: Path) -> None:
+    from pyspark.sql import functions as F
+
+    query = (
+        spark.readStream.schema(SCHEMA)
+        .option("recursiveFileLookup", "true")
+        .option("maxFilesPerTrigger", 100_000)
+        .json(str(source))
+        .withColumn("dt", F.date_format("event_time", "yyyy-MM-dd"))
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .partitionBy("dt")
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+
+
+def dagster_path(work: Path, source: Path) -> dict[str, Any]:
+    STEPS.clear()
+    work.mkdir(parents=True)
+    streams = work / "streams.yaml"
+    streams.write_text(
+        f"""
+streams:
+  {STREAM}:
+    source: file://{source}
+    format: jsonl
+    schema: {{event_id: string, user_id: string, amount: double, event_time: timestamp}}
+    event_time: event_time
+    record_id: event_id
+    table: file://{work / "lake"}
+"""
+    )
+    home = work / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    resources = {
+        "coordination": CoordinationResource(sqlite_path=str(work / "coordination.db")),
+        "lake": TimedLake(streams_path=str(streams), work_dir=str(work / "scratch")),
+        "spark": SparkResource(),
+    }
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    instance = DagsterInstance.from_config(str(home))
+    started = time.perf_counter()
+    with build_sensor_context(instance=instance, resources=resources) as ctx:
+        result = build_discovery_sensor(STREAM)(ctx)
+    assert isinstance(result, SensorResult)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(partitions_for(STREAM).name, request.partition_keys)
+    STEPS["sensor tick (list, create leases, add partitions)"] = time.perf_counter() - started
+    asset = build_ingestion_asset(STREAM)
+    runs_started = time.perf_counter()
+    materialized = 0
+    for run in result.run_requests or []:
+        out = materialize(
+            [asset], instance=instance, resources=resources, tags=run.tags, run_config=quiet
+        )
+        assert out.success
+        materialized += len(out.get_asset_materialization_events())
+    runs_total = time.perf_counter() - runs_started
+    inner = sum(v for k, v in STEPS.items() if not k.startswith("sensor"))
+    STEPS["Dagster (run launch, events, event log)"] = runs_total - inner
+    return {
+        "total": time.perf_counter() - started,
+        "runs": len(result.run_requests or []),
+        "materialized": materialized,
+        "steps": dict(STEPS),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--objects", type=int, default=2000)
+    parser.add_argument("--records", type=int, nargs="+", default=[500, 5000])
+    parser.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
+    args = parser.parse_args()
+    spark = build_spark_session(
+        master="local[*]", app_name="bench-ingest", extra_conf={"spark.driver.memory": "6g"}
+    )
+    base = Path(args.work or tempfile.mkdtemp(prefix="leasehold-bench-"))
+    verdicts = []
+    try:
+        # Warm every path once (JIT, codegen, imports) on a small set, so none pays it alone.
+        warm = base / "warm"
+        write_sample_sources(warm / "src", objects=50, records_per_object=100)
+        bare_job(spark, warm / "src", warm / "out")
+        streaming_job(spark, warm / "src", warm / "stream", warm / "checkpoint")
+        dagster_path(warm / "leasehold", warm / "src")
+        for records in args.records:
+            size = base / f"{args.objects}x{records}"
+            source = size / "sources"
+            write_sample_sources(source, objects=args.objects, records_per_object=records)
+            t = time.perf_counter()
+            bare_job(spark, source, size / "bare")
+            bare = time.perf_counter() - t
+            t = time.perf_counter()
+            streaming_job(spark, source, size / "stream", size / "checkpoint")
+            stream = time.perf_counter() - t
+            ours = dagster_path(size / "leasehold", source)
+            n = args.objects
+            overhead_ms = (ours["total"] - bare) / n * 1000
+            print(f"\n### {n} objects x {records} records ({n * records:,} records)\n")
+            print("| path | seconds | vs bare |")
+            print("| --- | --- | --- |")
+            print(f"| bare PySpark job | {bare:.1f} | 1.00x |")
+            print(f"| Structured Streaming, AvailableNow | {stream:.1f} | {stream / bare:.2f}x |")
+            print(
+                f"| leasehold (sensor + {ours['runs']} runs) | {ours['total']:.1f} | "
+                f"{ours['total'] / bare:.2f}x |"
+            )
+            print("\n| leasehold step | seconds | ms per partition |")
+            print("| --- | --- | --- |")
+            for step, seconds in ours["steps"].items():
+                print(f"| {step} | {seconds:.1f} | {seconds / n * 1000:.1f} |")
+            print(
+                f"\noverhead per source partition: {overhead_ms:.1f} ms; runs: {ours['runs']}; "
+                f"partitions materialized: {ours['materialized']}"
+            )
+            verdicts.append((records, overhead_ms, ours["total"] / bare, ours["runs"]))
+            shutil.rmtree(size, ignore_errors=True)
+    finally:
+        spark.stop()
+        if args.work is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print("\n## Targets\n")
+    ok = True
+    for records, overhead_ms, ratio, runs in verdicts:
+        large = records == max(args.records)
+        holds = overhead_ms <= 40 and runs <= 4 and (not large or ratio <= 1.5)
+        ok = ok and holds
+        print(
+            f"- x{records}: overhead {overhead_ms:.1f} ms/partition (<= 40), runs {runs} (<= 4)"
+            + (f", {ratio:.2f}x bare (<= 1.5)" if large else "")
+            + (": met" if holds else ": MISSED")
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
