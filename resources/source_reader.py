@@ -4,9 +4,9 @@ One read covers every object of the batch (a run ingests many partitions; a Spar
 object would cost more than the data). Objects are read whole (`wholetext`), split into lines
 with their numbers, parsed against the declared schema as text, and cast with `try_cast`, so a
 malformed line becomes a quarantine row with a reason instead of failing the job (Spark 4 runs
-ANSI casts, which would raise). The parsed batch is cached once and written twice — table rows
-by date, quarantine rows — then cut into one object per source with pyarrow; every count comes
-from those files, not from extra Spark jobs.
+ANSI casts, which would raise). The batch is written by ONE job — good rows by
+date, bad rows under a null date — then cut into one object per source with pyarrow; every count
+comes from those files, not from extra Spark jobs.
 
 A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
 found in Python before Spark sees it, and reported as `unreadable`: the caller closes that
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resources.ingestion import SourceBatchResult, StagedFile
@@ -121,7 +122,6 @@ def read_sources(
     Returns one result per source key. Staged file names carry `attempt`, so nothing written
     here can be mistaken for another attempt's output.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     results = {key: SourceBatchResult() for key in files}
@@ -162,35 +162,25 @@ def read_sources(
     if config.columns[config.column_names.index(config.event_time)].type == "string":
         event = event.try_cast("timestamp")
     dt = F.date_format(F.from_utc_timestamp(event, config.timezone), "yyyy-MM-dd")
-    batch = lines.select(
+    ok = reason.isNull()
+    bad_only = {"line": F.col("line"), "reason": reason, "raw": F.col("raw")}
+    table_dir = staging / "table"
+    # ONE job: good rows under their date, bad rows (and only they keep line, reason and raw)
+    # under a null date, each task's rows grouped by source; pyarrow cuts them per source below.
+    lines.select(
         "src",
-        "line",
-        "raw",
-        reason.alias("reason"),
-        dt.alias("dt"),
+        F.when(ok, dt).alias("dt"),
         *(col.alias(name) for name, col in typed.items()),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        table_dir, quarantine_dir = staging / "table", staging / "quarantine"
-        # Date-partitioned files sorted by source (as cheap as the bare job's write); they are
-        # split into one object per (source, date) below. Spark's writer partitioned by source
-        # too costs ~20 ms per output file, and a run writes thousands.
-        batch.where(F.col("reason").isNull()).select(
-            "src", "dt", *config.column_names
-        ).sortWithinPartitions("src").write.partitionBy("dt").parquet(str(table_dir))
-        keys = spark.createDataFrame(list(index.items()), "src int, source_key string")
-        batch.where(F.col("reason").isNotNull()).join(F.broadcast(keys), "src").select(
-            "src", "source_key", "line", "reason", "raw"
-        ).sortWithinPartitions("src").write.parquet(str(quarantine_dir))
-    finally:
-        batch.unpersist()
+        *(F.when(~ok, col).alias(f"_{name}") for name, col in bad_only.items()),
+    ).sortWithinPartitions("src").write.partitionBy("dt").parquet(str(table_dir))
 
     out = staging / "out"
     for dt_dir in sorted(table_dir.glob("dt=*")):
-        for src, staged in _split_by_source(dt_dir, out, dt_dir.name[3:], attempt):
-            results[index[src]].table_files.append(staged)
-    for src, staged in _split_by_source(quarantine_dir, out, "", attempt):
-        results[index[src]].quarantine_files.append(staged)
+        dt = dt_dir.name[3:]
+        bad = dt == "__HIVE_DEFAULT_PARTITION__"
+        for src, staged in _split_by_source(dt_dir, out, "" if bad else dt, attempt, index, bad):
+            result = results[index[src]]
+            (result.quarantine_files if bad else result.table_files).append(staged)
     for result in results.values():
         if result.unreadable is None:
             result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
@@ -200,12 +190,19 @@ def read_sources(
 
 
 def _split_by_source(
-    directory: Path, out: Path, dt: str, attempt: str
+    directory: Path,
+    out: Path,
+    dt: str,
+    attempt: str,
+    index: dict[int, str],
+    quarantine: bool,
 ) -> Iterator[tuple[int, StagedFile]]:
     """Cut Spark's part files (rows grouped by `src`) into one Parquet object per source.
 
     Each source object was read whole by one task, so its rows for a date sit contiguously in
     exactly one part file; slicing is zero-copy and the counts are exact without another job.
+    Table objects keep the stream's columns; quarantine objects get source key, line, reason
+    and the raw text.
     """
     out.mkdir(parents=True, exist_ok=True)
     for part in sorted(directory.glob("part-*.parquet")):
@@ -214,8 +211,18 @@ def _split_by_source(
             continue
         src = table.column("src").to_numpy()
         starts = [0, *(np.flatnonzero(np.diff(src)) + 1).tolist(), len(src)]
-        body = table.drop_columns(["src"])
+        if quarantine:
+            body = table.select(["_line", "_reason", "_raw"]).rename_columns(
+                ["line", "reason", "raw"]
+            )
+        else:
+            body = table.drop_columns(["src", "_line", "_reason", "_raw"])
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
-            target = out / f"{attempt}-{int(src[begin])}-{dt or 'quarantine'}.parquet"
-            pq.write_table(body.slice(begin, end - begin), target)
-            yield int(src[begin]), StagedFile(dt, target, end - begin, target.stat().st_size)
+            source = int(src[begin])
+            piece = body.slice(begin, end - begin)
+            if quarantine:
+                keys = pa.array([index[source]] * piece.num_rows, pa.string())
+                piece = piece.add_column(0, "source_key", keys)
+            target = out / f"{attempt}-{source}-{dt or 'quarantine'}.parquet"
+            pq.write_table(piece, target)
+            yield source, StagedFile(dt, target, piece.num_rows, target.stat().st_size)
