@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from resources.lease_store import LeaseItem, LeaseStoreError, StatusSummary
-from resources.store_config import build_store, default_data_dir, settings_from_env
+from resources.store_config import StoreSettings, build_store, default_data_dir, settings_from_env
 
 
 def _when(millis: int | None) -> str:
@@ -80,6 +80,15 @@ def status_text(summaries: Sequence[StatusSummary]) -> str:
     return "\n".join(lines)
 
 
+def print_status(settings: StoreSettings) -> None:
+    store = build_store(settings)
+    try:
+        print()
+        print(status_text(store.status()))
+    finally:
+        store.close_store()
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     store = build_store(settings_from_env())
     try:
@@ -136,12 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             report = run_stream(defs, instance, name)
             print(f"{name}: {report.describe()}")
             ok = ok and report.ok
-    store = build_store(settings)
-    try:
-        print()
-        print(status_text(store.status()))
-    finally:
-        store.close_store()
+    print_status(settings)
     return 0 if ok else 1
 
 
@@ -152,12 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     work_dir = Path(args.work_dir) if args.work_dir else default_data_dir() / "demo"
     result = run_demo(settings, workers=args.workers, partitions=args.partitions, work_dir=work_dir)
     print(result.describe())
-    store = build_store(settings)
-    try:
-        print()
-        print(status_text(store.status()))
-    finally:
-        store.close_store()
+    print_status(settings)
     return 0 if result.ok else 1
 
 

@@ -611,15 +611,19 @@ class DynamoDbLeaseStore(LeaseStore):
     def renew(
         self, token: LeaseToken, timeout_s: float, progress_state: str | None = NOT_GIVEN
     ) -> LeaseItem:
-        deadline = self.now_ms() + to_millis(timeout_s)
-        update = (
+        update = self._renew_update(self.now_ms(), timeout_s, progress_state)
+        return self._fenced(token, "saveState", update)
+
+    @staticmethod
+    def _renew_update(now: int, timeout_s: float, progress_state: str | None) -> _Update:
+        deadline = now + to_millis(timeout_s)
+        return (
             _Update()
             .set("ownership_timeout", _n(deadline))
             .set("priority", _s(priority_at(deadline)))
             .incr("version")
             .progress(progress_state)
         )
-        return self._fenced(token, "saveState", update)
 
     def close(
         self,
@@ -775,14 +779,7 @@ class DynamoDbLeaseStore(LeaseStore):
             if complete:
                 update = self._complete_update(token, progress_state)
             else:
-                deadline = now + to_millis(timeout_s)
-                update = (
-                    _Update()
-                    .set("ownership_timeout", _n(deadline))
-                    .set("priority", _s(priority_at(deadline)))
-                    .incr("version")
-                    .progress(progress_state)
-                )
+                update = self._renew_update(now, timeout_s, progress_state)
             update = self._with_ttl(update, now)
             lease_index = len(writes)
             writes.append(

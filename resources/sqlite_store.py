@@ -437,22 +437,29 @@ class SqliteLeaseStore(LeaseStore):
     def renew(
         self, token: LeaseToken, timeout_s: float, progress_state: str | None = NOT_GIVEN
     ) -> LeaseItem:
-        def change(item: LeaseItem, now: int) -> LeaseItem:
-            deadline = now + to_millis(timeout_s)
-            return LeaseItem(
-                **{
-                    **item.__dict__,
-                    "progress_state": item.progress_state
-                    if progress_state is NOT_GIVEN
-                    else progress_state,
-                    "ownership_timeout_ms": deadline,
-                    "priority": priority_at(deadline),
-                    "version": item.version + 1,
-                    "expiration_time": self.expiration_at(now),
-                }
-            )
+        return self._fenced(
+            token,
+            "saveState",
+            lambda item, now: self._renewed(item, now, timeout_s, progress_state),
+        )
 
-        return self._fenced(token, "saveState", change)
+    def _renewed(
+        self, item: LeaseItem, now: int, timeout_s: float, progress_state: str | None
+    ) -> LeaseItem:
+        """Still ASSIGNED to the same owner and epoch, ownership and TTL extended."""
+        deadline = now + to_millis(timeout_s)
+        return LeaseItem(
+            **{
+                **item.__dict__,
+                "progress_state": item.progress_state
+                if progress_state is NOT_GIVEN
+                else progress_state,
+                "ownership_timeout_ms": deadline,
+                "priority": priority_at(deadline),
+                "version": item.version + 1,
+                "expiration_time": self.expiration_at(now),
+            }
+        )
 
     def close(
         self,
@@ -534,19 +541,7 @@ class SqliteLeaseStore(LeaseStore):
         def change(item: LeaseItem, now: int) -> LeaseItem:
             if complete:
                 return self._released(item, now, PartitionStatus.COMPLETED, progress_state)
-            deadline = now + to_millis(timeout_s)
-            return LeaseItem(
-                **{
-                    **item.__dict__,
-                    "progress_state": item.progress_state
-                    if progress_state is NOT_GIVEN
-                    else progress_state,
-                    "ownership_timeout_ms": deadline,
-                    "priority": priority_at(deadline),
-                    "version": item.version + 1,
-                    "expiration_time": self.expiration_at(now),
-                }
-            )
+            return self._renewed(item, now, timeout_s, progress_state)
 
         def register(db: sqlite3.Connection, now: int) -> None:
             record = self._commit_record(db, token.source_identifier, token.partition_key)
