@@ -120,13 +120,25 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
             timeout_s=coordination.ownership_timeout_seconds,
             max_objects_per_tick=lake.max_objects_per_tick,
         ).discover(context.cursor or None)
+        # Work earlier attempts left behind — a crashed run's expired lease, an unreadable
+        # object's reopened CLOSED item — gets a run of its own; the run key changes only when
+        # the item does, so a tick never asks twice for the same retry.
+        retries = coordination.store.due_for_retry(
+            coordination.source_identifier(stream), lake.max_retries_per_tick
+        )
         coordination.store.flush_metrics()
-        if found.skipped_reason:
-            return SkipReason(found.skipped_reason)
-        if not found.source_keys:
-            return SensorResult(skip_reason="no new objects", cursor=found.cursor)
-        partition_keys = [to_partition_key(k) for k in found.source_keys]
         runs = [
+            RunRequest(
+                run_key=f"{stream}:retry:{item.partition_key}:{item.epoch}:{item.closed_count}",
+                asset_selection=[asset_key],
+                partition_key=to_partition_key(item.partition_key),
+            )
+            for item in retries
+        ]
+        if found.skipped_reason and not runs:
+            return SkipReason(found.skipped_reason)
+        partition_keys = [to_partition_key(k) for k in found.source_keys]
+        runs += [
             RunRequest(
                 run_key=plan.run_key,
                 asset_selection=[asset_key],
@@ -138,9 +150,13 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
             )
             for plan in plan_runs(stream, partition_keys, lake.max_partitions_per_run)
         ]
+        if not runs:
+            return SensorResult(skip_reason="no new objects, nothing to retry", cursor=found.cursor)
         return SensorResult(
             run_requests=runs,
-            dynamic_partitions_requests=[partitions.build_add_request(partition_keys)],
+            dynamic_partitions_requests=[partitions.build_add_request(partition_keys)]
+            if partition_keys
+            else [],
             cursor=found.cursor,
         )
 

@@ -528,13 +528,16 @@ class DynamoDbLeaseStore(LeaseStore):
         self.metrics.incr(source_identifier, m.PARTITION_NOT_FOUND)
         raise PartitionNotFoundError(source_identifier, partition_key)
 
-    def _candidates(self, sid: str, status: PartitionStatus, op: str, now_prio: str) -> list[str]:
+    def _by_status(
+        self, sid: str, status: PartitionStatus, op: str, now_prio: str, limit: int = 25
+    ) -> list[LeaseItem]:
+        """One GSI query: items of `status`, by priority, optionally `op` now (GSI: may lag)."""
         condition = "#status_key = :sk" + (f" AND #priority {op} :p" if op else "")
         values = {":sk": _s(status_key(sid, status))}
         if op:
             values[":p"] = _s(now_prio)
         out = self._call(
-            "acquire_next",
+            "query_status",
             lambda: self.client.query(
                 TableName=self.table_name,
                 IndexName=GSI,
@@ -542,10 +545,16 @@ class DynamoDbLeaseStore(LeaseStore):
                 ExpressionAttributeNames=_names(condition),
                 ExpressionAttributeValues=values,
                 ScanIndexForward=True,
-                Limit=25,
+                Limit=limit,
             ),
         )
-        return [raw[ATTR["key"]]["S"] for raw in out.get("Items", [])]
+        return [_item_from(raw) for raw in out.get("Items", [])]
+
+    def due_for_retry(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+        now_prio = priority_at(self.now_ms())
+        items = self._by_status(source_identifier, PartitionStatus.ASSIGNED, "<", now_prio, limit)
+        items += self._by_status(source_identifier, PartitionStatus.CLOSED, "<=", now_prio, limit)
+        return sorted(items, key=lambda i: i.priority)[:limit]
 
     def acquire_next(
         self, source_identifier: str, owner: str, timeout_s: float
@@ -556,7 +565,8 @@ class DynamoDbLeaseStore(LeaseStore):
             (PartitionStatus.CLOSED, "<="),
             (PartitionStatus.UNASSIGNED, ""),
         ):
-            for key in self._candidates(source_identifier, status, op, now_prio):
+            for candidate in self._by_status(source_identifier, status, op, now_prio):
+                key = candidate.partition_key
                 item, _ = self._try_acquire(source_identifier, key, owner, timeout_s)
                 if item is not None:
                     self.metrics.incr(source_identifier, m.PARTITIONS_ACQUIRED)

@@ -72,6 +72,7 @@ class LakeResource(ConfigurableResource):
     work_dir: str | None = None
     max_partitions_per_run: int = 1000
     max_objects_per_tick: int = 20_000
+    max_retries_per_tick: int = 20
     chunk_size: int = 1000
 
     _streams: dict[str, StreamConfig] | None = PrivateAttr(default=None)

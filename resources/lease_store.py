@@ -272,6 +272,12 @@ class LeaseStore(ABC):
         whose `reOpenAt` passed, then UNASSIGNED in creation order. None if there is none."""
 
     @abstractmethod
+    def due_for_retry(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+        """ASSIGNED items whose ownership expired and CLOSED items whose `reOpenAt` passed,
+        oldest first: work a crashed or failed attempt left behind. Bounded by `limit`, so a
+        sensor can ask every tick at constant cost. Read-only: the acquisition decides."""
+
+    @abstractmethod
     def renew(
         self, token: LeaseToken, timeout_s: float, progress_state: str | None = NOT_GIVEN
     ) -> LeaseItem:

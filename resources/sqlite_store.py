@@ -365,6 +365,16 @@ class SqliteLeaseStore(LeaseStore):
         )
         return item
 
+    def due_for_retry(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+        rows = self._connection().execute(
+            f"SELECT {_SELECT} FROM lease_items WHERE {ATTR['sid']} = :sid AND ("
+            f"({ATTR['status']} = 'ASSIGNED' AND {ATTR['priority']} < :now_prio) OR "
+            f"({ATTR['status']} = 'CLOSED' AND {ATTR['priority']} <= :now_prio)) "
+            f"ORDER BY {ATTR['priority']} LIMIT :limit",
+            {"sid": source_identifier, "now_prio": priority_at(self.now_ms()), "limit": limit},
+        )
+        return [_row_to_item(r) for r in rows.fetchall()]
+
     def _fenced(
         self,
         token: LeaseToken,

@@ -25,6 +25,7 @@ class CountingStore:
             "renew",
             "give_up",
             "iter_items",
+            "due_for_retry",
         }:
 
             def counted(*args, **kwargs):

@@ -23,7 +23,7 @@ from coordination_assets.ingestion import (
     partitions_for,
 )
 from resources.lease_store import PartitionStatus
-from resources.partition_keys import from_partition_key
+from resources.partition_keys import from_partition_key, to_partition_key
 from resources.sample_data import write_sample_sources
 from tests.pipeline_env import STREAM, PipelineEnv, write_streams
 from tests.test_discovery import CountingStore
@@ -95,7 +95,8 @@ def test_nothing_new_is_constant_store_work(env: PipelineEnv) -> None:
         result = tick(env, instance, resources, cursor)
         assert not result.run_requests and result.cursor == cursor
         calls.append(list(counting.calls))
-    assert calls[0] == calls[1] == calls[2] and len(calls[0]) <= 3
+    # supplier lease (get + acquire), release, and the bounded look for work to retry
+    assert calls[0] == calls[1] == calls[2] and len(calls[0]) <= 4
 
 
 AWKWARD = [
@@ -134,3 +135,23 @@ def test_awkward_keys_round_trip_through_ingestion(env: PipelineEnv, spark) -> N
     items = {i.partition_key: i.status for i in store.iter_items(store.source_identifier(STREAM))}
     assert items == dict.fromkeys(AWKWARD, PartitionStatus.COMPLETED)
     assert sorted(r["event_id"] for r in env.table_rows()) == [f"e{i}" for i in range(7)]
+
+
+def test_work_left_behind_is_requested_again(env: PipelineEnv) -> None:
+    write_sample_sources(env.root / "sources", objects=4, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)
+    store = env.store()
+    sid = store.source_identifier(STREAM)
+    crashed, unreadable, done, _ = (i.partition_key for i in store.iter_items(sid))
+    store.acquire(sid, crashed, "dead-run", 0.001)  # its run died holding the lease
+    bad = store.acquire(sid, unreadable, "run", 60)
+    store.close(bad.token, reopen_after_s=0.001, max_closed_count=5, reason="404")
+    store.complete(store.acquire(sid, done, "run", 60).token)
+    time.sleep(0.05)
+    again = tick(env, instance, resources, first.cursor)
+    retried = {r.partition_key: r.run_key for r in again.run_requests}
+    assert {from_partition_key(k) for k in retried} == {crashed, unreadable}
+    assert retried[to_partition_key(crashed)].endswith(":1:0")  # epoch 1, never closed
+    assert retried[to_partition_key(unreadable)].endswith(":1:1")  # closed once
+    assert not again.dynamic_partitions_requests  # nothing new was discovered

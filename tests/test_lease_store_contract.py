@@ -265,3 +265,19 @@ def test_metrics_flush_and_status(make_store: StoreFactory, settings_for, backen
     assert [d.partition_key for d in summary.dead_letters] == ["c"]
     assert summary.oldest_expired.partition_key == "b"
     assert summary.metrics == dict(sorted(totals.items()))
+
+
+def test_due_for_retry_lists_what_attempts_left_behind(store: LeaseStore, clock: FakeClock) -> None:
+    s = sid(store)
+    store.create_partitions(s, ["new", "expired", "closed", "held", "done", "later"])
+    store.acquire(s, "expired", "dead", 10)
+    store.close(store.acquire(s, "closed", "w", T).token, reopen_after_s=20, max_closed_count=3)
+    store.close(store.acquire(s, "later", "w", T).token, reopen_after_s=3600, max_closed_count=3)
+    store.acquire(s, "held", "alive", 3600)
+    store.complete(store.acquire(s, "done", "w", T).token)
+    assert store.due_for_retry(s, 10) == []
+    clock.advance(30)
+    due = store.due_for_retry(s, 10)
+    assert [i.partition_key for i in due] == ["expired", "closed"]  # oldest first
+    assert [i.partition_key for i in store.due_for_retry(s, 1)] == ["expired"]
+    assert store.get(s, "expired").owner == "dead"  # read-only
