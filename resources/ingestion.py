@@ -108,10 +108,11 @@ def quarantine_table(stream: str) -> str:
     return f"{stream}.quarantine"
 
 
-def object_name(attempt_id: str, source_key: str, suffix: str) -> str:
-    """Unique per attempt and source: two attempts can never overwrite each other's objects."""
+def object_name(attempt_id: str, source_key: str, n: int, suffix: str) -> str:
+    """Unique per attempt, source and object: two attempts can never overwrite each other's
+    objects, and one source may yield several objects for a date (one per Spark task)."""
     digest = hashlib.sha256(source_key.encode()).hexdigest()[:16]
-    return f"{attempt_id}-{digest}{suffix}"
+    return f"{attempt_id}-{digest}-{n}{suffix}"
 
 
 class IngestionRunner:
@@ -238,20 +239,18 @@ class IngestionRunner:
         if lease.lost:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
             return outcome
-        objects = [
-            self._publish(f, key, attempt, self.table, self.publish_table)
-            for f in result.table_files
-        ]
         today = self.clock().strftime("%Y-%m-%d")
-        objects += [
-            self._publish(
+        to_publish = [(f, self.table, self.publish_table) for f in result.table_files] + [
+            (
                 StagedFile(today, f.local_path, f.row_count, f.content_length),
-                key,
-                attempt,
                 quarantine_table(self.stream),
                 self.publish_quarantine,
             )
             for f in result.quarantine_files
+        ]
+        objects = [
+            self._publish(f, key, attempt, n, table, publish)
+            for n, (f, table, publish) in enumerate(to_publish)
         ]
         rows_written = sum(f.row_count for f in result.table_files)
         self.on_step("published", key)
@@ -288,9 +287,8 @@ class IngestionRunner:
         return outcome
 
     def _publish(
-        self, staged: StagedFile, key: str, attempt: str, table: str, publish: Publish
+        self, staged: StagedFile, key: str, attempt: str, n: int, table: str, publish: Publish
     ) -> SmallObject:
-        suffix = "".join(staged.local_path.suffixes) or ".parquet"
-        name = f"dt={staged.dt}/{object_name(attempt, key, suffix)}"
+        name = f"dt={staged.dt}/{object_name(attempt, key, n, staged.local_path.suffix)}"
         url = publish(staged.local_path, name)
         return SmallObject(table, staged.dt, url, staged.content_length, staged.row_count)

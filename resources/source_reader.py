@@ -1,12 +1,16 @@
 """Read a batch of source objects with Spark: table rows by date, bad records to quarantine.
 
 One read covers every object of the batch (a run ingests many partitions; a Spark job per
-object would cost more than the data). Objects are read whole (`wholetext`), split into lines
-with their numbers, parsed against the declared schema as text, and cast with `try_cast`, so a
-malformed line becomes a quarantine row with a reason instead of failing the job (Spark 4 runs
-ANSI casts, which would raise). The batch is written by ONE job — good rows by
-date, bad rows under a null date — then cut into one object per source with pyarrow; every count
-comes from those files, not from extra Spark jobs.
+object would cost more than the data), and it costs about what a bare `spark.read.json` job
+costs, because the common case pays for nothing more:
+- objects are read line by line (`spark.read.text`), so big objects split across tasks;
+- each line is parsed once with the declared types (`from_json`); only a line the typed parse
+  rejects is parsed again as text and `try_cast` per column, to name the column at fault (Spark
+  4 runs ANSI casts, which would fail the job instead);
+- the batch is written by ONE job — good rows by date, bad rows under a null date — and cut
+  into one object per source and part file with pyarrow; every count comes from those files.
+Line numbers of bad records are not known to a line-mode read; the few bad lines are numbered
+afterwards by scanning their (local) source object in Python.
 
 A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
 found in Python before Spark sees it, and reported as `unreadable`: the caller closes that
@@ -18,12 +22,15 @@ DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Con
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import re
 import shutil
 import zlib
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,16 +39,9 @@ import pyarrow.parquet as pq
 from resources.ingestion import SourceBatchResult, StagedFile
 from resources.streams import StreamConfig
 
-SPARK_TYPES = {
-    "string": "string",
-    "long": "bigint",
-    "int": "int",
-    "double": "double",
-    "boolean": "boolean",
-    "timestamp": "timestamp",
-    "date": "date",
-}
 CORRUPT = "_corrupt_record"
+INPUT_DIGITS = 7
+REPLACEMENTS = re.compile("\ufffd+")
 
 
 def unreadable_reason(path: Path) -> str | None:
@@ -64,8 +64,21 @@ def unreadable_reason(path: Path) -> str | None:
     return None
 
 
-def _stage_input(path: Path, link: Path) -> None:
-    """Give Spark a name we can map back (keys may hold any character); no copy if possible."""
+def _open_lines(path: Path) -> IO[str]:
+    """The object's lines as Spark's text reader sees them: \\n, \\r\\n and \\r all end a line,
+    invalid UTF-8 becomes U+FFFD."""
+    binary: IO[bytes] = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
+
+
+def _stage_input(path: Path, link: Path, skip_header: bool) -> None:
+    """Give Spark a name we can map back (keys may hold any character); no copy if possible.
+    A CSV header is dropped here, where "first line of the object" still means something."""
+    if skip_header:
+        with _open_lines(path) as lines, link.open("w", encoding="utf-8") as out:
+            lines.readline()
+            shutil.copyfileobj(lines, out)
+        return
     try:
         os.link(path, link)
     except OSError:
@@ -75,7 +88,23 @@ def _stage_input(path: Path, link: Path) -> None:
             shutil.copyfile(path, link)
 
 
-def _reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[str, Any]]:
+def _spark_type(type_name: str) -> Any:
+    """The Spark type of a `streams.yaml` column type (validated there)."""
+    from pyspark.sql import types as T
+
+    return {
+        "string": T.StringType(),
+        "long": T.LongType(),
+        "int": T.IntegerType(),
+        "double": T.DoubleType(),
+        "boolean": T.BooleanType(),
+        "timestamp": T.TimestampType(),
+        "date": T.DateType(),
+    }[type_name]
+
+
+def _text_reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[str, Any]]:
+    """Parse `line` as text, cast per column: slow, but it names what is wrong."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -95,19 +124,53 @@ def _reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[str,
         fields = F.size(F.split(line, f"\\{config.csv_delimiter}", -1))
         malformed = parsed.isNull() | (fields != len(names))
         malformed_reason = f"CSV line does not have {len(names)} fields"
-    typed = {c.name: parsed[c.name].try_cast(SPARK_TYPES[c.type]) for c in config.columns}
-    reason = F.when(line.contains("\ufffd"), F.lit("invalid UTF-8")).when(
-        malformed, F.lit(malformed_reason)
-    )
+    typed = {c.name: parsed[c.name].try_cast(_spark_type(c.type)) for c in config.columns}
+    reason = F.when(malformed, F.lit(malformed_reason))
     for c in config.columns:
         reason = reason.when(
             parsed[c.name].isNotNull() & typed[c.name].isNull(),
             F.lit(f"wrong type for {c.name}: expected {c.type}"),
         )
-    reason = reason.when(typed[config.event_time].isNull(), F.lit("missing event time"))
-    if config.record_id:
-        reason = reason.when(typed[config.record_id].isNull(), F.lit("missing record id"))
     return reason, typed
+
+
+def _parse(config: StreamConfig, lines: Any) -> Any:
+    """(src, raw) -> (src, raw, _rejected, columns...). `_rejected` names what is wrong with a
+    line the typed parse rejected; null for good lines. CSV always takes the text parse."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    text_reason, text_typed = _text_reason_and_columns(config, F.col("raw"))
+    if config.format != "jsonl":
+        return lines.select(
+            "src",
+            "raw",
+            text_reason.alias("_rejected"),
+            *(col.alias(name) for name, col in text_typed.items()),
+        )
+    schema = StructType(
+        [StructField(c.name, _spark_type(c.type)) for c in config.columns]
+        + [StructField(CORRUPT, StringType())]
+    )
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    # Two projections, so the typed parse runs once per line, not once per column (Spark does
+    # not collapse them: that would repeat an expensive expression). A rejected line gets the
+    # text parse's struct instead, with its reason in the corrupt-record slot: one CASE per
+    # line, whatever the number of columns.
+    typed = lines.select("src", "raw", F.from_json("raw", schema, options).alias("p"))
+    rejected = F.col("p").isNull() | F.col(f"p.{CORRUPT}").isNotNull()
+    text = F.struct(
+        *(text_typed[c.name].alias(c.name) for c in config.columns),
+        text_reason.alias(CORRUPT),
+    )
+    return typed.select(
+        "src", "raw", F.when(rejected, text).otherwise(F.col("p")).alias("p")
+    ).select(
+        "src",
+        "raw",
+        *(F.col("p")[c].alias(c) for c in config.column_names),
+        F.col("p")[CORRUPT].alias("_rejected"),
+    )
 
 
 def read_sources(
@@ -128,59 +191,84 @@ def read_sources(
     inputs = staging / "in"
     inputs.mkdir(parents=True, exist_ok=True)
     index: dict[int, str] = {}
-    paths = []
+    skip_header = config.format == "csv" and config.csv_header
     for i, (key, path) in enumerate(files.items()):
         problem = unreadable_reason(path)
         if problem is not None:
             results[key].unreadable = problem
             continue
-        link = inputs / (f"{i:07d}.txt" + (".gz" if path.name.endswith(".gz") else ""))
-        _stage_input(path, link)
+        gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
+        _stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}", skip_header)
         index[i] = key
-        paths.append(str(link))
-    if not paths:
+    if not index:
         return results
 
     lines = (
         # One directory, not a list of paths: past 32 paths Spark lists them with a job.
-        spark.read.text(str(inputs), wholetext=True)
+        spark.read.text(str(inputs))
         .select(
-            F.regexp_extract(F.col("_metadata.file_path"), r"(\d+)\.txt(\.gz)?$", 1)
-            .cast("int")
-            .alias("src"),
-            F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"),
+            F.substring("_metadata.file_name", 1, INPUT_DIGITS).cast("int").alias("src"),
+            F.col("value").alias("raw"),
         )
-        .select(
-            "src", (F.col("pos") + 1).alias("line"), F.regexp_replace("raw", "\r$", "").alias("raw")
-        )
-        .where(F.trim(F.col("raw")) != "")
+        .where(F.trim("raw") != "")
     )
-    if config.format == "csv" and config.csv_header:
-        lines = lines.where(F.col("line") > 1)
-    reason, typed = _reason_and_columns(config, F.col("raw"))
-    event = typed[config.event_time]
+    parsed = _parse(config, lines)
+    event = F.col(config.event_time)
     if config.columns[config.column_names.index(config.event_time)].type == "string":
         event = event.try_cast("timestamp")
+    reason = (
+        F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
+        .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
+        .when(event.isNull(), F.lit("missing event time"))
+    )
+    if config.record_id:
+        reason = reason.when(F.col(config.record_id).isNull(), F.lit("missing record id"))
     dt = F.date_format(F.from_utc_timestamp(event, config.timezone), "yyyy-MM-dd")
-    ok = reason.isNull()
-    bad_only = {"line": F.col("line"), "reason": reason, "raw": F.col("raw")}
+    ok = F.col("_reason").isNull()
     table_dir = staging / "table"
-    # ONE job: good rows under their date, bad rows (and only they keep line, reason and raw)
-    # under a null date, each task's rows grouped by source; pyarrow cuts them per source below.
-    lines.select(
-        "src",
-        F.when(ok, dt).alias("dt"),
-        *(col.alias(name) for name, col in typed.items()),
-        *(F.when(~ok, col).alias(f"_{name}") for name, col in bad_only.items()),
-    ).sortWithinPartitions("src").write.partitionBy("dt").parquet(str(table_dir))
+    # ONE job: good rows under their date, bad rows (only they keep reason and raw text) under
+    # a null date. Sorted by (dt, src), which is the order the writer needs anyway (no second
+    # sort), and which puts each source's rows for a date together in a part file.
+    (
+        parsed.select("src", "raw", *config.column_names, reason.alias("_reason"))
+        .select(
+            "src",
+            F.when(ok, dt).alias("dt"),
+            *config.column_names,
+            "_reason",
+            F.when(~ok, F.make_valid_utf8("raw")).alias("_raw"),
+        )
+        .sortWithinPartitions("dt", "src")
+        .write.partitionBy("dt")
+        .parquet(str(table_dir))
+    )
 
     out = staging / "out"
+    out.mkdir(parents=True, exist_ok=True)
     for dt_dir in sorted(table_dir.glob("dt=*")):
-        dt = dt_dir.name[3:]
-        bad = dt == "__HIVE_DEFAULT_PARTITION__"
-        for src, staged in _split_by_source(dt_dir, out, "" if bad else dt, attempt, index, bad):
-            result = results[index[src]]
-            (result.quarantine_files if bad else result.table_files).append(staged)
+        dt_value = dt_dir.name[3:]
+        if dt_value == "__HIVE_DEFAULT_PARTITION__":
+            bad = _collect_bad_rows(dt_dir)
+            for src, (reasons, raws) in bad.items():
+                key = index[src]
+                numbers = _line_numbers(files[key], raws, skip_header)
+                target = out / f"{attempt}-{src}-quarantine.parquet"
+                pq.write_table(
+                    pa.table(
+                        {
+                            "source_key": pa.array([key] * len(raws), pa.string()),
+                            "line": pa.array(numbers, pa.int64()),
+                            "reason": pa.array(reasons, pa.string()),
+                            "raw": pa.array(raws, pa.string()),
+                        }
+                    ),
+                    target,
+                )
+                staged = StagedFile("", target, len(raws), target.stat().st_size)
+                results[key].quarantine_files.append(staged)
+            continue
+        for src, staged in _split_by_source(dt_dir, out, dt_value, attempt):
+            results[index[src]].table_files.append(staged)
     for result in results.values():
         if result.unreadable is None:
             result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
@@ -190,39 +278,59 @@ def read_sources(
 
 
 def _split_by_source(
-    directory: Path,
-    out: Path,
-    dt: str,
-    attempt: str,
-    index: dict[int, str],
-    quarantine: bool,
+    directory: Path, out: Path, dt: str, attempt: str
 ) -> Iterator[tuple[int, StagedFile]]:
-    """Cut Spark's part files (rows grouped by `src`) into one Parquet object per source.
-
-    Each source object was read whole by one task, so its rows for a date sit contiguously in
-    exactly one part file; slicing is zero-copy and the counts are exact without another job.
-    Table objects keep the stream's columns; quarantine objects get source key, line, reason
-    and the raw text.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    for part in sorted(directory.glob("part-*.parquet")):
+    """Cut Spark's part files (rows sorted by `src`) into one Parquet object per source and
+    part file. A big source object read by several tasks yields several objects for a date;
+    the part number keeps their names apart. Slicing is zero-copy; counts are exact."""
+    for part_no, part in enumerate(sorted(directory.glob("part-*.parquet"))):
         table = pq.read_table(part)
         if table.num_rows == 0:
             continue
         src = table.column("src").to_numpy()
         starts = [0, *(np.flatnonzero(np.diff(src)) + 1).tolist(), len(src)]
-        if quarantine:
-            body = table.select(["_line", "_reason", "_raw"]).rename_columns(
-                ["line", "reason", "raw"]
-            )
-        else:
-            body = table.drop_columns(["src", "_line", "_reason", "_raw"])
+        body = table.drop_columns(["src", "_reason", "_raw"])
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
             source = int(src[begin])
-            piece = body.slice(begin, end - begin)
-            if quarantine:
-                keys = pa.array([index[source]] * piece.num_rows, pa.string())
-                piece = piece.add_column(0, "source_key", keys)
-            target = out / f"{attempt}-{source}-{dt or 'quarantine'}.parquet"
-            pq.write_table(piece, target)
-            yield source, StagedFile(dt, target, piece.num_rows, target.stat().st_size)
+            target = out / f"{attempt}-{source}-{dt}-{part_no}.parquet"
+            pq.write_table(body.slice(begin, end - begin), target)
+            yield source, StagedFile(dt, target, end - begin, target.stat().st_size)
+
+
+def _collect_bad_rows(directory: Path) -> dict[int, tuple[list[str], list[str]]]:
+    """src -> (reasons, raw lines) of every quarantined row, across all part files."""
+    bad: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+    for part in sorted(directory.glob("part-*.parquet")):
+        table = pq.read_table(part, columns=["src", "_reason", "_raw"])
+        columns = (table.column(c).to_pylist() for c in table.column_names)
+        for src, reason, raw in zip(*columns, strict=True):
+            bad[src][0].append(reason)
+            bad[src][1].append(raw)
+    return bad
+
+
+def _line_numbers(path: Path, raws: list[str], header_skipped: bool) -> list[int | None]:
+    """Number the bad lines by finding them in the object (bad lines are rare; a line-mode read
+    cannot number them itself). Equal lines are interchangeable, so the k-th occurrence of a
+    text gets the k-th line holding it. Runs of U+FFFD are compared as one, since Java and
+    Python may replace one invalid byte sequence with a different number of them."""
+
+    def norm(text: str) -> str:
+        return REPLACEMENTS.sub("\ufffd", text) if "\ufffd" in text else text
+
+    wanted: dict[str, deque[int]] = defaultdict(deque)
+    for i, raw in enumerate(raws):
+        wanted[norm(raw)].append(i)
+    numbers: list[int | None] = [None] * len(raws)
+    remaining = len(raws)
+    with _open_lines(path) as lines:
+        for number, line in enumerate(lines, start=1):
+            if header_skipped and number == 1:
+                continue
+            slots = wanted.get(norm(line.rstrip("\n")))
+            if slots:
+                numbers[slots.popleft()] = number
+                remaining -= 1
+                if not remaining:
+                    break
+    return numbers

@@ -139,3 +139,35 @@ def test_unreadable_reasons(tmp_path: Path) -> None:
     ok = tmp_path / "ok.jsonl"
     ok.write_text("{}")
     assert unreadable_reason(ok) is None
+
+
+def test_an_object_split_across_tasks_loses_nothing_and_numbers_its_bad_lines(
+    spark, config, tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    lines = [good(i, f"2026-01-0{1 + i % 3}T12:00:00Z") for i in range(3000)]
+    lines[9] = lines[2998] = '{"event_id": "truncated'  # the same bad text twice
+    lines[1499] = json.dumps({"event_id": "e1499", "amount": 1.0})  # no event time
+    (src / "big.jsonl").write_text("\r\n".join(lines) + "\r\n")
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "8192")  # ~40 tasks for this object
+    try:
+        (big,) = read_sources(
+            spark, config, {"big.jsonl": src / "big.jsonl"}, tmp_path / "stage", "a1"
+        ).values()
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
+
+    assert (big.rows_read, big.rows_quarantined) == (3000, 3)
+    assert len(big.table_files) > 3  # several objects per date, one per task
+    assert len({f.local_path for f in big.table_files}) == len(big.table_files)
+    ids = [r["event_id"] for f in big.table_files for r in pq.read_table(f.local_path).to_pylist()]
+    assert sorted(ids) == sorted(f"e{i}" for i in range(3000) if i not in (9, 1499, 2998))
+    (quarantine,) = big.quarantine_files
+    rows = sorted(pq.read_table(quarantine.local_path).to_pylist(), key=lambda r: r["line"])
+    assert [(r["line"], r["reason"]) for r in rows] == [
+        (10, "invalid JSON (truncated or malformed)"),
+        (1500, "missing event time"),
+        (2999, "invalid JSON (truncated or malformed)"),
+    ]
