@@ -10,8 +10,9 @@ Per chunk of source partitions:
 A crash anywhere before 3 leaves orphans (never read) and a lease that expires; a crash after 3
 leaves a COMPLETED lease, so the retry does nothing and says so. A zombie's commit is refused.
 
-Storm's lesson applies within a chunk: processing is parallel (one Spark job), commits are
-per partition and in a fixed order.
+Storm's lesson applies within and across chunks: processing is parallel (one Spark job per
+chunk, the next chunk read while this one commits), commits are per partition and in a fixed
+order, on the caller's thread.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -115,6 +117,25 @@ def object_name(attempt_id: str, source_key: str, n: int, suffix: str) -> str:
     return f"{attempt_id}-{digest}-{n}{suffix}"
 
 
+@dataclass
+class _ReadChunk:
+    """A chunk between its read and its commits: leases held (and renewed), objects staged."""
+
+    keys: Sequence[str]
+    attempt: str
+    scratch: Path
+    keeper: LeaseKeeper
+    leases: dict[str, Lease] = field(default_factory=dict)
+    outcomes: dict[str, PartitionOutcome] = field(default_factory=dict)
+    local: dict[str, Path] = field(default_factory=dict)
+    results: dict[str, SourceBatchResult] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Stop renewing, hand back leases not committed, drop the staging files."""
+        self.keeper.__exit__(None, None, None)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
 class IngestionRunner:
     def __init__(
         self,
@@ -151,9 +172,32 @@ class IngestionRunner:
         self.sid = store.source_identifier(stream)
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
-        """One outcome per key, in order; never raises for a single partition's failure."""
-        for start in range(0, len(source_keys), self.chunk_size):
-            yield from self._ingest_chunk(source_keys[start : start + self.chunk_size])
+        """One outcome per key, in order; never raises for a single partition's failure.
+
+        Chunks are pipelined: while one chunk commits and its outcomes go to the caller (in a
+        Dagster run, one event-log write per partition, which costs about as much as the
+        read), the next chunk is acquired, fetched and read in a background thread. Commits
+        stay on the caller's thread, in key order.
+        """
+        chunks = [
+            source_keys[start : start + self.chunk_size]
+            for start in range(0, len(source_keys), self.chunk_size)
+        ]
+        if not chunks:
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-read") as pool:
+            pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, chunks[0])
+            try:
+                for following in [*chunks[1:], None]:
+                    chunk = pending.result()
+                    pending = pool.submit(self._read_chunk, following) if following else None
+                    yield from self._commit_chunk(chunk)
+            finally:
+                if pending is not None:  # the caller stopped early: hand that chunk back
+                    try:
+                        pending.result().close()
+                    except Exception:  # noqa: BLE001, S110 - its leases expire regardless
+                        pass
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -190,32 +234,41 @@ class IngestionRunner:
             )
         return Lease(self.store, item, self.timing)
 
-    def _ingest_chunk(self, keys: Sequence[str]) -> Iterator[PartitionOutcome]:
+    def _read_chunk(self, keys: Sequence[str]) -> _ReadChunk:
+        """Acquire, fetch and read one chunk; its leases stay renewed until it is closed."""
         attempt = uuid.uuid4().hex[:12]
         scratch = self.work_dir / f"attempt-{attempt}"
-        outcomes: dict[str, PartitionOutcome] = {}
-        leases: dict[str, Lease] = {}
+        chunk = _ReadChunk(keys, attempt, scratch, LeaseKeeper(self.timing.renew_interval_s))
+        chunk.keeper.__enter__()
         try:
-            with LeaseKeeper(self.timing.renew_interval_s) as keeper:
-                for key in keys:
-                    got = self._acquire(key)
-                    if isinstance(got, Lease):
-                        leases[key] = keeper.add(got)
-                    else:
-                        outcomes[key] = got
-                local: dict[str, Path] = {}
-                for key, lease in leases.items():
-                    try:
-                        local[key] = self.fetch(key, scratch / "sources")
-                    except Exception as exc:  # noqa: BLE001 - any failure to read the object
-                        outcomes[key] = self._close_unreadable(lease, key, f"cannot fetch: {exc}")
-                results = self.read_batch(local, scratch / "staging", attempt) if local else {}
-                for key in local:
-                    outcomes[key] = self._commit(leases[key], key, results.get(key), attempt)
+            for key in keys:
+                got = self._acquire(key)
+                if isinstance(got, Lease):
+                    chunk.leases[key] = chunk.keeper.add(got)
+                else:
+                    chunk.outcomes[key] = got
+            for key, lease in chunk.leases.items():
+                try:
+                    chunk.local[key] = self.fetch(key, chunk.scratch / "sources")
+                except Exception as exc:  # noqa: BLE001 - any failure to read the object
+                    chunk.outcomes[key] = self._close_unreadable(lease, key, f"cannot fetch: {exc}")
+            if chunk.local:
+                chunk.results = self.read_batch(chunk.local, chunk.scratch / "staging", attempt)
+        except BaseException:
+            chunk.close()
+            raise
+        return chunk
+
+    def _commit_chunk(self, chunk: _ReadChunk) -> Iterator[PartitionOutcome]:
+        try:
+            for key in chunk.local:
+                chunk.outcomes[key] = self._commit(
+                    chunk.leases[key], key, chunk.results.get(key), chunk.attempt
+                )
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        for key in keys:
-            yield outcomes[key]
+            chunk.close()
+        for key in chunk.keys:
+            yield chunk.outcomes[key]
 
     def _close_unreadable(self, lease: Lease, key: str, reason: str) -> PartitionOutcome:
         try:

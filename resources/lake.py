@@ -48,11 +48,19 @@ class SparkResource(ConfigurableResource):
 
     def session(self) -> Any:
         if self._session is None:
+            from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
-            active = None if self.remote else SparkSession.getActiveSession()
-            self._owned = active is None
-            self._session = active or build_spark_session(master=self.master, remote=self.remote)
+            # A session that already runs in this process (a notebook's, the tests') is used,
+            # not owned. Asked from the runner's reader thread, `getActiveSession` (per thread)
+            # would not see it, so look at the process-wide context instead.
+            if not self.remote and SparkContext._active_spark_context is not None:
+                active = SparkSession.getActiveSession()
+                self._session = active or SparkSession.builder.getOrCreate()
+                self._owned = False
+            else:
+                self._session = build_spark_session(master=self.master, remote=self.remote)
+                self._owned = True
         return self._session
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
@@ -73,7 +81,9 @@ class LakeResource(ConfigurableResource):
     max_partitions_per_run: int = 1000
     max_objects_per_tick: int = 20_000
     max_retries_per_tick: int = 20
-    chunk_size: int = 1000
+    # Partitions per Spark read. A run reads the next chunk while it commits this one (and
+    # Dagster records it), so several chunks per run hide most of the event-log cost.
+    chunk_size: int = 250
 
     _streams: dict[str, StreamConfig] | None = PrivateAttr(default=None)
 
