@@ -1,0 +1,99 @@
+"""Dagster's own cost per partition of a range run, with nothing else in the asset.
+
+    .venv/bin/python bench/dagster_events.py [--partitions 1000]
+
+The floor under bench/ingest.py's Dagster path: a `BackfillPolicy.single_run()` asset on a
+`DynamicPartitionsDefinition`, materialized in process on a SQLite instance (the embedded
+default) over a range of N new partitions, yielding one `AssetMaterialization` with
+leasehold's metadata per partition and doing no other work. Measured in the same run:
+  - as leasehold runs it (Dagster's defaults: one planned event per partition), and
+  - with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true` (one planned event per run;
+    Dagster then no longer shows those partitions as in progress or failed).
+The baseline is the same asset yielding nothing per partition over a 1-partition range.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dagster import (
+    AssetExecutionContext,
+    AssetMaterialization,
+    BackfillPolicy,
+    DagsterInstance,
+    DynamicPartitionsDefinition,
+    asset,
+    materialize,
+)
+
+SUBSET_PLANNED = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
+METADATA = {
+    "rows_read": 5000,
+    "rows_written": 4990,
+    "rows_quarantined": 10,
+    "small_objects": 3,
+    "bytes": 123456,
+    "table_partitions": "2026-01-01, 2026-01-02",
+    "lease_epoch": 1,
+    "already_complete": False,
+}
+partitions = DynamicPartitionsDefinition(name="sources")
+
+
+@asset(
+    partitions_def=partitions, backfill_policy=BackfillPolicy.single_run(), output_required=False
+)
+def ingested(context: AssetExecutionContext):
+    for key in context.partition_keys:
+        yield AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=METADATA)
+
+
+def run_range(n: int) -> float:
+    """Seconds for one range run over `n` fresh partitions on a fresh SQLite instance."""
+    home = Path(tempfile.mkdtemp(prefix="leasehold-dagster-events-"))
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    instance = DagsterInstance.from_config(str(home))
+    keys = [f"k{i:07d}" for i in range(n)]
+    instance.add_dynamic_partitions(partitions.name, keys)
+    started = time.perf_counter()
+    result = materialize(
+        [ingested],
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": keys[0],
+            "dagster/asset_partition_range_end": keys[-1],
+        },
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    assert result.success and len(result.get_asset_materialization_events()) == n
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--partitions", type=int, default=1000)
+    n = parser.parse_args().partitions
+    run_range(10)  # warm imports and code paths
+    base = run_range(1)
+    default = run_range(n)
+    os.environ[SUBSET_PLANNED] = "true"
+    try:
+        subset = run_range(n)
+    finally:
+        del os.environ[SUBSET_PLANNED]
+    print("| range run | seconds | ms per partition over a 1-partition run |")
+    print("| --- | --- | --- |")
+    print(f"| 1 partition (baseline) | {base:.2f} | - |")
+    for label, seconds in (
+        (f"{n} partitions, Dagster defaults", default),
+        (f"{n} partitions, {SUBSET_PLANNED}", subset),
+    ):
+        print(f"| {label} | {seconds:.1f} | {(seconds - base) / n * 1000:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
