@@ -1,8 +1,10 @@
 """One Dagster run of the ingestion asset in its own process, stoppable at a chosen step.
 
 `pause_at` ("published": objects written, commit not yet made; "committed": committed, Dagster
-not yet told) makes the runner write `<marker>` and sleep there, so the test can SIGKILL or
-SIGSTOP the process at exactly that moment. The run's outcome goes to `<marker>.result`.
+not yet told) makes the runner write `<marker>` and sleep there (until `pause_s` passes or the
+test creates `<marker>.release`), so the test can SIGKILL or SIGSTOP the process at exactly
+that moment, or let it go on once another process has done its part. The run's outcome goes
+to `<marker>.result`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ class PausingLake(LakeResource):
         def pause(step: str, key: str) -> None:
             if step == self.pause_at:
                 Path(self.marker).write_text(f"{step} {key}")
-                time.sleep(self.pause_s)
+                release = Path(self.marker + ".release")
+                deadline = time.monotonic() + self.pause_s
+                while time.monotonic() < deadline and not release.exists():
+                    time.sleep(0.05)
 
         return super().ingestion_runner(stream, coordination, spark, owner, on_step=pause)
 

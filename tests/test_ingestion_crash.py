@@ -160,12 +160,14 @@ def test_zombie_commit_is_refused(env: PipelineEnv, children, tmp_path) -> None:
 
 def test_two_runs_at_once_exactly_one_commits(env: PipelineEnv, children, tmp_path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
-    a = launch(env, first, "published", 8.0)
+    a = launch(env, first, "published", 120.0)
     children.append(a)
     wait_for(first, a)  # a holds the lease and is about to commit
     b = launch(env, second, "published", 0.0)
     children.append(b)
-    assert b.wait(120) == 0 and a.wait(120) == 0
+    assert b.wait(120) == 0  # b tried while a held the lease, however slow its start was
+    (tmp_path / "first.release").write_text("")
+    assert a.wait(120) == 0
     out_a = json.loads((tmp_path / "first.result").read_text())
     out_b = json.loads((tmp_path / "second.result").read_text())
     assert out_a["success"] and len(out_a["materialized"]) == 1
