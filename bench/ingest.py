@@ -8,9 +8,10 @@ SparkSession (its start-up, ~7 s, is excluded from every path alike; a warm-up j
   (b) Structured Streaming's file source, Trigger.AvailableNow, into Parquet (exactly-once via
       its checkpoint);
   (c) leasehold: a discovery sensor tick, then each requested range run executed in process
-      on the embedded default (SQLite store, SQLite Dagster instance) — leases, one Spark read
-      per chunk (the next chunk read while this one commits), publishing, one fenced commit
-      per partition, Dagster's planned and materialization events; and the same again with
+      on the embedded default (SQLite store; the SQLite Dagster instance `leasehold run`
+      writes) — leases, one Spark read per chunk (the next chunk read while this one
+      commits), publishing, one fenced commit per partition, Dagster's planned and
+      materialization events; and the same again with
       one chunk per run, so that nothing overlaps, to show what the pipeline buys.
 Targets (issue 3): overhead per source partition, (c - a) / partitions, <= 40 ms; at the larger
 size (c) <= 1.5x (a); <= 4 runs for 2,000 partitions.
@@ -39,6 +40,7 @@ from coordination_assets.ingestion import (  # noqa: E402
     partitions_for,
 )
 from resources.coordination import CoordinationResource  # noqa: E402
+from resources.dagster_instance import write_instance_yaml  # noqa: E402
 from resources.ingestion import IngestionRunner  # noqa: E402
 from resources.lake import LakeResource, SparkResource  # noqa: E402
 from resources.sample_data import write_sample_sources  # noqa: E402
@@ -135,8 +137,7 @@ streams:
 """
     )
     home = work / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    write_instance_yaml(home)  # the embedded default instance, as `leasehold run` writes it
     resources = {
         "coordination": CoordinationResource(sqlite_path=str(work / "coordination.db")),
         "lake": TimedLake(

@@ -120,6 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from coordination_assets.definitions import build_definitions
     from coordination_assets.main_job import run_stream
+    from resources.dagster_instance import write_instance_yaml
     from resources.lake import LakeResource
     from resources.sample_data import write_sample_sources
 
@@ -135,9 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_data_dir() / "dagster_home")))
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():  # no network here: no telemetry
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+    if not (home / "dagster.yaml").exists():  # an existing instance keeps its own configuration
+        write_instance_yaml(home)
     defs = build_definitions(lake)
     ok = True
     with DagsterInstance.get() as instance:

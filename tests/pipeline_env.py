@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from dagster import DagsterInstance
 
 from resources.coordination import CoordinationResource
+from resources.dagster_instance import write_instance_yaml
 from resources.ingestion import quarantine_table
 from resources.lake import LakeResource, SparkResource
 from resources.lease_store import LeaseStore
@@ -35,8 +36,7 @@ class PipelineEnv:
         return self.root / "dagster_home"
 
     def instance(self) -> DagsterInstance:
-        self.dagster_home.mkdir(exist_ok=True)
-        (self.dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        write_instance_yaml(self.dagster_home)
         return DagsterInstance.from_config(str(self.dagster_home))
 
     def coordination(self) -> CoordinationResource:

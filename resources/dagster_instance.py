@@ -1,0 +1,152 @@
+"""The embedded default Dagster instance: SQLite storage whose event log keeps its connections.
+
+Dagster's `SqliteEventLogStorage` builds a new SQLAlchemy engine, and opens and closes a new
+SQLite connection, for every transaction: twice for each asset event (the run's shard, then the
+cross-run index shard). A range run that ingests 2,000 source partitions stores about 4,000
+asset events, and that pattern — engine set-up, statements compiled into a cache that dies with
+its engine, a close that checkpoints and deletes the WAL — costs more per partition than
+everything leasehold itself does (BENCHMARKS.md, "Dagster's floor per partition").
+`PooledSqliteEventLogStorage` keeps one engine and one open connection per shard instead.
+
+Everything else is Dagster's own: schema, queries, file layout, WAL journal, fsync on commit. An
+instance written with this storage reads the same with Dagster's default one and vice versa.
+One behaviour needs care: the webserver follows a live run by watching its shard's `.db` file,
+which Dagster's close-per-transaction changes by checkpointing the WAL. A kept connection never
+closes, so each run-shard transaction ends with an explicit passive checkpoint instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dagster._core.storage.event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
+from dagster._core.storage.sqlite import create_db_conn_string
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import QueuePool
+
+# Dagster's own busy timeout for its SQLite storages.
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+# A run's shard receives events only while the run executes; a daemon or webserver that sees
+# thousands of runs keeps engines (and open files) for the most recent ones only.
+MAX_OPEN_RUN_SHARDS = 16
+
+# Dagster's default SQLite layout under DAGSTER_HOME (history/, history/runs/, schedules/),
+# with this module's event log storage.
+INSTANCE_YAML = f"""\
+# Written by leasehold: the embedded default instance. No network here, so no telemetry.
+telemetry:
+  enabled: false
+run_storage:
+  module: dagster._core.storage.runs
+  class: SqliteRunStorage
+  config:
+    base_dir: {{runs}}
+event_log_storage:
+  module: {__name__}
+  class: PooledSqliteEventLogStorage
+  config:
+    base_dir: {{events}}
+schedule_storage:
+  module: dagster._core.storage.schedules
+  class: SqliteScheduleStorage
+  config:
+    base_dir: {{schedules}}
+"""
+
+
+class PooledSqliteEventLogStorage(SqliteEventLogStorage):
+    """Dagster's SQLite event log with one engine and open connection per shard."""
+
+    def __init__(self, base_dir: str, inst_data: Any = None) -> None:
+        # shard -> (engine, inode of the file it was opened on)
+        self._engines: OrderedDict[str, tuple[Engine, int]] = OrderedDict()
+        super().__init__(base_dir, inst_data)
+        this = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forget_engines_after_fork(this))
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> PooledSqliteEventLogStorage:
+        return cls(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        with self._db_lock:
+            with self._engine(shard).connect() as conn:
+                with conn.begin():
+                    yield conn
+                if shard != INDEX_SHARD_NAME:
+                    conn.connection.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _engine(self, shard: str) -> Engine:
+        """The shard's engine; rebuilt if its file was deleted or replaced since it was opened,
+        so that writes never go to an unlinked file (another process may wipe the instance)."""
+        path = self.path_for_shard(shard)
+        inode = os.stat(path).st_ino if os.path.exists(path) else None
+        cached = self._engines.get(shard)
+        if cached is not None:
+            if cached[1] == inode:
+                self._engines.move_to_end(shard)
+                return cached[0]
+            self._engines.pop(shard)[0].dispose()
+            self._initialized_dbs.discard(shard)
+        engine = create_engine(
+            create_db_conn_string(self._base_dir, shard),
+            poolclass=QueuePool,
+            pool_size=1,  # one transaction at a time per process: `_db_lock`
+            max_overflow=2,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+        if shard not in self._initialized_dbs:
+            self._initdb(engine)
+            self._initialized_dbs.add(shard)
+        self._engines[shard] = (engine, os.stat(path).st_ino)
+        run_shards = [name for name in self._engines if name != INDEX_SHARD_NAME]
+        for name in run_shards[:-MAX_OPEN_RUN_SHARDS]:
+            self._engines.pop(name)[0].dispose()
+        return engine
+
+    def wipe(self) -> None:
+        self._dispose_engines()
+        super().wipe()
+
+    def dispose(self) -> None:
+        self._dispose_engines()
+        super().dispose()
+
+    def _dispose_engines(self) -> None:
+        with self._db_lock:
+            while self._engines:
+                self._engines.popitem()[1][0].dispose()
+
+
+def _forget_engines_after_fork(ref: weakref.ref[PooledSqliteEventLogStorage]) -> None:
+    """A forked child must neither use nor close its parent's SQLite connections."""
+    storage = ref()
+    if storage is None:
+        return
+    for engine, _ in storage._engines.values():
+        engine.dispose(close=False)
+    storage._engines.clear()
+    storage._db_lock = threading.Lock()  # the parent may have held it while forking
+
+
+def write_instance_yaml(home: Path) -> Path:
+    """Write `dagster.yaml` for the embedded default instance at `home`, overwriting it."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "dagster.yaml"
+    home = home.resolve()
+    dirs = {"runs": "history", "events": "history/runs", "schedules": "schedules"}
+    # JSON strings are YAML strings: paths with spaces, colons or quotes stay intact
+    quoted = {key: json.dumps(str(home / sub)) for key, sub in dirs.items()}
+    path.write_text(INSTANCE_YAML.format(**quoted), encoding="utf-8")
+    return path
