@@ -13,6 +13,7 @@ SparkSession (its start-up, ~7 s, is excluded from every path alike; a warm-up j
       commits), publishing, one fenced commit per partition, Dagster's planned and
       materialization events; and the same again with
       one chunk per run, so that nothing overlaps, to show what the pipeline buys.
+Each path also reports its CPU (this process's threads plus Spark's JVM), in core-seconds.
 Targets (issue 3): overhead per source partition, (c - a) / partitions, <= 40 ms; at the larger
 size (c) <= 1.5x (a); <= 4 runs for 2,000 partitions.
 """
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,29 @@ class TimedLake(LakeResource):
         runner.publish_table = timed("publish objects", runner.publish_table)
         runner.publish_quarantine = timed("publish objects", runner.publish_quarantine)
         return runner
+
+
+def process_cpu(spark: Any) -> Callable[[], float]:
+    """CPU seconds used so far by this process (every thread) and Spark's JVM: on 2 cores, what
+    a path costs in CPU says how much of the machine it leaves to overlap with."""
+    jvm = Path(f"/proc/{spark.sparkContext._gateway.proc.pid}/stat")
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used() -> float:
+        fields = jvm.read_text().rsplit(")", 1)[1].split()
+        own = os.times()
+        return (int(fields[11]) + int(fields[12])) / tick + own.user + own.system
+
+    return used
+
+
+def measured(
+    cpu: Callable[[], float], fn: Callable[..., Any], *args: Any
+) -> tuple[float, float, Any]:
+    """(wall seconds, CPU core-seconds, result) of fn(*args)."""
+    started, cpu_started = time.perf_counter(), cpu()
+    result = fn(*args)
+    return time.perf_counter() - started, cpu() - cpu_started, result
 
 
 def bare_job(spark: Any, source: Path, out: Path) -> None:
@@ -183,6 +208,7 @@ def main() -> int:
     spark = build_spark_session(
         master="local[*]", app_name="bench-ingest", extra_conf={"spark.driver.memory": "6g"}
     )
+    cpu = process_cpu(spark)
     base = Path(args.work or tempfile.mkdtemp(prefix="leasehold-bench-"))
     verdicts = []
     try:
@@ -196,29 +222,28 @@ def main() -> int:
             size = base / f"{args.objects}x{records}"
             source = size / "sources"
             write_sample_sources(source, objects=args.objects, records_per_object=records)
-            t = time.perf_counter()
-            bare_job(spark, source, size / "bare")
-            bare = time.perf_counter() - t
-            t = time.perf_counter()
-            streaming_job(spark, source, size / "stream", size / "checkpoint")
-            stream = time.perf_counter() - t
-            serial = dagster_path(size / "serial", source, SERIAL)["total"]
-            ours = dagster_path(size / "leasehold", source, PIPELINED)
+            bare, bare_cpu, _ = measured(cpu, bare_job, spark, source, size / "bare")
+            stream, stream_cpu, _ = measured(
+                cpu, streaming_job, spark, source, size / "stream", size / "checkpoint"
+            )
+            _, serial_cpu, serial = measured(cpu, dagster_path, size / "serial", source, SERIAL)
+            _, ours_cpu, ours = measured(cpu, dagster_path, size / "leasehold", source, PIPELINED)
             n = args.objects
             overhead_ms = (ours["total"] - bare) / n * 1000
             print(f"\n### {n} objects x {records} records ({n * records:,} records)\n")
-            print("| path | seconds | vs bare |")
-            print("| --- | --- | --- |")
-            print(f"| bare PySpark job | {bare:.1f} | 1.00x |")
-            print(f"| Structured Streaming, AvailableNow | {stream:.1f} | {stream / bare:.2f}x |")
-            print(
-                f"| leasehold (sensor + {ours['runs']} runs) | {ours['total']:.1f} | "
-                f"{ours['total'] / bare:.2f}x |"
-            )
-            print(
-                f"| leasehold, one chunk per run (no read/commit overlap) | {serial:.1f} | "
-                f"{serial / bare:.2f}x |"
-            )
+            print("| path | seconds | vs bare | CPU, core-seconds |")
+            print("| --- | --- | --- | --- |")
+            for label, seconds, core_seconds in (
+                ("bare PySpark job", bare, bare_cpu),
+                ("Structured Streaming, AvailableNow", stream, stream_cpu),
+                (f"leasehold (sensor + {ours['runs']} runs)", ours["total"], ours_cpu),
+                (
+                    "leasehold, one chunk per run (no read/commit overlap)",
+                    serial["total"],
+                    serial_cpu,
+                ),
+            ):
+                print(f"| {label} | {seconds:.1f} | {seconds / bare:.2f}x | {core_seconds:.1f} |")
             print("\n| leasehold step | seconds | ms per partition |")
             print("| --- | --- | --- |")
             for step, seconds in ours["steps"].items():
