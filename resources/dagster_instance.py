@@ -8,11 +8,19 @@ its engine, a close that checkpoints and deletes the WAL — costs more per part
 everything leasehold itself does (BENCHMARKS.md, "Dagster's floor per partition").
 `PooledSqliteEventLogStorage` keeps one engine and one open connection per shard instead.
 
-Everything else is Dagster's own: schema, queries, file layout, WAL journal, fsync on commit. An
-instance written with this storage reads the same with Dagster's default one and vice versa.
-One behaviour needs care: the webserver follows a live run by watching its shard's `.db` file,
-which Dagster's close-per-transaction changes by checkpointing the WAL. A kept connection never
-closes, so each run-shard transaction ends with an explicit passive checkpoint instead.
+Two more choices, both about fsync, which is what an event costs once connections are kept:
+- `synchronous=NORMAL`, SQLite's advice for WAL mode: a commit no longer waits for the disk. A
+  killed process loses nothing; a power cut may lose the newest events, never corrupt the file.
+  For this log that is safe: the lease store (fsync on every commit) decides what is ingested,
+  and a re-run of a partition whose event was lost records it again as already complete.
+- The webserver follows a live run by watching its shard's `.db` file, which only changes when
+  the WAL is checkpointed — Dagster's close-per-transaction did that on every close. Here a run
+  shard is checkpointed CHECKPOINT_DELAY_SECONDS after a write, by one timer for all shards: a
+  live run shows up at most that late, and a burst of events costs one checkpoint, not one each.
+  The timer is not a daemon thread, so a run worker that exits still checkpoints its last events.
+
+Everything else is Dagster's own: schema, queries, file layout, WAL journal. An instance written
+with this storage reads the same with Dagster's default one and vice versa.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from typing import Any
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sqlite import create_db_conn_string
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
@@ -39,6 +47,8 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30
 # A run's shard receives events only while the run executes; a daemon or webserver that sees
 # thousands of runs keeps engines (and open files) for the most recent ones only.
 MAX_OPEN_RUN_SHARDS = 16
+# How late the webserver's file watcher may see a live run's newest events.
+CHECKPOINT_DELAY_SECONDS = 0.2
 
 # Dagster's default SQLite layout under DAGSTER_HOME (history/, history/runs/, schedules/),
 # with this module's event log storage.
@@ -70,6 +80,8 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         # shard -> (engine, inode of the file it was opened on)
         self._engines: OrderedDict[str, tuple[Engine, int]] = OrderedDict()
+        self._unchecked: set[str] = set()  # run shards written since their last checkpoint
+        self._checkpoint_timer: threading.Timer | None = None
         super().__init__(base_dir, inst_data)
         this = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forget_engines_after_fork(this))
@@ -82,9 +94,31 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def _connect(self, shard: str) -> Iterator[Connection]:
         with self._db_lock:
             with self._engine(shard).connect() as conn:
+                sqlite = conn.connection.driver_connection
+                changes = sqlite.total_changes
                 with conn.begin():
                     yield conn
-                if shard != INDEX_SHARD_NAME:
+                if shard != INDEX_SHARD_NAME and sqlite.total_changes != changes:
+                    self._checkpoint_soon(shard)
+
+    def _checkpoint_soon(self, shard: str) -> None:
+        """Called holding `_db_lock`."""
+        self._unchecked.add(shard)
+        if self._checkpoint_timer is None:
+            self._checkpoint_timer = threading.Timer(
+                CHECKPOINT_DELAY_SECONDS, self._checkpoint_written_shards
+            )
+            self._checkpoint_timer.start()
+
+    def _checkpoint_written_shards(self) -> None:
+        with self._db_lock:
+            self._checkpoint_timer = None
+            shards, self._unchecked = self._unchecked, set()
+            for shard in shards:
+                cached = self._engines.get(shard)
+                if cached is None:  # closed since: the last close checkpoints by itself
+                    continue
+                with cached[0].connect() as conn:
                     conn.connection.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _engine(self, shard: str) -> Engine:
@@ -106,6 +140,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             max_overflow=2,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
         )
+        event.listen(engine, "connect", _commit_without_fsync)
         if shard not in self._initialized_dbs:
             self._initdb(engine)
             self._initialized_dbs.add(shard)
@@ -126,7 +161,11 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def _dispose_engines(self) -> None:
         with self._db_lock:
             while self._engines:
-                self._engines.popitem()[1][0].dispose()
+                self._engines.popitem()[1][0].dispose()  # closing checkpoints
+
+
+def _commit_without_fsync(sqlite: Any, _record: Any) -> None:
+    sqlite.execute("PRAGMA synchronous=NORMAL")
 
 
 def _forget_engines_after_fork(ref: weakref.ref[PooledSqliteEventLogStorage]) -> None:
@@ -137,6 +176,8 @@ def _forget_engines_after_fork(ref: weakref.ref[PooledSqliteEventLogStorage]) ->
     for engine, _ in storage._engines.values():
         engine.dispose(close=False)
     storage._engines.clear()
+    storage._unchecked.clear()
+    storage._checkpoint_timer = None  # the parent's timer thread does not exist here
     storage._db_lock = threading.Lock()  # the parent may have held it while forking
 
 

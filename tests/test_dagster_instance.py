@@ -4,6 +4,11 @@ No `from __future__ import annotations`: this file defines a Dagster asset.
 """
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +32,7 @@ from resources.dagster_instance import (
     write_instance_yaml,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 sources = DynamicPartitionsDefinition(name="sources")
 
 
@@ -178,3 +184,43 @@ def test_a_forked_child_opens_its_own_connections(tmp_path: Path) -> None:
             "child",
             "parent after",
         ]
+
+
+def write_in_child(home: Path, run_id: str, count: int, then: str) -> int:
+    """Another process logs `count` events to `run_id` on the embedded instance at `home`, then
+    either exits normally or is killed at once; returns its exit code."""
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from dagster import DagsterInstance
+        instance = DagsterInstance.from_config({str(home)!r})
+        for i in range({count}):
+            instance.report_engine_event(f"event {{i}}", run_id={run_id!r}, job_name="job")
+        if {then!r} == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode
+
+
+def test_a_writer_killed_right_after_its_events_loses_none(tmp_path: Path) -> None:
+    """Commits do not wait for the disk (synchronous=NORMAL): a killed process must still lose
+    nothing that it committed."""
+    write_instance_yaml(tmp_path)
+    run_id = str(uuid.uuid4())
+    assert write_in_child(tmp_path, run_id, 20, "killed") == -signal.SIGKILL
+    reader = SqliteEventLogStorage(str(tmp_path / "history" / "runs"))
+    assert messages(reader, run_id) == [f"event {i}" for i in range(20)]
+
+
+def test_a_writer_that_exits_leaves_its_last_events_in_the_watched_file(tmp_path: Path) -> None:
+    """Checkpoints are deferred, but a run worker exits right after its last event: the shard's
+    `.db` file itself, which the webserver's watcher follows, must hold that event."""
+    write_instance_yaml(tmp_path)
+    run_id = str(uuid.uuid4())
+    assert write_in_child(tmp_path, run_id, 20, "exits") == 0
+    shard = tmp_path / "history" / "runs" / f"{run_id}.db"
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copyfile(shard, copy / shard.name)  # the file alone, not its WAL
+    assert messages(SqliteEventLogStorage(str(copy)), run_id) == [f"event {i}" for i in range(20)]
