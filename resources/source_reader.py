@@ -1,16 +1,20 @@
 """Read a batch of source objects with Spark: table rows by date, bad records to quarantine.
 
 One read covers every object of the batch (a run ingests many partitions; a Spark job per
-object would cost more than the data), and it costs about what a bare `spark.read.json` job
-costs, because the common case pays for nothing more:
-- objects are read line by line (`spark.read.text`), so big objects split across tasks;
-- each line is parsed once with the declared types (`from_json`); only a line the typed parse
-  rejects is parsed again as text and `try_cast` per column, to name the column at fault (Spark
-  4 runs ANSI casts, which would fail the job instead);
+object would cost more than the data), and the common case pays for little more than a bare
+`spark.read.json` job (bench/reader.py):
+- JSON lines are read by Spark's JSON reader with the declared types: bytes straight to typed
+  rows. It keeps the text of a line only when it rejects the line (the corrupt-record column);
+  only such a line is parsed again as text and `try_cast` per column, to name the column at
+  fault (Spark 4 runs ANSI casts, which would fail the job instead). As in any Spark JSON read,
+  a line holding a JSON array yields one record per element, and invalid UTF-8 is rejected.
+  CSV lines are read as text and always take the text parse;
 - the batch is written by ONE job — good rows by date, bad rows under a null date — and cut
   into one object per source and part file with pyarrow; every count comes from those files.
-Line numbers of bad records are not known to a line-mode read; the few bad lines are numbered
-afterwards by scanning their (local) source object in Python.
+Two things a line-mode read does not know are found afterwards, for the few bad records only:
+the text of a line that parsed but fails a check (no event time, no record id) — a second, text
+read of just the sources that have such lines — and the line numbers of bad records, by
+scanning their (local) source object in Python.
 
 A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
 found in Python before Spark sees it, and reported as `unreadable`: the caller closes that
@@ -134,43 +138,117 @@ def _text_reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict
     return reason, typed
 
 
-def _parse(config: StreamConfig, lines: Any) -> Any:
-    """(src, raw) -> (src, raw, _rejected, columns...). `_rejected` names what is wrong with a
-    line the typed parse rejected; null for good lines. CSV always takes the text parse."""
+def _source() -> Any:
+    """The batch index of the object a row came from, out of the staged file's name."""
     from pyspark.sql import functions as F
+
+    return F.substring("_metadata.file_name", 1, INPUT_DIGITS).cast("int").alias("src")
+
+
+def _json_schema(config: StreamConfig) -> tuple[Any, dict[str, str]]:
+    """The declared types plus the corrupt-record column, and the options that fill it."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    text_reason, text_typed = _text_reason_and_columns(config, F.col("raw"))
-    if config.format != "jsonl":
-        return lines.select(
-            "src",
-            "raw",
-            text_reason.alias("_rejected"),
-            *(col.alias(name) for name, col in text_typed.items()),
-        )
     schema = StructType(
         [StructField(c.name, _spark_type(c.type)) for c in config.columns]
         + [StructField(CORRUPT, StringType())]
     )
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    # Two projections, so the typed parse runs once per line, not once per column (Spark does
-    # not collapse them: that would repeat an expensive expression). A rejected line gets the
-    # text parse's struct instead, with its reason in the corrupt-record slot: one CASE per
-    # line, whatever the number of columns.
-    typed = lines.select("src", "raw", F.from_json("raw", schema, options).alias("p"))
-    rejected = F.col("p").isNull() | F.col(f"p.{CORRUPT}").isNotNull()
-    text = F.struct(
-        *(text_typed[c.name].alias(c.name) for c in config.columns),
-        text_reason.alias(CORRUPT),
+    return schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def _event_time(config: StreamConfig) -> Any:
+    from pyspark.sql import functions as F
+
+    event = F.col(config.event_time)
+    if config.columns[config.column_names.index(config.event_time)].type == "string":
+        event = event.try_cast("timestamp")
+    return event
+
+
+def _check_reason(config: StreamConfig) -> Any:
+    """Why a parsed record cannot go to the table, or null."""
+    from pyspark.sql import functions as F
+
+    reason = F.when(_event_time(config).isNull(), F.lit("missing event time"))
+    if config.record_id:
+        reason = reason.when(F.col(config.record_id).isNull(), F.lit("missing record id"))
+    return reason
+
+
+def _read_json_records(spark: Any, config: StreamConfig, inputs: Path) -> Any:
+    """(src, raw, columns..., _rejected): `raw` is the text of a rejected line, else null;
+    `_rejected` names what is wrong with it. A line the typed parse rejects but the text parse
+    accepts (a quoted number, say) keeps its text-cast values."""
+    from pyspark.sql import functions as F
+
+    schema, options = _json_schema(config)
+    records = (
+        spark.read.schema(schema)
+        .options(**options)
+        .json(str(inputs))
+        .select(_source(), *config.column_names, F.col(CORRUPT).alias("raw"))
     )
-    return typed.select(
-        "src", "raw", F.when(rejected, text).otherwise(F.col("p")).alias("p")
-    ).select(
+    text_reason, text_typed = _text_reason_and_columns(config, F.col("raw"))
+    rejected = F.col("raw").isNotNull()
+    return records.select(
         "src",
         "raw",
-        *(F.col("p")[c].alias(c) for c in config.column_names),
-        F.col("p")[CORRUPT].alias("_rejected"),
+        *(
+            F.when(rejected, text_typed[c]).otherwise(F.col(c)).alias(c)
+            for c in config.column_names
+        ),
+        F.when(rejected, text_reason).alias("_rejected"),
     )
+
+
+def _read_csv_lines(spark: Any, config: StreamConfig, inputs: Path) -> Any:
+    """(src, raw, columns..., _rejected), every line through the text parse."""
+    from pyspark.sql import functions as F
+
+    lines = (
+        spark.read.text(str(inputs))
+        .select(_source(), F.col("value").alias("raw"))
+        .where(F.trim("raw") != "")
+    )
+    text_reason, text_typed = _text_reason_and_columns(config, F.col("raw"))
+    return lines.select(
+        "src",
+        "raw",
+        *(col.alias(name) for name, col in text_typed.items()),
+        text_reason.alias("_rejected"),
+    )
+
+
+def _lines_failing_checks(
+    spark: Any, config: StreamConfig, staged: list[Path]
+) -> dict[int, dict[str, deque[str]]]:
+    """src -> reason -> text of each line that parses but fails a check, read again as text
+    from only the objects that have such lines, and parsed as the JSON reader parses them (the
+    same Jackson parser and types; a leading byte-order mark skipped; an array line's records
+    each checked) so that the same lines fail."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType
+
+    schema, options = _json_schema(config)
+    text = F.regexp_replace("raw", "^\ufeff", "")
+    records = F.when(
+        F.ltrim(text).startswith("["), F.from_json(text, ArrayType(schema), options)
+    ).otherwise(F.array(F.from_json(text, schema, options)))
+    rows = (
+        spark.read.text([str(path) for path in staged])
+        .select(_source(), F.col("value").alias("raw"))
+        .where(F.is_valid_utf8("raw"))
+        .select("src", "raw", F.explode(records).alias("p"))
+        .where(F.col("p").isNotNull() & F.col(f"p.{CORRUPT}").isNull())
+        .select("src", "raw", "p.*")
+        .select("src", "raw", _check_reason(config).alias("reason"))
+        .where(F.col("reason").isNotNull())
+        .collect()
+    )
+    found: dict[int, dict[str, deque[str]]] = defaultdict(lambda: defaultdict(deque))
+    for row in rows:
+        found[row["src"]][row["reason"]].append(row["raw"])
+    return found
 
 
 def read_sources(
@@ -203,26 +281,17 @@ def read_sources(
     if not index:
         return results
 
-    lines = (
-        # One directory, not a list of paths: past 32 paths Spark lists them with a job.
-        spark.read.text(str(inputs))
-        .select(
-            F.substring("_metadata.file_name", 1, INPUT_DIGITS).cast("int").alias("src"),
-            F.col("value").alias("raw"),
-        )
-        .where(F.trim("raw") != "")
-    )
-    parsed = _parse(config, lines)
-    event = F.col(config.event_time)
-    if config.columns[config.column_names.index(config.event_time)].type == "string":
-        event = event.try_cast("timestamp")
+    # One directory, not a list of paths: past 32 paths Spark lists them with a job.
+    if config.format == "jsonl":
+        parsed = _read_json_records(spark, config, inputs)
+    else:
+        parsed = _read_csv_lines(spark, config, inputs)
     reason = (
         F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
         .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
-        .when(event.isNull(), F.lit("missing event time"))
+        .otherwise(_check_reason(config))
     )
-    if config.record_id:
-        reason = reason.when(F.col(config.record_id).isNull(), F.lit("missing record id"))
+    event = _event_time(config)
     dt = F.date_format(F.from_utc_timestamp(event, config.timezone), "yyyy-MM-dd")
     ok = F.col("_reason").isNull()
     table_dir = staging / "table"
@@ -249,6 +318,15 @@ def read_sources(
         dt_value = dt_dir.name[3:]
         if dt_value == "__HIVE_DEFAULT_PARTITION__":
             bad = _collect_bad_rows(dt_dir)
+            unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
+            if unseen:
+                staged = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
+                found = _lines_failing_checks(spark, config, staged)
+                for src in unseen:
+                    reasons, raws = bad[src]
+                    for i, (reason, raw) in enumerate(zip(reasons, raws, strict=True)):
+                        if raw is None and found[src][reason]:
+                            raws[i] = found[src][reason].popleft()
             for src, (reasons, raws) in bad.items():
                 key = index[src]
                 numbers = _line_numbers(files[key], raws, skip_header)
@@ -297,9 +375,10 @@ def _split_by_source(
             yield source, StagedFile(dt, target, end - begin, target.stat().st_size)
 
 
-def _collect_bad_rows(directory: Path) -> dict[int, tuple[list[str], list[str]]]:
-    """src -> (reasons, raw lines) of every quarantined row, across all part files."""
-    bad: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+def _collect_bad_rows(directory: Path) -> dict[int, tuple[list[str], list[str | None]]]:
+    """src -> (reasons, raw lines) of every quarantined row, across all part files; the raw
+    line of a JSON record that parsed but failed a check is not known yet (None)."""
+    bad: dict[int, tuple[list[str], list[str | None]]] = defaultdict(lambda: ([], []))
     for part in sorted(directory.glob("part-*.parquet")):
         table = pq.read_table(part, columns=["src", "_reason", "_raw"])
         columns = (table.column(c).to_pylist() for c in table.column_names)
@@ -309,7 +388,7 @@ def _collect_bad_rows(directory: Path) -> dict[int, tuple[list[str], list[str]]]
     return bad
 
 
-def _line_numbers(path: Path, raws: list[str], header_skipped: bool) -> list[int | None]:
+def _line_numbers(path: Path, raws: list[str | None], header_skipped: bool) -> list[int | None]:
     """Number the bad lines by finding them in the object (bad lines are rare; a line-mode read
     cannot number them itself). Equal lines are interchangeable, so the k-th occurrence of a
     text gets the k-th line holding it. Runs of U+FFFD are compared as one, since Java and
@@ -320,9 +399,12 @@ def _line_numbers(path: Path, raws: list[str], header_skipped: bool) -> list[int
 
     wanted: dict[str, deque[int]] = defaultdict(deque)
     for i, raw in enumerate(raws):
-        wanted[norm(raw)].append(i)
+        if raw is not None:
+            wanted[norm(raw)].append(i)
     numbers: list[int | None] = [None] * len(raws)
-    remaining = len(raws)
+    remaining = sum(len(slots) for slots in wanted.values())
+    if not remaining:
+        return numbers
     with _open_lines(path) as lines:
         for number, line in enumerate(lines, start=1):
             if header_skipped and number == 1:

@@ -171,3 +171,37 @@ def test_an_object_split_across_tasks_loses_nothing_and_numbers_its_bad_lines(
         (1500, "missing event time"),
         (2999, "invalid JSON (truncated or malformed)"),
     ]
+
+
+def test_json_arrays_and_byte_order_marks_read_as_spark_reads_them(
+    spark, config, tmp_path: Path
+) -> None:
+    """Spark's JSON reader takes a line holding an array as one record per element and skips a
+    byte-order mark; a record that then fails a check is still quarantined with its line."""
+    src = tmp_path / "src"
+    src.mkdir()
+    no_time = {"event_id": "nt", "amount": 1.0}
+    lines = [
+        good(1, "2026-01-01T12:00:00Z"),
+        f"[{good(2, '2026-01-01T12:00:00Z')}, {good(3, '2026-01-02T12:00:00Z')}]",
+        "[]",
+        json.dumps([no_time, json.loads(good(4, "2026-01-01T12:00:00Z"))]),
+        "\ufeff" + good(5, "2026-01-01T12:00:00Z"),
+        "\ufeff" + json.dumps(no_time),
+        "[1, 2]",
+    ]
+    (src / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    files = {"a.jsonl": src / "a.jsonl"}
+    (result,) = read_sources(spark, config, files, tmp_path / "st", "c").values()
+
+    assert (result.rows_read, result.rows_quarantined) == (8, 3)
+    ids = [
+        r["event_id"] for f in result.table_files for r in pq.read_table(f.local_path).to_pylist()
+    ]
+    assert sorted(ids) == ["e1", "e2", "e3", "e4", "e5"]
+    rows = pq.read_table(result.quarantine_files[0].local_path).to_pylist()
+    assert sorted((r["line"], r["reason"], r["raw"]) for r in rows) == [
+        (4, "missing event time", lines[3]),
+        (6, "missing event time", lines[5]),
+        (7, "invalid JSON (truncated or malformed)", lines[6]),
+    ]
