@@ -11,8 +11,8 @@ SparkSession (its start-up, ~7 s, is excluded from every path alike; a warm-up j
       on the embedded default (SQLite store; the SQLite Dagster instance `leasehold run`
       writes) — leases, one Spark read per chunk (the next chunk read while this one
       commits), publishing, one fenced commit per partition, Dagster's planned and
-      materialization events; and the same again with
-      one chunk per run, so that nothing overlaps, to show what the pipeline buys.
+      materialization events; and the same again with one chunk per run, so that nothing
+      overlaps, to show what the pipeline buys.
 Each path also reports its CPU (this process's threads plus Spark's JVM), in core-seconds.
 Targets (issue 3): overhead per source partition, (c - a) / partitions, <= 40 ms; at the larger
 size (c) <= 1.5x (a); <= 4 runs for 2,000 partitions.

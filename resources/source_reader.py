@@ -312,47 +312,72 @@ def read_sources(
         .parquet(str(table_dir))
     )
 
+    return _cut_output(spark, config, files, index, staging, attempt, results)
+
+
+def _cut_output(
+    spark: Any,
+    config: StreamConfig,
+    files: dict[str, Path],
+    index: dict[int, str],
+    staging: Path,
+    attempt: str,
+    results: dict[str, SourceBatchResult],
+) -> dict[str, SourceBatchResult]:
+    """Objects and counts out of the Spark job's output: one table object per source and part
+    file, one quarantine object per source with bad records."""
     out = staging / "out"
     out.mkdir(parents=True, exist_ok=True)
-    for dt_dir in sorted(table_dir.glob("dt=*")):
+    for dt_dir in sorted((staging / "table").glob("dt=*")):
         dt_value = dt_dir.name[3:]
         if dt_value == "__HIVE_DEFAULT_PARTITION__":
-            bad = _collect_bad_rows(dt_dir)
-            unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
-            if unseen:
-                staged = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
-                found = _lines_failing_checks(spark, config, staged)
-                for src in unseen:
-                    reasons, raws = bad[src]
-                    for i, (reason, raw) in enumerate(zip(reasons, raws, strict=True)):
-                        if raw is None and found[src][reason]:
-                            raws[i] = found[src][reason].popleft()
-            for src, (reasons, raws) in bad.items():
-                key = index[src]
-                numbers = _line_numbers(files[key], raws, skip_header)
-                target = out / f"{attempt}-{src}-quarantine.parquet"
-                pq.write_table(
-                    pa.table(
-                        {
-                            "source_key": pa.array([key] * len(raws), pa.string()),
-                            "line": pa.array(numbers, pa.int64()),
-                            "reason": pa.array(reasons, pa.string()),
-                            "raw": pa.array(raws, pa.string()),
-                        }
-                    ),
-                    target,
-                )
-                staged = StagedFile("", target, len(raws), target.stat().st_size)
-                results[key].quarantine_files.append(staged)
-            continue
-        for src, staged in _split_by_source(dt_dir, out, dt_value, attempt):
-            results[index[src]].table_files.append(staged)
+            for src, staged in _write_quarantine(
+                spark, config, files, index, staging, dt_dir, attempt
+            ):
+                results[index[src]].quarantine_files.append(staged)
+        else:
+            for src, staged in _split_by_source(dt_dir, out, dt_value, attempt):
+                results[index[src]].table_files.append(staged)
     for result in results.values():
         if result.unreadable is None:
             result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
             written = sum(f.row_count for f in result.table_files)
             result.rows_read = written + result.rows_quarantined
     return results
+
+
+def _write_quarantine(
+    spark: Any,
+    config: StreamConfig,
+    files: dict[str, Path],
+    index: dict[int, str],
+    staging: Path,
+    directory: Path,
+    attempt: str,
+) -> Iterator[tuple[int, StagedFile]]:
+    """One quarantine object per source with bad records: source key, line, reason, text."""
+    bad = _collect_bad_rows(directory)
+    unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
+    if unseen:
+        again = [next((staging / "in").glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
+        found = _lines_failing_checks(spark, config, again)
+        for src in unseen:
+            reasons, raws = bad[src]
+            for i, (reason, raw) in enumerate(zip(reasons, raws, strict=True)):
+                if raw is None and found[src][reason]:
+                    raws[i] = found[src][reason].popleft()
+    skip_header = config.format == "csv" and config.csv_header
+    for src, (reasons, raws) in bad.items():
+        key = index[src]
+        target = staging / "out" / f"{attempt}-{src}-quarantine.parquet"
+        table = {
+            "source_key": pa.array([key] * len(raws), pa.string()),
+            "line": pa.array(_line_numbers(files[key], raws, skip_header), pa.int64()),
+            "reason": pa.array(reasons, pa.string()),
+            "raw": pa.array(raws, pa.string()),
+        }
+        pq.write_table(pa.table(table), target)
+        yield src, StagedFile("", target, len(raws), target.stat().st_size)
 
 
 def _split_by_source(
