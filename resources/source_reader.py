@@ -312,23 +312,9 @@ def read_sources(
         .parquet(str(table_dir))
     )
 
-    return _cut_output(spark, config, files, index, staging, attempt, results)
-
-
-def _cut_output(
-    spark: Any,
-    config: StreamConfig,
-    files: dict[str, Path],
-    index: dict[int, str],
-    staging: Path,
-    attempt: str,
-    results: dict[str, SourceBatchResult],
-) -> dict[str, SourceBatchResult]:
-    """Objects and counts out of the Spark job's output: one table object per source and part
-    file, one quarantine object per source with bad records."""
     out = staging / "out"
     out.mkdir(parents=True, exist_ok=True)
-    for dt_dir in sorted((staging / "table").glob("dt=*")):
+    for dt_dir in sorted(table_dir.glob("dt=*")):
         dt_value = dt_dir.name[3:]
         if dt_value == "__HIVE_DEFAULT_PARTITION__":
             for src, staged in _write_quarantine(
