@@ -8,7 +8,7 @@ and, in the same session on the same files, times:
   text parse   `spark.read.text` + `from_json` instead (how leasehold read until 2026-11-23);
   json+source  the bare job plus the corrupt-record column and the source of each row, sorted
                by (date, source) for the writer: the core of leasehold's read;
-  leasehold    `source_reader.read_sources`: the above plus the checks and reasons of bad
+  leasehold    `SourceReader.read`: the above plus the checks and reasons of bad
                records and the cut into one object per (source, date).
 """
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import SCHEMA, bare_job, measured, process_cpu  # noqa: E402
 
 from resources.sample_data import write_sample_sources  # noqa: E402
-from resources.source_reader import CORRUPT, INPUT_DIGITS, read_sources  # noqa: E402
+from resources.source_reader import CORRUPT, INPUT_DIGITS, SourceReader  # noqa: E402
 from resources.spark_session import build_spark_session  # noqa: E402
 from resources.streams import load_streams  # noqa: E402
 
@@ -45,12 +45,13 @@ streams:
 def variants(spark: Any, base: Path, files: dict[str, Path]) -> dict[str, Callable[[Path], Any]]:
     from pyspark.sql import functions as F
 
-    inputs = base / "inputs"  # named as read_sources names them, so the source column is alike
+    inputs = base / "inputs"  # named as SourceReader names them, so the source column is alike
     inputs.mkdir()
     for i, path in enumerate(files.values()):
         os.link(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt")
     (base / "streams.yaml").write_text(STREAMS.format(source=base / "sources", base=base))
     config = load_streams(base / "streams.yaml")["bench"]
+    reader = SourceReader(spark, config)  # as a run has one, for all its chunks
     source = F.substring("_metadata.file_name", 1, INPUT_DIGITS).cast("int").alias("src")
     dt = F.date_format("event_time", "yyyy-MM-dd").alias("dt")
     columns = [column.split()[0] for column in SCHEMA.split(", ")]
@@ -79,7 +80,7 @@ def variants(spark: Any, base: Path, files: dict[str, Path]) -> dict[str, Callab
         "bare": lambda out: bare_job(spark, inputs, out),
         "text parse": text_parse,
         "json+source": json_with_source,
-        "leasehold": lambda out: read_sources(spark, config, files, out, "bench"),
+        "leasehold": lambda out: reader.read(files, out, "bench"),
     }
 
 

@@ -9,10 +9,11 @@ that needs Spark pays the ~7 s start, and no other step starts a second one.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import PrivateAttr
@@ -24,6 +25,9 @@ from resources.object_store import ObjectStore, object_store_for
 from resources.spark_session import build_spark_session
 from resources.store_config import default_data_dir
 from resources.streams import StreamConfig, load_streams
+
+if TYPE_CHECKING:
+    from resources.source_reader import SourceReader
 
 
 def _env_fields(fields: dict[str, str]) -> dict[str, Any]:
@@ -142,10 +146,14 @@ class LakeResource(ConfigurableResource):
         table = self.object_store(config.table)
         quarantine = self.object_store(config.quarantine)
 
-        def read_batch(files: dict[str, Path], staging: Path, attempt: str):
-            from resources.source_reader import read_sources
+        @functools.cache
+        def reader() -> SourceReader:  # one per run: it keeps the Spark expressions it built
+            from resources.source_reader import SourceReader
 
-            return read_sources(spark.session(), config, files, staging, attempt)
+            return SourceReader(spark.session(), config)
+
+        def read_batch(files: dict[str, Path], staging: Path, attempt: str):
+            return reader().read(files, staging, attempt)
 
         def publisher(store: ObjectStore) -> Publish:
             return lambda local, key: store.move_file(local, key)

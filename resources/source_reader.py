@@ -9,8 +9,12 @@ object would cost more than the data), and the common case pays for little more 
   fault (Spark 4 runs ANSI casts, which would fail the job instead). As in any Spark JSON read,
   a line holding a JSON array yields one record per element, and invalid UTF-8 is rejected.
   CSV lines are read as text and always take the text parse;
-- the batch is written by ONE job — good rows by date, bad rows under a null date — and cut
-  into one object per source and part file with pyarrow; every count comes from those files.
+- the batch is read by ONE job (per MAX_READ_BYTES of text) whose rows come to the driver as
+  Arrow — good rows with their date, bad rows with a reason and no date — sorted by (date,
+  source) within each Spark partition, and cut into one Parquet object per run of a source's
+  rows for a date with pyarrow; every count comes from those runs. Spark does not write the
+  rows first: re-reading its Parquet cost more than the cut (bench/reader.py). An object too
+  big for that alone goes through local Parquet, one task's output at a time.
 Two things a line-mode read does not know are found afterwards, for the few bad records only:
 the text of a line that parsed but fails a check (no event time, no record id) — a second, text
 read of just the sources that have such lines — and the line numbers of bad records, by
@@ -33,11 +37,14 @@ import shutil
 import zlib
 from collections import defaultdict, deque
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.ingestion import SourceBatchResult, StagedFile
@@ -46,26 +53,33 @@ from resources.streams import StreamConfig
 CORRUPT = "_corrupt_record"
 INPUT_DIGITS = 7
 REPLACEMENTS = re.compile("\ufffd+")
+EPOCH = date(1970, 1, 1)
+# Source text per Spark job whose rows come to the driver as Arrow: what one read may hold in
+# memory (as Arrow, plus Spark's copy of the task results until they are handed over).
+MAX_READ_BYTES = 256 << 20
 
 
-def unreadable_reason(path: Path) -> str | None:
-    """Why a whole object can't be read, or None. Gzip is verified end to end here: a corrupt
-    member would otherwise fail the Spark job for every object in the batch."""
+def inspect_source(path: Path) -> tuple[str | None, int]:
+    """(why the whole object can't be read or None, bytes of text it holds). Gzip is verified
+    end to end here — a corrupt member would otherwise fail the Spark job for every object in
+    the batch — and its size counted on the way."""
     try:
         with path.open("rb") as f:
             head = f.read(2)
+        size = path.stat().st_size
     except OSError as exc:
-        return f"cannot open: {exc.strerror or exc}"
+        return f"cannot open: {exc.strerror or exc}", 0
     if path.name.endswith(".gz"):
         if head != b"\x1f\x8b":
-            return "named .gz but is not gzip data"
+            return "named .gz but is not gzip data", 0
+        size = 0
         try:
             with gzip.open(path, "rb") as f:
-                while f.read(1 << 20):
-                    pass
+                while block := f.read(1 << 20):
+                    size += len(block)
         except (OSError, EOFError, zlib.error) as exc:
-            return f"corrupt gzip: {exc}"
-    return None
+            return f"corrupt gzip: {exc}", 0
+    return None, size
 
 
 def _open_lines(path: Path) -> IO[str]:
@@ -175,47 +189,67 @@ def _check_reason(config: StreamConfig) -> Any:
     return reason
 
 
-def _read_json_records(spark: Any, config: StreamConfig, inputs: Path) -> Any:
-    """(src, raw, columns..., _rejected): `raw` is the text of a rejected line, else null;
-    `_rejected` names what is wrong with it. A line the typed parse rejects but the text parse
-    accepts (a quoted number, say) keeps its text-cast values."""
+@dataclass(frozen=True)
+class _ReadPlan:
+    """A read's Spark expressions, select by select. Built once per reader: building them takes
+    about 1,000 py4j round trips (~0.15 s), and a run reads many chunks with the same ones."""
+
+    lines: list[Any]  # from the file reader's rows: (src, raw) or (src, columns..., raw)
+    keep: Any  # which of those are records at all, or None
+    parsed: list[Any]  # (src, raw, columns..., _rejected)
+    checked: list[Any]  # (src, raw, columns..., _reason)
+    rows: list[Any]  # (src, dt, columns..., _reason, _raw)
+
+
+def _read_plan(config: StreamConfig) -> _ReadPlan:
+    """JSON lines: Spark's JSON reader parses with the declared types; `raw` is the text of a
+    line it rejects, else null, and only such a line goes through the text parse, which names
+    what is wrong (a line the typed parse rejects but the text parse accepts, a quoted number
+    say, keeps its text-cast values). CSV: every line goes through the text parse."""
     from pyspark.sql import functions as F
 
-    schema, options = _json_schema(config)
-    records = (
-        spark.read.schema(schema)
-        .options(**options)
-        .json(str(inputs))
-        .select(_source(), *config.column_names, F.col(CORRUPT).alias("raw"))
-    )
     text_reason, text_typed = _text_reason_and_columns(config, F.col("raw"))
-    rejected = F.col("raw").isNotNull()
-    return records.select(
-        "src",
-        "raw",
-        *(
-            F.when(rejected, text_typed[c]).otherwise(F.col(c)).alias(c)
-            for c in config.column_names
-        ),
-        F.when(rejected, text_reason).alias("_rejected"),
+    if config.format == "jsonl":
+        lines = [_source(), *config.column_names, F.col(CORRUPT).alias("raw")]
+        keep = None
+        rejected = F.col("raw").isNotNull()
+        parsed = [
+            "src",
+            "raw",
+            *(
+                F.when(rejected, text_typed[c]).otherwise(F.col(c)).alias(c)
+                for c in config.column_names
+            ),
+            F.when(rejected, text_reason).alias("_rejected"),
+        ]
+    else:
+        lines = [_source(), F.col("value").alias("raw")]
+        keep = F.trim("raw") != ""
+        parsed = [
+            "src",
+            "raw",
+            *(col.alias(name) for name, col in text_typed.items()),
+            text_reason.alias("_rejected"),
+        ]
+    reason = (
+        F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
+        .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
+        .otherwise(_check_reason(config))
     )
-
-
-def _read_csv_lines(spark: Any, config: StreamConfig, inputs: Path) -> Any:
-    """(src, raw, columns..., _rejected), every line through the text parse."""
-    from pyspark.sql import functions as F
-
-    lines = (
-        spark.read.text(str(inputs))
-        .select(_source(), F.col("value").alias("raw"))
-        .where(F.trim("raw") != "")
-    )
-    text_reason, text_typed = _text_reason_and_columns(config, F.col("raw"))
-    return lines.select(
-        "src",
-        "raw",
-        *(col.alias(name) for name, col in text_typed.items()),
-        text_reason.alias("_rejected"),
+    dt = F.to_date(F.from_utc_timestamp(_event_time(config), config.timezone))
+    ok = F.col("_reason").isNull()
+    return _ReadPlan(
+        lines=lines,
+        keep=keep,
+        parsed=parsed,
+        checked=["src", "raw", *config.column_names, reason.alias("_reason")],
+        rows=[
+            "src",
+            F.when(ok, dt).alias("dt"),
+            *config.column_names,
+            "_reason",
+            F.when(~ok, F.make_valid_utf8("raw")).alias("_raw"),
+        ],
     )
 
 
@@ -251,85 +285,136 @@ def _lines_failing_checks(
     return found
 
 
-def read_sources(
-    spark: Any,
-    config: StreamConfig,
-    files: dict[str, Path],
-    staging: Path,
-    attempt: str,
-) -> dict[str, SourceBatchResult]:
-    """Read `files` (source key -> local path) and stage their table and quarantine rows.
+class SourceReader:
+    """Reads batches of one stream's source objects, one SparkSession for all of them."""
 
-    Returns one result per source key. Staged file names carry `attempt`, so nothing written
-    here can be mistaken for another attempt's output.
-    """
-    from pyspark.sql import functions as F
+    def __init__(
+        self, spark: Any, config: StreamConfig, max_read_bytes: int = MAX_READ_BYTES
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.max_read_bytes = max_read_bytes
+        self._plan: _ReadPlan | None = None
 
-    results = {key: SourceBatchResult() for key in files}
-    inputs = staging / "in"
-    inputs.mkdir(parents=True, exist_ok=True)
-    index: dict[int, str] = {}
-    skip_header = config.format == "csv" and config.csv_header
-    for i, (key, path) in enumerate(files.items()):
-        problem = unreadable_reason(path)
-        if problem is not None:
-            results[key].unreadable = problem
-            continue
-        gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
-        _stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}", skip_header)
-        index[i] = key
-    if not index:
+    def read(
+        self, files: dict[str, Path], staging: Path, attempt: str
+    ) -> dict[str, SourceBatchResult]:
+        """Read `files` (source key -> local path) and stage their table and quarantine rows.
+
+        Returns one result per source key. Staged file names carry `attempt`, so nothing
+        written here can be mistaken for another attempt's output. Objects are read together,
+        one Spark job per `max_read_bytes` of (uncompressed) source text.
+        """
+        config = self.config
+        results = {key: SourceBatchResult() for key in files}
+        index: dict[int, str] = {}
+        sizes: dict[int, int] = {}
+        for i, (key, path) in enumerate(files.items()):
+            problem, size = inspect_source(path)
+            if problem is None:
+                index[i], sizes[i] = key, size
+            else:
+                results[key].unreadable = problem
+        out = staging / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        skip_header = config.format == "csv" and config.csv_header
+        for n, read in enumerate(_group_reads(sizes, self.max_read_bytes)):
+            inputs = staging / f"in-{n}"
+            inputs.mkdir(parents=True, exist_ok=True)
+            for i in read:
+                path = files[index[i]]
+                gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
+                _stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}", skip_header)
+            rows = self._rows(inputs)
+            if sum(sizes[i] for i in read) <= self.max_read_bytes:
+                tables: Iterator[pa.Table] = iter([rows.toArrow()])
+            else:  # one object, too big to hold in the driver
+                tables = _through_parquet(rows, staging / f"spill-{n}")
+            bad: dict[int, tuple[list[str], list[str | None]]] = defaultdict(lambda: ([], []))
+            for src, dt, run in _runs_by_source_and_date(tables):
+                if dt is None:
+                    bad[src][0].extend(run.column("_reason").to_pylist())
+                    bad[src][1].extend(run.column("_raw").to_pylist())
+                    continue
+                staged = results[index[src]].table_files
+                target = out / f"{attempt}-{src}-{dt}-{len(staged)}.parquet"
+                pq.write_table(run.select(config.column_names), target)
+                staged.append(StagedFile(dt, target, run.num_rows, target.stat().st_size))
+            quarantined = _write_quarantine(
+                self.spark, config, files, index, bad, inputs, out, attempt
+            )
+            for src, staged_file in quarantined:
+                results[index[src]].quarantine_files.append(staged_file)
+        for result in results.values():
+            if result.unreadable is None:
+                result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
+                written = sum(f.row_count for f in result.table_files)
+                result.rows_read = written + result.rows_quarantined
         return results
 
-    # One directory, not a list of paths: past 32 paths Spark lists them with a job.
-    if config.format == "jsonl":
-        parsed = _read_json_records(spark, config, inputs)
-    else:
-        parsed = _read_csv_lines(spark, config, inputs)
-    reason = (
-        F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
-        .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
-        .otherwise(_check_reason(config))
-    )
-    event = _event_time(config)
-    dt = F.date_format(F.from_utc_timestamp(event, config.timezone), "yyyy-MM-dd")
-    ok = F.col("_reason").isNull()
-    table_dir = staging / "table"
-    # ONE job: good rows under their date, bad rows (only they keep reason and raw text) under
-    # a null date. Sorted by (dt, src), which is the order the writer needs anyway (no second
-    # sort), and which puts each source's rows for a date together in a part file.
-    (
-        parsed.select("src", "raw", *config.column_names, reason.alias("_reason"))
-        .select(
-            "src",
-            F.when(ok, dt).alias("dt"),
-            *config.column_names,
-            "_reason",
-            F.when(~ok, F.make_valid_utf8("raw")).alias("_raw"),
-        )
-        .sortWithinPartitions("dt", "src")
-        .write.partitionBy("dt")
-        .parquet(str(table_dir))
-    )
-
-    out = staging / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    for dt_dir in sorted(table_dir.glob("dt=*")):
-        dt_value = dt_dir.name[3:]
-        if dt_value == "__HIVE_DEFAULT_PARTITION__":
-            for src, staged in _write_quarantine(
-                spark, config, files, index, staging, dt_dir, attempt
-            ):
-                results[index[src]].quarantine_files.append(staged)
+    def _rows(self, inputs: Path) -> Any:
+        """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has
+        its date (in the table's time zone) and no reason; a bad row has a reason, its text if
+        known, and no date. Sorted by (dt, src) within each Spark partition, so that each
+        source's rows for a date are together."""
+        if self._plan is None:
+            self._plan = _read_plan(self.config)
+        plan = self._plan
+        if self.config.format == "jsonl":
+            schema, options = _json_schema(self.config)
+            lines = self.spark.read.schema(schema).options(**options).json(str(inputs))
         else:
-            for src, staged in _split_by_source(dt_dir, out, dt_value, attempt):
-                results[index[src]].table_files.append(staged)
-    for result in results.values():
-        if result.unreadable is None:
-            result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
-            written = sum(f.row_count for f in result.table_files)
-            result.rows_read = written + result.rows_quarantined
-    return results
+            lines = self.spark.read.text(str(inputs))
+        lines = lines.select(*plan.lines)
+        if plan.keep is not None:
+            lines = lines.where(plan.keep)
+        return (
+            lines.select(*plan.parsed)
+            .select(*plan.checked)
+            .select(*plan.rows)
+            .sortWithinPartitions("dt", "src")
+        )
+
+
+def _group_reads(sizes: dict[int, int], max_read_bytes: int) -> Iterator[list[int]]:
+    """Consecutive objects, as many per read as fit in `max_read_bytes` (at least one)."""
+    read: list[int] = []
+    read_bytes = 0
+    for i, size in sizes.items():
+        if read and read_bytes + size > max_read_bytes:
+            yield read
+            read, read_bytes = [], 0
+        read.append(i)
+        read_bytes += size
+    if read:
+        yield read
+
+
+def _through_parquet(rows: Any, directory: Path) -> Iterator[pa.Table]:
+    """The rows by way of local Parquet, one Spark task's output at a time: memory stays
+    bounded by what one task writes, however big an object is."""
+    rows.write.parquet(str(directory))
+    for part in sorted(directory.glob("part-*.parquet")):
+        yield pq.read_table(part)
+
+
+def _runs_by_source_and_date(
+    tables: Iterator[pa.Table],
+) -> Iterator[tuple[int, str | None, pa.Table]]:
+    """(src, date or None for bad rows, rows): each run of equal (src, dt), zero-copy slices.
+    A run is cut where either changes — also between Spark partitions, which each are
+    sorted on their own: a source read by several tasks yields several runs for a date."""
+    for table in tables:
+        if table.num_rows == 0:
+            continue
+        src = table.column("src").to_numpy()
+        days = pc.fill_null(table.column("dt").cast(pa.int32()), -1).to_numpy()
+        changes = np.flatnonzero((np.diff(src) != 0) | (np.diff(days) != 0)) + 1
+        starts = [0, *changes.tolist(), len(src)]
+        for begin, end in zip(starts[:-1], starts[1:], strict=True):
+            day = int(days[begin])
+            dt = None if day < 0 else (EPOCH + timedelta(days=day)).isoformat()
+            yield int(src[begin]), dt, table.slice(begin, end - begin)
 
 
 def _write_quarantine(
@@ -337,15 +422,17 @@ def _write_quarantine(
     config: StreamConfig,
     files: dict[str, Path],
     index: dict[int, str],
-    staging: Path,
-    directory: Path,
+    bad: dict[int, tuple[list[str], list[str | None]]],
+    inputs: Path,
+    out: Path,
     attempt: str,
 ) -> Iterator[tuple[int, StagedFile]]:
-    """One quarantine object per source with bad records: source key, line, reason, text."""
-    bad = _collect_bad_rows(directory)
+    """One quarantine object per source with bad records: source key, line, reason, text.
+    `bad` is src -> (reasons, raw lines); the raw line of a JSON record that parsed but
+    failed a check is not known yet (None) and is looked up here."""
     unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
     if unseen:
-        again = [next((staging / "in").glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
+        again = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
         found = _lines_failing_checks(spark, config, again)
         for src in unseen:
             reasons, raws = bad[src]
@@ -355,7 +442,7 @@ def _write_quarantine(
     skip_header = config.format == "csv" and config.csv_header
     for src, (reasons, raws) in bad.items():
         key = index[src]
-        target = staging / "out" / f"{attempt}-{src}-quarantine.parquet"
+        target = out / f"{attempt}-{src}-quarantine.parquet"
         table = {
             "source_key": pa.array([key] * len(raws), pa.string()),
             "line": pa.array(_line_numbers(files[key], raws, skip_header), pa.int64()),
@@ -364,39 +451,6 @@ def _write_quarantine(
         }
         pq.write_table(pa.table(table), target)
         yield src, StagedFile("", target, len(raws), target.stat().st_size)
-
-
-def _split_by_source(
-    directory: Path, out: Path, dt: str, attempt: str
-) -> Iterator[tuple[int, StagedFile]]:
-    """Cut Spark's part files (rows sorted by `src`) into one Parquet object per source and
-    part file. A big source object read by several tasks yields several objects for a date;
-    the part number keeps their names apart. Slicing is zero-copy; counts are exact."""
-    for part_no, part in enumerate(sorted(directory.glob("part-*.parquet"))):
-        table = pq.read_table(part)
-        if table.num_rows == 0:
-            continue
-        src = table.column("src").to_numpy()
-        starts = [0, *(np.flatnonzero(np.diff(src)) + 1).tolist(), len(src)]
-        body = table.drop_columns(["src", "_reason", "_raw"])
-        for begin, end in zip(starts[:-1], starts[1:], strict=True):
-            source = int(src[begin])
-            target = out / f"{attempt}-{source}-{dt}-{part_no}.parquet"
-            pq.write_table(body.slice(begin, end - begin), target)
-            yield source, StagedFile(dt, target, end - begin, target.stat().st_size)
-
-
-def _collect_bad_rows(directory: Path) -> dict[int, tuple[list[str], list[str | None]]]:
-    """src -> (reasons, raw lines) of every quarantined row, across all part files; the raw
-    line of a JSON record that parsed but failed a check is not known yet (None)."""
-    bad: dict[int, tuple[list[str], list[str | None]]] = defaultdict(lambda: ([], []))
-    for part in sorted(directory.glob("part-*.parquet")):
-        table = pq.read_table(part, columns=["src", "_reason", "_raw"])
-        columns = (table.column(c).to_pylist() for c in table.column_names)
-        for src, reason, raw in zip(*columns, strict=True):
-            bad[src][0].append(reason)
-            bad[src][1].append(raw)
-    return bad
 
 
 def _line_numbers(path: Path, raws: list[str | None], header_skipped: bool) -> list[int | None]:

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from resources.source_reader import read_sources
+from resources.source_reader import SourceReader
 from resources.spark_session import build_spark_session
 from resources.streams import load_streams
 
@@ -21,7 +21,7 @@ def main() -> None:
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     config = load_streams(streams)["events"]
     files = {p.name: p for p in sorted(source_dir.iterdir())}
-    results = read_sources(spark, config, files, staging, "connect")
+    results = SourceReader(spark, config).read(files, staging, "connect")
     out.write_text(
         json.dumps(
             {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from resources.source_reader import read_sources, unreadable_reason
+from resources.source_reader import MAX_READ_BYTES, SourceReader, inspect_source
 from resources.streams import load_streams
 
 
@@ -62,9 +62,17 @@ def corpus(d: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(d.iterdir())}
 
 
-def test_bad_input_is_quarantined_with_reasons_and_counted(spark, config, tmp_path: Path) -> None:
+# The whole batch as one read with its rows to the driver as Arrow; and each object as a read
+# of its own, too big for that, so through local Parquet.
+READS = pytest.mark.parametrize("max_read_bytes", [MAX_READ_BYTES, 1], ids=["arrow", "parquet"])
+
+
+@READS
+def test_bad_input_is_quarantined_with_reasons_and_counted(
+    spark, config, tmp_path: Path, max_read_bytes: int
+) -> None:
     files = corpus(tmp_path / "src")
-    results = read_sources(spark, config, files, tmp_path / "stage", "a1")
+    results = SourceReader(spark, config, max_read_bytes).read(files, tmp_path / "stage", "a1")
 
     mixed = results["mixed 1,[a]|b.jsonl"]
     assert mixed.unreadable is None
@@ -126,7 +134,8 @@ streams:
     (src / "a.csv").write_text(
         "id,n,at\nx1,5,2026-01-01T01:00:00Z\nx2,notanumber,2026-01-01T02:00:00Z\nx3,7\n"
     )
-    (result,) = read_sources(spark, config, {"a.csv": src / "a.csv"}, tmp_path / "st", "b").values()
+    reader = SourceReader(spark, config)
+    (result,) = reader.read({"a.csv": src / "a.csv"}, tmp_path / "st", "b").values()
     assert (result.rows_read, result.rows_quarantined) == (3, 2)
     reasons = sorted(
         r["reason"] for r in pq.read_table(result.quarantine_files[0].local_path).to_pylist()
@@ -134,15 +143,20 @@ streams:
     assert reasons == ["CSV line does not have 3 fields", "wrong type for n: expected long"]
 
 
-def test_unreadable_reasons(tmp_path: Path) -> None:
-    assert unreadable_reason(tmp_path / "missing.jsonl").startswith("cannot open")
+def test_inspect_source_names_unreadable_objects_and_counts_text(tmp_path: Path) -> None:
+    reason, _ = inspect_source(tmp_path / "missing.jsonl")
+    assert reason is not None and reason.startswith("cannot open")
     ok = tmp_path / "ok.jsonl"
     ok.write_text("{}")
-    assert unreadable_reason(ok) is None
+    assert inspect_source(ok) == (None, 2)
+    zipped = tmp_path / "ok.jsonl.gz"
+    zipped.write_bytes(gzip.compress(b"{}\n" * 1000))
+    assert inspect_source(zipped) == (None, 3000)  # what Spark will read, not the file size
 
 
+@READS
 def test_an_object_split_across_tasks_loses_nothing_and_numbers_its_bad_lines(
-    spark, config, tmp_path: Path
+    spark, config, tmp_path: Path, max_read_bytes: int
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -153,9 +167,8 @@ def test_an_object_split_across_tasks_loses_nothing_and_numbers_its_bad_lines(
     previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
     spark.conf.set("spark.sql.files.maxPartitionBytes", "8192")  # ~40 tasks for this object
     try:
-        (big,) = read_sources(
-            spark, config, {"big.jsonl": src / "big.jsonl"}, tmp_path / "stage", "a1"
-        ).values()
+        reader = SourceReader(spark, config, max_read_bytes)
+        (big,) = reader.read({"big.jsonl": src / "big.jsonl"}, tmp_path / "stage", "a1").values()
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
 
@@ -192,7 +205,7 @@ def test_json_arrays_and_byte_order_marks_read_as_spark_reads_them(
     ]
     (src / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     files = {"a.jsonl": src / "a.jsonl"}
-    (result,) = read_sources(spark, config, files, tmp_path / "st", "c").values()
+    (result,) = SourceReader(spark, config).read(files, tmp_path / "st", "c").values()
 
     assert (result.rows_read, result.rows_quarantined) == (8, 3)
     ids = [
