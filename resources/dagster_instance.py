@@ -82,6 +82,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         self._engines: OrderedDict[str, tuple[Engine, int]] = OrderedDict()
         self._unchecked: set[str] = set()  # run shards written since their last checkpoint
         self._checkpoint_timer: threading.Timer | None = None
+        self._asset_key_columns: set[str] = set()  # seen in the index shard's asset_keys
         super().__init__(base_dir, inst_data)
         this = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forget_engines_after_fork(this))
@@ -100,6 +101,16 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                     yield conn
                 if shard != INDEX_SHARD_NAME and sqlite.total_changes != changes:
                     self._checkpoint_soon(shard)
+
+    def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
+        """Dagster asks this on every asset event, by reading the table's schema (about a tenth
+        of what an event costs). A column, once added by a migration, stays: remember it."""
+        if column_name in self._asset_key_columns:
+            return True
+        found = super()._has_asset_key_col_on_connection(conn, column_name)
+        if found:
+            self._asset_key_columns.add(column_name)
+        return found
 
     def _checkpoint_soon(self, shard: str) -> None:
         """Called holding `_db_lock`."""
@@ -133,6 +144,8 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                 return cached[0]
             self._engines.pop(shard)[0].dispose()
             self._initialized_dbs.discard(shard)
+            if shard == INDEX_SHARD_NAME:
+                self._asset_key_columns.clear()
         engine = create_engine(
             create_db_conn_string(self._base_dir, shard),
             poolclass=QueuePool,
