@@ -13,7 +13,9 @@ SparkSession (its start-up, ~7 s, is excluded from every path alike; a warm-up j
       commits), publishing, one fenced commit per partition, Dagster's planned and
       materialization events; and the same again with one chunk per run, so that nothing
       overlaps, to show what the pipeline buys.
-Each path also reports its CPU (this process's threads plus Spark's JVM), in core-seconds.
+(a) and (c) run alternately, twice each, and the best of each counts; (b) and the serial
+variant of (c) run once. Each path also reports its CPU (this process's threads plus Spark's
+JVM), in core-seconds.
 Targets (issue 3): overhead per source partition, (c - a) / partitions, <= 40 ms; at the larger
 size (c) <= 1.5x (a); <= 4 runs for 2,000 partitions.
 """
@@ -55,6 +57,7 @@ EVENTS = "Dagster event log (planned + materialization events)"
 RUNS = "runs, wall time (the reader thread overlaps the main thread)"
 PIPELINED = LakeResource().chunk_size  # the default: several chunks per run, pipelined
 SERIAL = LakeResource().max_partitions_per_run  # one chunk per run: nothing to overlap
+REPEAT = 2
 
 
 def timed(step: str, fn: Any) -> Any:
@@ -222,12 +225,21 @@ def main() -> int:
             size = base / f"{args.objects}x{records}"
             source = size / "sources"
             write_sample_sources(source, objects=args.objects, records_per_object=records)
-            bare, bare_cpu, _ = measured(cpu, bare_job, spark, source, size / "bare")
+            # The bare job and leasehold alternate, best of REPEAT each: on this VM one run of
+            # the same job can take 30% longer than the next, and the first job after the
+            # files are written pays for their write-back.
+            bares, ours_runs = [], []
+            for rep in range(REPEAT):
+                bares.append(measured(cpu, bare_job, spark, source, size / f"bare-{rep}"))
+                ours_runs.append(
+                    measured(cpu, dagster_path, size / f"leasehold-{rep}", source, PIPELINED)
+                )
+            bare, bare_cpu, _ = min(bares, key=lambda m: m[0])
+            _, ours_cpu, ours = min(ours_runs, key=lambda m: m[2]["total"])
             stream, stream_cpu, _ = measured(
                 cpu, streaming_job, spark, source, size / "stream", size / "checkpoint"
             )
             _, serial_cpu, serial = measured(cpu, dagster_path, size / "serial", source, SERIAL)
-            _, ours_cpu, ours = measured(cpu, dagster_path, size / "leasehold", source, PIPELINED)
             n = args.objects
             overhead_ms = (ours["total"] - bare) / n * 1000
             print(f"\n### {n} objects x {records} records ({n * records:,} records)\n")
