@@ -392,10 +392,15 @@ def _group_reads(sizes: dict[int, int], max_read_bytes: int) -> Iterator[list[in
 
 def _through_parquet(rows: Any, directory: Path) -> Iterator[pa.Table]:
     """The rows by way of local Parquet, one Spark task's output at a time: memory stays
-    bounded by what one task writes, however big an object is."""
+    bounded by what one task writes, however big an object is. Cast to the types `toArrow`
+    gives (Spark writes timestamps as INT96, which pyarrow reads as naive nanoseconds), so
+    objects are alike whichever way they came."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(rows.schema, timezone="UTC")
     rows.write.parquet(str(directory))
     for part in sorted(directory.glob("part-*.parquet")):
-        yield pq.read_table(part)
+        yield pq.read_table(part).cast(schema)
 
 
 def _runs_by_source_and_date(
@@ -408,12 +413,12 @@ def _runs_by_source_and_date(
         if table.num_rows == 0:
             continue
         src = table.column("src").to_numpy()
-        days = pc.fill_null(table.column("dt").cast(pa.int32()), -1).to_numpy()
-        changes = np.flatnonzero((np.diff(src) != 0) | (np.diff(days) != 0)) + 1
-        starts = [0, *changes.tolist(), len(src)]
+        dated = pc.is_valid(table.column("dt")).to_numpy(zero_copy_only=False)
+        days = pc.fill_null(table.column("dt").cast(pa.int32()), 0).to_numpy()
+        change = (src[1:] != src[:-1]) | (days[1:] != days[:-1]) | (dated[1:] != dated[:-1])
+        starts = [0, *(np.flatnonzero(change) + 1).tolist(), len(src)]
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
-            day = int(days[begin])
-            dt = None if day < 0 else (EPOCH + timedelta(days=day)).isoformat()
+            dt = (EPOCH + timedelta(days=int(days[begin]))).isoformat() if dated[begin] else None
             yield int(src[begin]), dt, table.slice(begin, end - begin)
 
 

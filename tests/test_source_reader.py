@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -112,6 +113,10 @@ def test_bad_input_is_quarantined_with_reasons_and_counted(
     for result in results.values():
         written = sum(f.row_count for f in result.table_files)
         assert result.rows_read == written + result.rows_quarantined
+        for f in result.table_files:  # the same types whichever way the rows came
+            assert pq.read_schema(f.local_path).field("event_time").type == pa.timestamp(
+                "us", tz="UTC"
+            )
 
 
 def test_csv_with_header(spark, tmp_path: Path) -> None:
@@ -218,3 +223,19 @@ def test_json_arrays_and_byte_order_marks_read_as_spark_reads_them(
         (6, "missing event time", lines[5]),
         (7, "invalid JSON (truncated or malformed)", lines[6]),
     ]
+
+
+def test_dates_before_1970_are_dates_like_any_other(spark, config, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    lines = [good(1, "1969-12-31T20:00:00Z"), good(2, "1970-01-01T12:00:00Z")]
+    (src / "a.jsonl").write_text("\n".join(lines) + "\n")
+    (result,) = (
+        SourceReader(spark, config)
+        .read({"a.jsonl": src / "a.jsonl"}, tmp_path / "st", "d")
+        .values()
+    )
+
+    assert (result.rows_read, result.rows_quarantined) == (2, 0)
+    # in New York, the table's time zone: 15:00 on Dec 31 and 07:00 on Jan 1
+    assert sorted(f.dt for f in result.table_files) == ["1969-12-31", "1970-01-01"]
