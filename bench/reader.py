@@ -7,9 +7,11 @@ and, in the same session on the same files, times:
   bare         `spark.read.json` with the schema, date column, date-partitioned Parquet;
   text parse   `spark.read.text` + `from_json` instead (how leasehold read until 2026-11-23);
   json+source  the bare job plus the corrupt-record column and the source of each row, sorted
-               by (date, source) for the writer: the core of leasehold's read;
-  leasehold    `SourceReader.read`: the above plus the checks and reasons of bad
-               records and the cut into one object per (source, date).
+               by (date, source) and written by Spark as Parquet (leasehold's read until
+               2026-11-23 afternoon, less its checks; pyarrow then read those files back);
+  leasehold    `SourceReader.read`: the same rows with the checks and reasons of bad records,
+               to the driver as Arrow instead, cut into one object per (source, date) with
+               pyarrow.
 """
 
 import argparse
