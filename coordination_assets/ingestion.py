@@ -39,6 +39,12 @@ RANGE_END = "dagster/asset_partition_range_end"
 EXPECTED_COUNT = "leasehold/partition_count"
 
 
+def main_job_cursor_key(stream: str) -> str:
+    """Where `leasehold run` keeps the discovery cursor in the instance (its run storage's
+    key-value cursors), advanced only once the runs a tick asked for have finished."""
+    return f"leasehold_main_job_cursor:{stream}"
+
+
 def partitions_for(stream: str) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name=f"{stream}_source_partitions")
 
@@ -112,6 +118,13 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
         context: SensorEvaluationContext, coordination: CoordinationResource, lake: LakeResource
     ):
         lister = lake.lister(stream)
+        cursor = context.cursor
+        if not cursor:
+            # A sensor that never ticked on this instance starts where `leasehold run` left off
+            # on it, not from the beginning: else its first tick lists every object again and
+            # asks for runs that find each partition already complete.
+            key = main_job_cursor_key(stream)
+            cursor = context.instance.run_storage.get_cursor_values({key}).get(key)
         found = Discovery(
             coordination.store,
             stream,
@@ -119,7 +132,7 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
             owner=coordination.owner,
             timeout_s=coordination.ownership_timeout_seconds,
             max_objects_per_tick=lake.max_objects_per_tick,
-        ).discover(context.cursor or None)
+        ).discover(cursor or None)
         # Work earlier attempts left behind — a crashed run's expired lease, an unreadable
         # object's reopened CLOSED item — gets a run of its own; the run key changes only when
         # the item does, so a tick never asks twice for the same retry.

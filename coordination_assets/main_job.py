@@ -22,6 +22,7 @@ from coordination_assets.ingestion import (
     build_discovery_sensor,
     build_ingestion_asset,
     build_ingestion_checks,
+    main_job_cursor_key,
     partitions_for,
 )
 
@@ -69,7 +70,7 @@ def run_stream(
     asset_def = build_ingestion_asset(stream)
     checks = build_ingestion_checks(stream)
     resources = defs.resources or {}
-    state_key = f"leasehold_main_job_cursor:{stream}"
+    state_key = main_job_cursor_key(stream)
     cursor = instance.run_storage.get_cursor_values({state_key}).get(state_key)
     for _ in range(max_ticks):
         with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:

@@ -20,6 +20,7 @@ from coordination_assets.ingestion import (
     RANGE_START,
     build_discovery_sensor,
     build_ingestion_asset,
+    main_job_cursor_key,
     partitions_for,
 )
 from resources.lease_store import PartitionStatus
@@ -155,3 +156,24 @@ def test_work_left_behind_is_requested_again(env: PipelineEnv) -> None:
     assert retried[to_partition_key(crashed)].endswith(":1:0")  # epoch 1, never closed
     assert retried[to_partition_key(unreadable)].endswith(":1:1")  # closed once
     assert not again.dynamic_partitions_requests  # nothing new was discovered
+
+
+def test_a_first_tick_starts_where_leasehold_run_left_off(env: PipelineEnv) -> None:
+    """`leasehold run` then `dagster dev` on the same home: the daemon's sensor has no cursor
+    of its own yet, and must not list (and run) what `leasehold run` already ingested."""
+    sources = env.root / "sources"
+    write_sample_sources(sources, objects=2, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    done = tick(env, instance, resources, None)  # what `leasehold run` ticked, then ran
+    instance.run_storage.set_cursor_values({main_job_cursor_key(STREAM): done.cursor})
+    for name in ("late-a.jsonl", "late-b.jsonl"):
+        (sources / "2026/01/03" / name).parent.mkdir(parents=True, exist_ok=True)
+        (sources / "2026/01/03" / name).write_text("{}\n")
+
+    first = tick(env, instance, resources, None)
+    (added,) = first.dynamic_partitions_requests
+    assert [from_partition_key(k) for k in added.partition_keys] == [
+        "2026/01/03/late-a.jsonl",
+        "2026/01/03/late-b.jsonl",
+    ]
+    assert [r.tags[EXPECTED_COUNT] for r in first.run_requests] == ["2"]
