@@ -192,7 +192,7 @@ def _check_reason(config: StreamConfig) -> Any:
 @dataclass(frozen=True)
 class _ReadPlan:
     """A read's Spark expressions, select by select. Built once per reader: building them takes
-    about 1,000 py4j round trips (~0.15 s), and a run reads many chunks with the same ones."""
+    about 900 py4j round trips, and a run reads many chunks with the same ones."""
 
     lines: list[Any]  # from the file reader's rows: (src, raw) or (src, columns..., raw)
     keep: Any  # which of those are records at all, or None
