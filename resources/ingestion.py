@@ -11,8 +11,8 @@ A crash anywhere before 3 leaves orphans (never read) and a lease that expires; 
 leaves a COMPLETED lease, so the retry does nothing and says so. A zombie's commit is refused.
 
 Storm's lesson applies within and across chunks: processing is parallel (one Spark job per
-chunk, the next chunk read while this one commits), commits are per partition and in a fixed
-order, on the caller's thread.
+chunk; the next chunk read while this one's small objects are written and while it commits),
+commits are per partition and in a fixed order, on the caller's thread.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -98,8 +98,9 @@ class SourceBatchResult:
     unreadable: str | None = None
 
 
-ReadBatch = Callable[[dict[str, Path], Path, str], dict[str, SourceBatchResult]]
-"""(source key -> local file, staging dir, attempt id) -> per source key results."""
+ReadBatch = Callable[[dict[str, Path], Path, str], Future[dict[str, SourceBatchResult]]]
+"""(source key -> local file, staging dir, attempt id) -> per source key results, once staged.
+It returns when the batch is read; the staged files may still be being written."""
 Fetch = Callable[[str, Path], Path]
 """(source key, scratch dir) -> a local path holding the source object's bytes."""
 Publish = Callable[[Path, str], str]
@@ -128,11 +129,14 @@ class _ReadChunk:
     leases: dict[str, Lease] = field(default_factory=dict)
     outcomes: dict[str, PartitionOutcome] = field(default_factory=dict)
     local: dict[str, Path] = field(default_factory=dict)
-    results: dict[str, SourceBatchResult] = field(default_factory=dict)
+    staged: Future[dict[str, SourceBatchResult]] | None = None
 
     def close(self) -> None:
-        """Stop renewing, hand back leases not committed, drop the staging files."""
+        """Stop renewing, hand back leases not committed, drop the staging files (once nothing
+        is writing them any more)."""
         self.keeper.__exit__(None, None, None)
+        if self.staged is not None:
+            wait([self.staged])
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -253,7 +257,7 @@ class IngestionRunner:
                 except Exception as exc:  # noqa: BLE001 - any failure to read the object
                     chunk.outcomes[key] = self._close_unreadable(lease, key, f"cannot fetch: {exc}")
             if chunk.local:
-                chunk.results = self.read_batch(chunk.local, chunk.scratch / "staging", attempt)
+                chunk.staged = self.read_batch(chunk.local, chunk.scratch / "staging", attempt)
         except BaseException:
             chunk.close()
             raise
@@ -261,9 +265,10 @@ class IngestionRunner:
 
     def _commit_chunk(self, chunk: _ReadChunk) -> Iterator[PartitionOutcome]:
         try:
+            results = chunk.staged.result() if chunk.staged is not None else {}
             for key in chunk.local:
                 chunk.outcomes[key] = self._commit(
-                    chunk.leases[key], key, chunk.results.get(key), chunk.attempt
+                    chunk.leases[key], key, results.get(key), chunk.attempt
                 )
         finally:
             chunk.close()

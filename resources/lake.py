@@ -153,7 +153,7 @@ class LakeResource(ConfigurableResource):
             return SourceReader(spark.session(), config)
 
         def read_batch(files: dict[str, Path], staging: Path, attempt: str):
-            return reader().read(files, staging, attempt)
+            return reader().start(files, staging, attempt)
 
         def publisher(store: ObjectStore) -> Publish:
             return lambda local, key: store.move_file(local, key)

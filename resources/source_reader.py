@@ -37,6 +37,7 @@ import shutil
 import zlib
 from collections import defaultdict, deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -295,15 +296,25 @@ class SourceReader:
         self.config = config
         self.max_read_bytes = max_read_bytes
         self._plan: _ReadPlan | None = None
+        self._writing: Future[Any] | None = None  # the latest read's writes, maybe still going
 
     def read(
         self, files: dict[str, Path], staging: Path, attempt: str
     ) -> dict[str, SourceBatchResult]:
+        """`start`, and wait for the staged files."""
+        return self.start(files, staging, attempt).result()
+
+    def start(
+        self, files: dict[str, Path], staging: Path, attempt: str
+    ) -> Future[dict[str, SourceBatchResult]]:
         """Read `files` (source key -> local path) and stage their table and quarantine rows.
 
-        Returns one result per source key. Staged file names carry `attempt`, so nothing
-        written here can be mistaken for another attempt's output. Objects are read together,
-        one Spark job per `max_read_bytes` of (uncompressed) source text.
+        The Spark jobs run on this thread, one per `max_read_bytes` of (uncompressed) source
+        text; writing what each returns happens on a writer thread, so the caller can start its
+        next batch's Spark job meanwhile (bench/ingest.py: ~10% of a run). A read's rows wait
+        for the previous read's writes before they are handed over, so at most two reads' rows
+        are held at once. The future holds one result per source key; staged file names carry
+        `attempt`, so nothing written here can be mistaken for another attempt's output.
         """
         config = self.config
         results = {key: SourceBatchResult() for key in files}
@@ -318,39 +329,61 @@ class SourceReader:
         out = staging / "out"
         out.mkdir(parents=True, exist_ok=True)
         skip_header = config.format == "csv" and config.csv_header
-        for n, read in enumerate(_group_reads(sizes, self.max_read_bytes)):
-            inputs = staging / f"in-{n}"
-            inputs.mkdir(parents=True, exist_ok=True)
-            for i in read:
-                path = files[index[i]]
-                gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
-                _stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}", skip_header)
-            rows = self._rows(inputs)
-            if sum(sizes[i] for i in read) <= self.max_read_bytes:
-                tables: Iterator[pa.Table] = iter([rows.toArrow()])
-            else:  # one object, too big to hold in the driver
-                tables = _through_parquet(rows, staging / f"spill-{n}")
-            bad: dict[int, tuple[list[str], list[str | None]]] = defaultdict(lambda: ([], []))
-            for src, dt, run in _runs_by_source_and_date(tables):
-                if dt is None:
-                    bad[src][0].extend(run.column("_reason").to_pylist())
-                    bad[src][1].extend(run.column("_raw").to_pylist())
-                    continue
-                staged = results[index[src]].table_files
-                target = out / f"{attempt}-{src}-{dt}-{len(staged)}.parquet"
-                pq.write_table(run.select(config.column_names), target)
-                staged.append(StagedFile(dt, target, run.num_rows, target.stat().st_size))
-            quarantined = _write_quarantine(
-                self.spark, config, files, index, bad, inputs, out, attempt
-            )
-            for src, staged_file in quarantined:
-                results[index[src]].quarantine_files.append(staged_file)
-        for result in results.values():
-            if result.unreadable is None:
-                result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
-                written = sum(f.row_count for f in result.table_files)
-                result.rows_read = written + result.rows_quarantined
-        return results
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-write")
+        writes: list[Future[None]] = []
+        try:
+            for n, read in enumerate(_group_reads(sizes, self.max_read_bytes)):
+                inputs = staging / f"in-{n}"
+                inputs.mkdir(parents=True, exist_ok=True)
+                for i in read:
+                    path = files[index[i]]
+                    gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
+                    _stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}", skip_header)
+                rows = self._rows(inputs)
+                if sum(sizes[i] for i in read) <= self.max_read_bytes:
+                    tables: Iterator[pa.Table] = iter([rows.toArrow()])
+                else:  # one object, too big to hold in the driver
+                    tables = _through_parquet(rows, staging / f"spill-{n}")
+                if self._writing is not None:
+                    wait([self._writing])
+                self._writing = writer.submit(
+                    self._write, tables, files, index, results, inputs, out, attempt
+                )
+                writes.append(self._writing)
+            staged = writer.submit(_counted, results, writes)
+        except BaseException:
+            wait(writes)  # nothing may still write into `staging` once the caller cleans up
+            raise
+        finally:
+            writer.shutdown(wait=False)
+        return staged
+
+    def _write(
+        self,
+        tables: Iterator[pa.Table],
+        files: dict[str, Path],
+        index: dict[int, str],
+        results: dict[str, SourceBatchResult],
+        inputs: Path,
+        out: Path,
+        attempt: str,
+    ) -> None:
+        """One object per run of a source's rows for a date; bad rows to quarantine."""
+        bad: dict[int, tuple[list[str], list[str | None]]] = defaultdict(lambda: ([], []))
+        for src, dt, run in _runs_by_source_and_date(tables):
+            if dt is None:
+                bad[src][0].extend(run.column("_reason").to_pylist())
+                bad[src][1].extend(run.column("_raw").to_pylist())
+                continue
+            staged = results[index[src]].table_files
+            target = out / f"{attempt}-{src}-{dt}-{len(staged)}.parquet"
+            pq.write_table(run.select(self.config.column_names), target)
+            staged.append(StagedFile(dt, target, run.num_rows, target.stat().st_size))
+        quarantined = _write_quarantine(
+            self.spark, self.config, files, index, bad, inputs, out, attempt
+        )
+        for src, staged_file in quarantined:
+            results[index[src]].quarantine_files.append(staged_file)
 
     def _rows(self, inputs: Path) -> Any:
         """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has
@@ -376,6 +409,21 @@ class SourceReader:
         )
 
 
+def _counted(
+    results: dict[str, SourceBatchResult], writes: list[Future[None]]
+) -> dict[str, SourceBatchResult]:
+    """Once every write is done (the first failure is raised): rows read = written +
+    quarantined, from the staged files themselves."""
+    for write in writes:
+        write.result()
+    for result in results.values():
+        if result.unreadable is None:
+            result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
+            written = sum(f.row_count for f in result.table_files)
+            result.rows_read = written + result.rows_quarantined
+    return results
+
+
 def _group_reads(sizes: dict[int, int], max_read_bytes: int) -> Iterator[list[int]]:
     """Consecutive objects, as many per read as fit in `max_read_bytes` (at least one)."""
     read: list[int] = []
@@ -391,16 +439,16 @@ def _group_reads(sizes: dict[int, int], max_read_bytes: int) -> Iterator[list[in
 
 
 def _through_parquet(rows: Any, directory: Path) -> Iterator[pa.Table]:
-    """The rows by way of local Parquet, one Spark task's output at a time: memory stays
-    bounded by what one task writes, however big an object is. Cast to the types `toArrow`
-    gives (Spark writes timestamps as INT96, which pyarrow reads as naive nanoseconds), so
-    objects are alike whichever way they came."""
+    """The rows by way of local Parquet (written now, by this thread's Spark job), then one
+    Spark task's output at a time: memory stays bounded by what one task writes, however big an
+    object is. Cast to the types `toArrow` gives (Spark writes timestamps as INT96, which
+    pyarrow reads as naive nanoseconds), so objects are alike whichever way they came."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(rows.schema, timezone="UTC")
     rows.write.parquet(str(directory))
-    for part in sorted(directory.glob("part-*.parquet")):
-        yield pq.read_table(part).cast(schema)
+    parts = sorted(directory.glob("part-*.parquet"))
+    return (pq.read_table(part).cast(schema) for part in parts)
 
 
 def _runs_by_source_and_date(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
@@ -53,7 +54,7 @@ def make_runner(store: LeaseStore, tmp_path: Path, read_batch) -> IngestionRunne
 
 def one_row_each(
     files: dict[str, Path], staging: Path, attempt: str
-) -> dict[str, SourceBatchResult]:
+) -> Future[dict[str, SourceBatchResult]]:
     staging.mkdir(parents=True, exist_ok=True)
     results = {}
     for key in files:
@@ -61,7 +62,9 @@ def one_row_each(
         pq.write_table(pa.table({"id": [key]}), target)
         staged = StagedFile("2026-01-01", target, 1, target.stat().st_size)
         results[key] = SourceBatchResult(rows_read=1, table_files=[staged])
-    return results
+    done: Future[dict[str, SourceBatchResult]] = Future()
+    done.set_result(results)
+    return done
 
 
 def create(store: LeaseStore, keys: list[str]) -> str:
@@ -135,6 +138,35 @@ def test_a_failed_read_releases_its_chunk_and_reaches_the_caller(
         assert str(exc) == "executor lost"
     else:
         raise AssertionError("the read failure was swallowed")
+    assert seen == ["k0", "k1"]
+    assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
+    assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
+    assert not any((tmp_path / "work").iterdir())
+
+
+def test_a_failed_write_releases_its_chunk_and_reaches_the_caller(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """The reader returns once Spark has read a chunk; writing its objects may fail later, on
+    another thread. That failure still ends the run before anything of the chunk commits."""
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in files:
+            failed: Future[dict[str, SourceBatchResult]] = Future()
+            failed.set_exception(OSError("disk full"))
+            return failed
+        return one_row_each(files, staging, attempt)
+
+    seen = []
+    try:
+        for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
+            seen.append(outcome.source_key)
+    except OSError as exc:
+        assert str(exc) == "disk full"
+    else:
+        raise AssertionError("the write failure was swallowed")
     assert seen == ["k0", "k1"]
     assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
     assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
