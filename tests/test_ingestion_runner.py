@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from resources.ingestion import COMMITTED, IngestionRunner, SourceBatchResult, StagedFile
 from resources.lease import LeaseTiming
@@ -119,55 +120,39 @@ def test_a_caller_that_stops_early_leaves_no_lease_held(store: LeaseStore, tmp_p
     assert not any((tmp_path / "work").iterdir())
 
 
-def test_a_failed_read_releases_its_chunk_and_reaches_the_caller(
-    store: LeaseStore, tmp_path: Path
-) -> None:
+def failing_read(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    if "k2" in files:
+        raise RuntimeError("executor lost")
+    return one_row_each(files, staging, attempt)
+
+
+def failing_write(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    """Spark read the chunk; writing its objects failed later, on the writer thread."""
+    if "k2" in files:
+        failed: Future[dict[str, SourceBatchResult]] = Future()
+        failed.set_exception(RuntimeError("disk full"))
+        return failed
+    return one_row_each(files, staging, attempt)
+
+
+@pytest.mark.parametrize(
+    ("read_batch", "error"), [(failing_read, "executor lost"), (failing_write, "disk full")]
+)
+def test_a_failed_chunk_is_released_and_reaches_the_caller(
+    store: LeaseStore, tmp_path: Path, read_batch, error: str
+) -> None:  # type: ignore[no-untyped-def]
     keys = [f"k{i}" for i in range(4)]
     sid = create(store, keys)
-
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
-        if "k2" in files:
-            raise RuntimeError("executor lost")
-        return one_row_each(files, staging, attempt)
 
     seen = []
     try:
         for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
             seen.append(outcome.source_key)
     except RuntimeError as exc:
-        assert str(exc) == "executor lost"
+        assert str(exc) == error
     else:
-        raise AssertionError("the read failure was swallowed")
-    assert seen == ["k0", "k1"]
-    assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
-    assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
-    assert not any((tmp_path / "work").iterdir())
-
-
-def test_a_failed_write_releases_its_chunk_and_reaches_the_caller(
-    store: LeaseStore, tmp_path: Path
-) -> None:
-    """The reader returns once Spark has read a chunk; writing its objects may fail later, on
-    another thread. That failure still ends the run before anything of the chunk commits."""
-    keys = [f"k{i}" for i in range(4)]
-    sid = create(store, keys)
-
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
-        if "k2" in files:
-            failed: Future[dict[str, SourceBatchResult]] = Future()
-            failed.set_exception(OSError("disk full"))
-            return failed
-        return one_row_each(files, staging, attempt)
-
-    seen = []
-    try:
-        for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
-            seen.append(outcome.source_key)
-    except OSError as exc:
-        assert str(exc) == "disk full"
-    else:
-        raise AssertionError("the write failure was swallowed")
-    assert seen == ["k0", "k1"]
+        raise AssertionError("the failure was swallowed")
+    assert seen == ["k0", "k1"]  # nothing of the failed chunk committed
     assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
     assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
     assert not any((tmp_path / "work").iterdir())
