@@ -295,6 +295,7 @@ class SourceReader:
         self.spark = spark
         self.config = config
         self.max_read_bytes = max_read_bytes
+        self._skip_header = config.format == "csv" and config.csv_header
         self._plan: _ReadPlan | None = None
         self._writing: Future[Any] | None = None  # the latest read's writes, maybe still going
 
@@ -316,7 +317,6 @@ class SourceReader:
         are held at once. The future holds one result per source key; staged file names carry
         `attempt`, so nothing written here can be mistaken for another attempt's output.
         """
-        config = self.config
         results = {key: SourceBatchResult() for key in files}
         index: dict[int, str] = {}
         sizes: dict[int, int] = {}
@@ -328,7 +328,6 @@ class SourceReader:
                 results[key].unreadable = problem
         out = staging / "out"
         out.mkdir(parents=True, exist_ok=True)
-        skip_header = config.format == "csv" and config.csv_header
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-write")
         writes: list[Future[None]] = []
         try:
@@ -337,8 +336,9 @@ class SourceReader:
                 inputs.mkdir(parents=True, exist_ok=True)
                 for i in read:
                     path = files[index[i]]
-                    gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
-                    _stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}", skip_header)
+                    gz = ".gz" if path.name.endswith(".gz") and not self._skip_header else ""
+                    target = inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}"
+                    _stage_input(path, target, self._skip_header)
                 rows = self._rows(inputs)
                 if sum(sizes[i] for i in read) <= self.max_read_bytes:
                     tables: Iterator[pa.Table] = iter([rows.toArrow()])
@@ -379,11 +379,42 @@ class SourceReader:
             target = out / f"{attempt}-{src}-{dt}-{len(staged)}.parquet"
             pq.write_table(run.select(self.config.column_names), target)
             staged.append(StagedFile(dt, target, run.num_rows, target.stat().st_size))
-        quarantined = _write_quarantine(
-            self.spark, self.config, files, index, bad, inputs, out, attempt
-        )
-        for src, staged_file in quarantined:
+        for src, staged_file in self._quarantine(files, index, bad, inputs, out, attempt):
             results[index[src]].quarantine_files.append(staged_file)
+
+    def _quarantine(
+        self,
+        files: dict[str, Path],
+        index: dict[int, str],
+        bad: dict[int, tuple[list[str], list[str | None]]],
+        inputs: Path,
+        out: Path,
+        attempt: str,
+    ) -> Iterator[tuple[int, StagedFile]]:
+        """One quarantine object per source with bad records: source key, line, reason, text.
+        `bad` is src -> (reasons, raw lines); the raw line of a JSON record that parsed but
+        failed a check is not known yet (None) and is looked up here."""
+        unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
+        if unseen:
+            again = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
+            found = _lines_failing_checks(self.spark, self.config, again)
+            for src in unseen:
+                reasons, raws = bad[src]
+                for i, (reason, raw) in enumerate(zip(reasons, raws, strict=True)):
+                    if raw is None and found[src][reason]:
+                        raws[i] = found[src][reason].popleft()
+        for src, (reasons, raws) in bad.items():
+            key = index[src]
+            target = out / f"{attempt}-{src}-quarantine.parquet"
+            lines = _line_numbers(files[key], raws, self._skip_header)
+            table = {
+                "source_key": pa.array([key] * len(raws), pa.string()),
+                "line": pa.array(lines, pa.int64()),
+                "reason": pa.array(reasons, pa.string()),
+                "raw": pa.array(raws, pa.string()),
+            }
+            pq.write_table(pa.table(table), target)
+            yield src, StagedFile("", target, len(raws), target.stat().st_size)
 
     def _rows(self, inputs: Path) -> Any:
         """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has
@@ -468,42 +499,6 @@ def _runs_by_source_and_date(
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
             dt = (EPOCH + timedelta(days=int(days[begin]))).isoformat() if dated[begin] else None
             yield int(src[begin]), dt, table.slice(begin, end - begin)
-
-
-def _write_quarantine(
-    spark: Any,
-    config: StreamConfig,
-    files: dict[str, Path],
-    index: dict[int, str],
-    bad: dict[int, tuple[list[str], list[str | None]]],
-    inputs: Path,
-    out: Path,
-    attempt: str,
-) -> Iterator[tuple[int, StagedFile]]:
-    """One quarantine object per source with bad records: source key, line, reason, text.
-    `bad` is src -> (reasons, raw lines); the raw line of a JSON record that parsed but
-    failed a check is not known yet (None) and is looked up here."""
-    unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
-    if unseen:
-        again = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
-        found = _lines_failing_checks(spark, config, again)
-        for src in unseen:
-            reasons, raws = bad[src]
-            for i, (reason, raw) in enumerate(zip(reasons, raws, strict=True)):
-                if raw is None and found[src][reason]:
-                    raws[i] = found[src][reason].popleft()
-    skip_header = config.format == "csv" and config.csv_header
-    for src, (reasons, raws) in bad.items():
-        key = index[src]
-        target = out / f"{attempt}-{src}-quarantine.parquet"
-        table = {
-            "source_key": pa.array([key] * len(raws), pa.string()),
-            "line": pa.array(_line_numbers(files[key], raws, skip_header), pa.int64()),
-            "reason": pa.array(reasons, pa.string()),
-            "raw": pa.array(raws, pa.string()),
-        }
-        pq.write_table(pa.table(table), target)
-        yield src, StagedFile("", target, len(raws), target.stat().st_size)
 
 
 def _line_numbers(path: Path, raws: list[str | None], header_skipped: bool) -> list[int | None]:
