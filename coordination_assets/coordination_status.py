@@ -16,7 +16,6 @@ from dagster import (
 
 from resources.cli import status_json, status_text
 from resources.coordination import CoordinationResource
-from resources.ingestion_checks import lease_health_report
 
 
 @asset(group_name="coordination", description="Lease counts, dead letters and metrics.")
@@ -36,7 +35,7 @@ def coordination_status(coordination: CoordinationResource) -> MaterializeResult
 
 @asset_check(asset=coordination_status, description="No stuck leases; dead letters reported.")
 def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
-    report = lease_health_report(coordination.store, None, coordination.ownership_timeout_seconds)
+    report = coordination.lease_health(None)
     return AssetCheckResult(
         passed=report.healthy,
         severity=AssetCheckSeverity.ERROR if report.stuck else AssetCheckSeverity.WARN,

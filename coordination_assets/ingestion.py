@@ -30,8 +30,9 @@ from dagster import (
 
 from resources.coordination import CoordinationResource
 from resources.discovery import Discovery, plan_runs
-from resources.ingestion_checks import find_duplicate_ids, lease_health_report, reconcile_rows
+from resources.ingestion_checks import find_duplicate_ids, reconcile_rows
 from resources.lake import LakeResource, SparkResource
+from resources.lease_store import to_millis
 from resources.partition_keys import from_partition_key, to_partition_key
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -134,15 +135,20 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
             max_objects_per_tick=lake.max_objects_per_tick,
         ).discover(cursor or None)
         # Work earlier attempts left behind — a crashed run's expired lease, an unreadable
-        # object's reopened CLOSED item — gets a run of its own; the run key changes only when
-        # the item does, so a tick never asks twice for the same retry.
-        retries = coordination.store.due_for_retry(
-            coordination.source_identifier(stream), lake.max_retries_per_tick
+        # object's reopened CLOSED item, a partition no run took — gets a run of its own. The
+        # run key changes when the item does, and once per retry window: a tick does not ask
+        # twice for the same retry, yet a retry run that failed before taking its lease (so
+        # left the item as it was) is asked for again in the next window.
+        store, wait_s = coordination.store, coordination.unassigned_retry_after_seconds
+        retries = store.due_for_retry(
+            coordination.source_identifier(stream), lake.max_retries_per_tick, wait_s
         )
-        coordination.store.flush_metrics()
+        store.flush_metrics()
+        window = store.now_ms() // to_millis(wait_s)
         runs = [
             RunRequest(
-                run_key=f"{stream}:retry:{item.partition_key}:{item.epoch}:{item.closed_count}",
+                run_key=f"{stream}:retry:{item.partition_key}:{item.epoch}:{item.closed_count}"
+                f":{window}",
                 asset_selection=[asset_key],
                 partition_key=to_partition_key(item.partition_key),
             )
@@ -213,9 +219,7 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
         description="No ASSIGNED lease expired for over twice its timeout; dead letters reported.",
     )
     def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
-        report = lease_health_report(
-            coordination.store, stream, coordination.ownership_timeout_seconds
-        )
+        report = coordination.lease_health(stream)
         return AssetCheckResult(
             passed=report.healthy,
             severity=AssetCheckSeverity.ERROR if report.stuck else AssetCheckSeverity.WARN,

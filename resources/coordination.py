@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import PrivateAttr
 
+from resources.ingestion_checks import LeaseHealthReport, lease_health_report
 from resources.lease import Lease, LeaseTiming, new_owner_id
 from resources.lease_store import ItemType, LeaseStore
 from resources.store_config import (
@@ -46,6 +47,10 @@ class CoordinationResource(ConfigurableResource):
     renew_interval_seconds: float = LeaseTiming.renew_interval_s
     reopen_after_seconds: float = LeaseTiming.reopen_after_s
     max_closed_count: int = LeaseTiming.max_closed_count
+    # A partition UNASSIGNED this long has no run coming for it: its run failed or was canceled
+    # before taking it, or a stopping run handed it back. The discovery sensor then asks for a
+    # run of it again, and `lease_health` reports it. Longer than a busy run queue's wait.
+    unassigned_retry_after_seconds: float = 1800.0
 
     _store: LeaseStore | None = PrivateAttr(default=None)
     _owner: str | None = PrivateAttr(default=None)
@@ -78,6 +83,11 @@ class CoordinationResource(ConfigurableResource):
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Fail fast: invalid configuration stops the run before any step does work.
         self.timing()
+        if not self.unassigned_retry_after_seconds >= 1:
+            raise ValueError(
+                "unassigned_retry_after_seconds must be at least 1 "
+                f"(got {self.unassigned_retry_after_seconds})"
+            )
         self.store  # noqa: B018 - builds and validates
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
@@ -99,6 +109,12 @@ class CoordinationResource(ConfigurableResource):
 
     def source_identifier(self, stream: str) -> str:
         return self.store.source_identifier(stream, ItemType.PARTITION)
+
+    def lease_health(self, stream: str | None) -> LeaseHealthReport:
+        """Of one stream's partitions, or of every stream's with None."""
+        return lease_health_report(
+            self.store, stream, self.ownership_timeout_seconds, self.unassigned_retry_after_seconds
+        )
 
     @contextmanager
     def hold(

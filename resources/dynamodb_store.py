@@ -550,10 +550,16 @@ class DynamoDbLeaseStore(LeaseStore):
         )
         return [_item_from(raw) for raw in out.get("Items", [])]
 
-    def due_for_retry(self, source_identifier: str, limit: int) -> list[LeaseItem]:
-        now_prio = priority_at(self.now_ms())
-        items = self._by_status(source_identifier, PartitionStatus.ASSIGNED, "<", now_prio, limit)
-        items += self._by_status(source_identifier, PartitionStatus.CLOSED, "<=", now_prio, limit)
+    def due_for_retry(
+        self, source_identifier: str, limit: int, unassigned_for_s: float | None = None
+    ) -> list[LeaseItem]:
+        now = self.now_ms()
+        sid, now_prio = source_identifier, priority_at(now)
+        items = self._by_status(sid, PartitionStatus.ASSIGNED, "<", now_prio, limit)
+        items += self._by_status(sid, PartitionStatus.CLOSED, "<=", now_prio, limit)
+        if unassigned_for_s is not None:
+            waited = priority_at(now - to_millis(unassigned_for_s))
+            items += self._by_status(sid, PartitionStatus.UNASSIGNED, "<", waited, limit)
         return sorted(items, key=lambda i: i.priority)[:limit]
 
     def acquire_next(

@@ -272,10 +272,15 @@ class LeaseStore(ABC):
         whose `reOpenAt` passed, then UNASSIGNED in creation order. None if there is none."""
 
     @abstractmethod
-    def due_for_retry(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+    def due_for_retry(
+        self, source_identifier: str, limit: int, unassigned_for_s: float | None = None
+    ) -> list[LeaseItem]:
         """ASSIGNED items whose ownership expired and CLOSED items whose `reOpenAt` passed,
-        oldest first: work a crashed or failed attempt left behind. Bounded by `limit`, so a
-        sensor can ask every tick at constant cost. Read-only: the acquisition decides."""
+        oldest first: work a crashed or failed attempt left behind. With `unassigned_for_s`,
+        also UNASSIGNED items created or handed back longer ago than that: their run failed
+        before it took them (or was never launched), or a stopping run gave them back, and no
+        run is coming for them. Bounded by `limit`, so a sensor can ask every tick at constant
+        cost. Read-only: the acquisition decides."""
 
     @abstractmethod
     def renew(

@@ -365,13 +365,24 @@ class SqliteLeaseStore(LeaseStore):
         )
         return item
 
-    def due_for_retry(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+    def due_for_retry(
+        self, source_identifier: str, limit: int, unassigned_for_s: float | None = None
+    ) -> list[LeaseItem]:
+        now = self.now_ms()
+        # No priority sorts below "": without `unassigned_for_s`, no UNASSIGNED item is due.
+        waited = "" if unassigned_for_s is None else priority_at(now - to_millis(unassigned_for_s))
         rows = self._connection().execute(
             f"SELECT {_SELECT} FROM lease_items WHERE {ATTR['sid']} = :sid AND ("
             f"({ATTR['status']} = 'ASSIGNED' AND {ATTR['priority']} < :now_prio) OR "
-            f"({ATTR['status']} = 'CLOSED' AND {ATTR['priority']} <= :now_prio)) "
+            f"({ATTR['status']} = 'CLOSED' AND {ATTR['priority']} <= :now_prio) OR "
+            f"({ATTR['status']} = 'UNASSIGNED' AND {ATTR['priority']} < :waited_prio)) "
             f"ORDER BY {ATTR['priority']} LIMIT :limit",
-            {"sid": source_identifier, "now_prio": priority_at(self.now_ms()), "limit": limit},
+            {
+                "sid": source_identifier,
+                "now_prio": priority_at(now),
+                "waited_prio": waited,
+                "limit": limit,
+            },
         )
         return [_row_to_item(r) for r in rows.fetchall()]
 

@@ -30,6 +30,7 @@ class PipelineEnv:
     streams_path: Path
     s3_endpoint_url: str | None = None
     ownership_timeout_s: float = 60.0
+    unassigned_retry_after_s: float = 1800.0
 
     @property
     def dagster_home(self) -> Path:
@@ -45,6 +46,7 @@ class PipelineEnv:
             **fields,
             ownership_timeout_seconds=self.ownership_timeout_s,
             renew_interval_seconds=self.ownership_timeout_s / 4,
+            unassigned_retry_after_seconds=self.unassigned_retry_after_s,
         )
 
     def lake(self) -> LakeResource:

@@ -153,9 +153,44 @@ def test_work_left_behind_is_requested_again(env: PipelineEnv) -> None:
     again = tick(env, instance, resources, first.cursor)
     retried = {r.partition_key: r.run_key for r in again.run_requests}
     assert {from_partition_key(k) for k in retried} == {crashed, unreadable}
-    assert retried[to_partition_key(crashed)].endswith(":1:0")  # epoch 1, never closed
-    assert retried[to_partition_key(unreadable)].endswith(":1:1")  # closed once
+    # run key: ...:epoch:closed count:retry window
+    assert retried[to_partition_key(crashed)].split(":")[-3:-1] == ["1", "0"]  # never closed
+    assert retried[to_partition_key(unreadable)].split(":")[-3:-1] == ["1", "1"]  # closed once
     assert not again.dynamic_partitions_requests  # nothing new was discovered
+
+
+def test_a_partition_no_run_took_is_requested_again(env: PipelineEnv, spark) -> None:
+    """The run a tick asked for failed before it acquired anything (or was canceled while
+    queued): its partitions stay UNASSIGNED behind the cursor, and must not stay forever."""
+    env.unassigned_retry_after_s = 1.0
+    write_sample_sources(env.root / "sources", objects=2, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)  # its range run never starts
+    keys = instance.get_dynamic_partitions(partitions_for(STREAM).name)
+    assert not tick(env, instance, resources, first.cursor).run_requests  # a run may be coming
+    time.sleep(1.1)
+    assert len(env.coordination().lease_health(STREAM).waiting) == 2
+    again = tick(env, instance, resources, first.cursor)
+    assert sorted(r.partition_key for r in again.run_requests) == sorted(keys)
+    time.sleep(1.1)  # that retry run failed before taking its lease too: asked for again
+    later = tick(env, instance, resources, first.cursor)
+    assert {r.run_key for r in later.run_requests}.isdisjoint(r.run_key for r in again.run_requests)
+
+    run = next(r for r in later.run_requests if r.partition_key == keys[0])
+    outcome = materialize(
+        [build_ingestion_asset(STREAM)],
+        instance=instance,
+        resources=resources,
+        partition_key=run.partition_key,
+    )
+    assert outcome.success
+    time.sleep(1.1)
+    last = tick(env, instance, resources, first.cursor)
+    assert [r.partition_key for r in last.run_requests] == [keys[1]]
+    assert env.coordination().lease_health(STREAM).waiting == [
+        f"{env.store().source_identifier(STREAM)} / {from_partition_key(keys[1])} "
+        "(UNASSIGNED, no run took it)"
+    ]
 
 
 def test_a_first_tick_starts_where_leasehold_run_left_off(env: PipelineEnv) -> None:
@@ -177,3 +212,10 @@ def test_a_first_tick_starts_where_leasehold_run_left_off(env: PipelineEnv) -> N
         "2026/01/03/late-b.jsonl",
     ]
     assert [r.tags[EXPECTED_COUNT] for r in first.run_requests] == ["2"]
+
+
+def test_a_bad_retry_window_fails_the_tick_naming_the_field(env: PipelineEnv) -> None:
+    env.unassigned_retry_after_s = 0
+    with pytest.raises(Exception) as err:  # Dagster wraps it: "Error executing resource_fn"
+        tick(env, env.instance(), env.resources(), None)
+    assert "unassigned_retry_after_seconds must be at least 1" in str(err.value.__cause__)

@@ -281,3 +281,22 @@ def test_due_for_retry_lists_what_attempts_left_behind(store: LeaseStore, clock:
     assert [i.partition_key for i in due] == ["expired", "closed"]  # oldest first
     assert [i.partition_key for i in store.due_for_retry(s, 1)] == ["expired"]
     assert store.get(s, "expired").owner == "dead"  # read-only
+
+
+def test_due_for_retry_lists_unassigned_items_nobody_came_for(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    s = sid(store)
+    store.create_partitions(s, ["waiting", "handed-back"])
+    token = store.acquire(s, "handed-back", "stopping-run", T).token
+    clock.advance(20)
+    store.give_up(token)  # a stopping run handed its prefetched work back
+    clock.advance(20)
+    assert store.due_for_retry(s, 10) == []  # only when asked for
+    assert [i.partition_key for i in store.due_for_retry(s, 10, unassigned_for_s=30)] == ["waiting"]
+    clock.advance(20)
+    due = store.due_for_retry(s, 10, unassigned_for_s=30)
+    assert [(i.partition_key, i.status) for i in due] == [
+        ("waiting", PartitionStatus.UNASSIGNED),
+        ("handed-back", PartitionStatus.UNASSIGNED),
+    ]
