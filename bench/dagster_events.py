@@ -10,7 +10,9 @@ leasehold's metadata per partition and doing no other work. Measured in the same
   - the same with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true` (one planned event per
     run; Dagster then no longer marks those partitions failed when the run fails), and
   - on leasehold's embedded default instance (`resources/dagster_instance.py`: the same SQLite
-    storage with the event log's engines and connections kept open), as `leasehold run` uses it.
+    storage with the event log's engines and connections kept open, and a run's planned events
+    stored in one transaction per shard), as `leasehold run` uses it, and
+  - the same with planned events stored one by one (`DAGSTER_EVENT_BATCH_SIZE=0`).
 The baseline is the same asset yielding nothing per partition over a 1-partition range.
 """
 
@@ -33,7 +35,7 @@ from dagster import (  # noqa: E402
     materialize,
 )
 
-from resources.dagster_instance import write_instance_yaml  # noqa: E402
+from resources.dagster_instance import EVENT_BATCH_SIZE_VAR, write_instance_yaml  # noqa: E402
 
 SUBSET_PLANNED = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 METADATA = {
@@ -95,6 +97,11 @@ def main() -> int:
     finally:
         del os.environ[SUBSET_PLANNED]
     pooled = run_range(n, leasehold_instance=True)
+    os.environ[EVENT_BATCH_SIZE_VAR] = "0"
+    try:
+        unbatched = run_range(n, leasehold_instance=True)
+    finally:
+        del os.environ[EVENT_BATCH_SIZE_VAR]
     print("| range run | seconds | ms per partition over a 1-partition run |")
     print("| --- | --- | --- |")
     print(f"| 1 partition (baseline) | {base:.2f} | - |")
@@ -102,6 +109,7 @@ def main() -> int:
         (f"{n} partitions, Dagster defaults", default),
         (f"{n} partitions, {SUBSET_PLANNED}", subset),
         (f"{n} partitions, leasehold's embedded instance", pooled),
+        (f"{n} partitions, leasehold's embedded instance, planned events one by one", unbatched),
     ):
         print(f"| {label} | {seconds:.1f} | {(seconds - base) / n * 1000:.1f} |")
     return 0

@@ -30,16 +30,20 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, EVENT_TYPE_TO_PIPELINE_RUN_STATUS
+from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.schema import AssetKeyTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sqlite import create_db_conn_string
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
 # Dagster's own busy timeout for its SQLite storages.
@@ -49,6 +53,10 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30
 MAX_OPEN_RUN_SHARDS = 16
 # How late the webserver's file watcher may see a live run's newest events.
 CHECKPOINT_DELAY_SECONDS = 0.2
+
+# Planned events per transaction at run creation: a range run's, up to 1,000 partitions, in one.
+EVENT_BATCH_SIZE_VAR = "DAGSTER_EVENT_BATCH_SIZE"
+EVENT_BATCH_SIZE = 1000
 
 # Dagster's default SQLite layout under DAGSTER_HOME (history/, history/runs/, schedules/),
 # with this module's event log storage.
@@ -84,6 +92,9 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         self._checkpoint_timer: threading.Timer | None = None
         self._asset_key_columns: set[str] = set()  # seen in the index shard's asset_keys
         super().__init__(base_dir, inst_data)
+        # Dagster batches events only where this is set; whichever process uses this storage
+        # (`leasehold run`, the daemon creating a sensor's runs) gets `store_event_batch`.
+        os.environ.setdefault(EVENT_BATCH_SIZE_VAR, str(EVENT_BATCH_SIZE))
         this = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forget_engines_after_fork(this))
 
@@ -101,6 +112,45 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                     yield conn
                 if shard != INDEX_SHARD_NAME and sqlite.total_changes != changes:
                     self._checkpoint_soon(shard)
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        """At run creation Dagster hands over the run's planned events — one per partition of
+        a range run — as one batch (`DAGSTER_EVENT_BATCH_SIZE`); the base class stores them one
+        by one, two transactions each, before the run can start. Here the batch's rows go into
+        the run shard in one transaction and into the index shard in another: the same rows,
+        in the same order, as `store_event` writes. Anything but asset events of one run is
+        stored one by one, as before."""
+        if not events or not all(_asset_event_of(events[0].run_id, e) for e in events):
+            super().store_event_batch(events)
+            return
+        inserts = [self.prepare_insert_event(e) for e in events]
+        with self.run_connection(events[0].run_id) as conn:
+            for insert in inserts:
+                conn.execute(insert)
+        with self.index_transaction() as conn:
+            ids = [conn.execute(insert).inserted_primary_key[0] for insert in inserts]
+            self._store_asset_event_tags(conn, events, ids)
+            for entry, entry_id in _newest_per_asset_and_type(events, ids):
+                self._store_asset_event(conn, entry, entry_id)
+
+    def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
+        """Dagster inserts the asset's row and, as it nearly always exists, catches the
+        integrity error and updates it: an exception per asset event. Update first instead,
+        insert only when there was nothing to update."""
+        asset_key = event.get_dagster_event().asset_key
+        values = self._get_asset_entry_values(
+            event, event_id, self._has_asset_key_index_cols_on_connection(conn)
+        )
+        if asset_key is None or not values:
+            return
+        key = asset_key.to_string()
+        update = AssetKeyTable.update().values(**values).where(AssetKeyTable.c.asset_key == key)
+        if conn.execute(update).rowcount:
+            return
+        try:
+            conn.execute(AssetKeyTable.insert().values(asset_key=key, **values))
+        except IntegrityError:  # another process inserted it since
+            conn.execute(update)
 
     def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
         """Dagster asks this on every asset event, by reading the table's schema (about a tenth
@@ -175,6 +225,35 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         with self._db_lock:
             while self._engines:
                 self._engines.popitem()[1][0].dispose()  # closing checkpoints
+
+
+def _newest_per_asset_and_type(
+    events: Sequence[EventLogEntry], ids: Sequence[int]
+) -> list[tuple[EventLogEntry, int]]:
+    """An asset's row in `asset_keys` takes a fixed set of columns from each event type, and
+    overwrites them: writing only each (asset, type)'s newest event, in event order, leaves
+    the row as one write per event would."""
+    seen: set[tuple[Any, Any]] = set()
+    newest: list[tuple[EventLogEntry, int]] = []
+    for entry, entry_id in reversed(list(zip(events, ids, strict=True))):
+        group = (entry.get_dagster_event().asset_key, entry.dagster_event_type)
+        if group not in seen:
+            seen.add(group)
+            newest.append((entry, entry_id))
+    return newest[::-1]
+
+
+def _asset_event_of(run_id: str, entry: EventLogEntry) -> bool:
+    """An event `store_event` writes to the run shard and the index shard only, for `run_id`."""
+    event = entry.dagster_event
+    return (
+        entry.run_id == run_id
+        and event is not None
+        and event.asset_key is not None
+        and event.event_type in ASSET_EVENTS
+        and event.event_type not in ASSET_CHECK_EVENTS
+        and event.event_type not in EVENT_TYPE_TO_PIPELINE_RUN_STATUS
+    )
 
 
 def _commit_without_fsync(sqlite: Any, _record: Any) -> None:

@@ -6,6 +6,7 @@ No `from __future__ import annotations`: this file defines a Dagster asset.
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -224,3 +225,42 @@ def test_a_writer_that_exits_leaves_its_last_events_in_the_watched_file(tmp_path
     copy.mkdir()
     shutil.copyfile(shard, copy / shard.name)  # the file alone, not its WAL
     assert messages(SqliteEventLogStorage(str(copy)), run_id) == [f"event {i}" for i in range(20)]
+
+
+def table_rows(db: Path, table: str) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        columns = [c[1] for c in conn.execute(f"PRAGMA table_info({table})")]
+        kept = [c for c in columns if c != "create_timestamp"]  # the time of the write itself
+        return conn.execute(f"SELECT {', '.join(kept)} FROM {table} ORDER BY 1").fetchall()
+
+
+def test_a_batch_of_events_leaves_what_one_event_at_a_time_leaves(tmp_path: Path) -> None:
+    """Run creation hands the planned events over as one batch, written with fewer statements:
+    the rows must be exactly those `store_event` writes, whatever the batch mixes."""
+    with dagster_default_instance(tmp_path) as instance:
+        materialize_range(instance, [f"k{i}" for i in range(5)])
+        (run,) = instance.get_runs()
+        records = instance.get_records_for_run(run.run_id).records
+    asset_events = [r.event_log_entry for r in records if r.event_log_entry.is_dagster_event]
+    asset_events = [e for e in asset_events if e.dagster_event.asset_key is not None]
+    # planned, materialized, planned again: each type's newest must decide its columns
+    batch = (
+        asset_events
+        + [e for e in asset_events if e.dagster_event.is_asset_materialization_planned][:2]
+    )
+    assert {e.dagster_event_type.value for e in batch} == {
+        "ASSET_MATERIALIZATION_PLANNED",
+        "ASSET_MATERIALIZATION",
+    }
+    one_by_one = PooledSqliteEventLogStorage(str(tmp_path / "one"))
+    batched = PooledSqliteEventLogStorage(str(tmp_path / "batch"))
+    for event in batch:
+        one_by_one.store_event(event)
+    batched.store_event_batch(batch)
+    one_by_one.dispose()
+    batched.dispose()
+    for db in ("index.db", f"{run.run_id}.db"):
+        for table in ("event_logs", "asset_keys", "asset_event_tags"):
+            expected = table_rows(tmp_path / "one" / db, table)
+            assert table_rows(tmp_path / "batch" / db, table) == expected, (db, table)
+    assert len(table_rows(tmp_path / "batch" / "index.db", "event_logs")) == len(batch)
