@@ -10,11 +10,13 @@ object would cost more than the data), and the common case pays for little more 
   a line holding a JSON array yields one record per element, and invalid UTF-8 is rejected.
   CSV lines are read as text and always take the text parse;
 - the batch is read by ONE job (per MAX_READ_BYTES of text) whose rows come to the driver as
-  Arrow — good rows with their date, bad rows with a reason and no date — sorted by (date,
-  source) within each Spark partition, and cut into one Parquet object per run of a source's
-  rows for a date with pyarrow; every count comes from those runs. Spark does not write the
-  rows first: re-reading its Parquet cost more than the cut (bench/reader.py). An object too
-  big for that alone goes through local Parquet, one task's output at a time.
+  Arrow — good rows with their date, bad rows with a reason and no date — grouped by (source,
+  date) on the driver (Spark hands each object's rows over together, in order; a sort in
+  Spark cost its job more than a stable sort of the driver's copy costs) and cut into one
+  Parquet object per (source, date) with pyarrow; every count comes from those groups. Spark
+  does not write the rows first: re-reading its Parquet cost more than the cut
+  (bench/reader.py). An object too big for that alone goes through local Parquet, one task's
+  output at a time.
 Two things a line-mode read does not know are found afterwards, for the few bad records only:
 the text of a line that parsed but fails a check (no event time, no record id) — a second, text
 read of just the sources that have such lines — and the line numbers of bad records, by
@@ -419,8 +421,7 @@ class SourceReader:
     def _rows(self, inputs: Path) -> Any:
         """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has
         its date (in the table's time zone) and no reason; a bad row has a reason, its text if
-        known, and no date. Sorted by (dt, src) within each Spark partition, so that each
-        source's rows for a date are together."""
+        known, and no date. Unsorted: `_runs_by_source_and_date` groups them."""
         if self._plan is None:
             self._plan = _read_plan(self.config)
         plan = self._plan
@@ -432,12 +433,7 @@ class SourceReader:
         lines = lines.select(*plan.lines)
         if plan.keep is not None:
             lines = lines.where(plan.keep)
-        return (
-            lines.select(*plan.parsed)
-            .select(*plan.checked)
-            .select(*plan.rows)
-            .sortWithinPartitions("dt", "src")
-        )
+        return lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
 
 
 def _counted(
@@ -485,17 +481,24 @@ def _through_parquet(rows: Any, directory: Path) -> Iterator[pa.Table]:
 def _runs_by_source_and_date(
     tables: Iterator[pa.Table],
 ) -> Iterator[tuple[int, str | None, pa.Table]]:
-    """(src, date or None for bad rows, rows): each run of equal (src, dt), zero-copy slices.
-    A run is cut where either changes — also between Spark partitions, which each are
-    sorted on their own: a source read by several tasks yields several runs for a date."""
+    """(src, date or None for bad rows, rows) for each (src, dt) of each table, its rows in
+    their order in the object. A table's rows are put in (src, dt) order first: a stable sort,
+    nearly free where Spark already handed a source's rows over together (timsort finds runs),
+    then one zero-copy slice per group. Tables are grouped on their own, so an object too big
+    for one table may give several objects for a date."""
     for table in tables:
         if table.num_rows == 0:
             continue
-        src = table.column("src").to_numpy()
+        src = table.column("src").to_numpy().astype(np.int64)
         dated = pc.is_valid(table.column("dt")).to_numpy(zero_copy_only=False)
         days = pc.fill_null(table.column("dt").cast(pa.int32()), 0).to_numpy()
-        change = (src[1:] != src[:-1]) | (days[1:] != days[:-1]) | (dated[1:] != dated[:-1])
-        starts = [0, *(np.flatnonzero(change) + 1).tolist(), len(src)]
+        # src < 10**INPUT_DIGITS < 2**24; bad rows (no date) first within a source
+        key = (src << 33) | (dated.astype(np.int64) << 32) | (days.astype(np.int64) + 2**31)
+        if (key[1:] < key[:-1]).any():
+            order = np.argsort(key, kind="stable")
+            key, table = key[order], table.take(pa.array(order))
+        starts = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), len(key)]
+        src, dated, days = key >> 33, (key >> 32) & 1, (key & 0xFFFFFFFF) - 2**31
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
             dt = (EPOCH + timedelta(days=int(days[begin]))).isoformat() if dated[begin] else None
             yield int(src[begin]), dt, table.slice(begin, end - begin)
