@@ -82,7 +82,10 @@ class LakeResource(ConfigurableResource):
     s3_endpoint_url: str | None = None
     region: str | None = None
     work_dir: str | None = None
-    max_partitions_per_run: int = 1000
+    # Each run costs seconds before it ingests anything (launch through the daemon ~3 s, Spark
+    # start ~7 s, its planned events) and a tail after its last Spark read that nothing
+    # overlaps (that chunk's writes, commits and events): fewer, bigger runs.
+    max_partitions_per_run: int = 2000
     max_objects_per_tick: int = 20_000
     max_retries_per_tick: int = 20
     # Partitions per Spark read. A run reads the next chunk while it commits this one (and
