@@ -16,7 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.ingestion import COMMITTED, IngestionRunner, SourceBatchResult, StagedFile
+from resources.ingestion import (
+    COMMITTED,
+    IngestionRunner,
+    SourceBatchResult,
+    StagedFile,
+    chunk_sizes,
+)
 from resources.lease import LeaseTiming
 from resources.lease_store import LeaseStore, PartitionStatus
 
@@ -156,3 +162,18 @@ def test_a_failed_chunk_is_released_and_reaches_the_caller(
     assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
     assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
     assert not any((tmp_path / "work").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("partitions", "sizes"),
+    [
+        (1, [1]),
+        (250, [250]),  # one chunk: nothing to overlap, one Spark job
+        (251, [188, 63]),
+        (2000, [250] * 7 + [187, 63]),
+        (1813, [250] * 7 + [63]),
+    ],
+)
+def test_the_last_chunk_is_small(partitions: int, sizes: list[int]) -> None:
+    """Nothing overlaps the last chunk's writes, commits and events: keep it small."""
+    assert chunk_sizes(partitions, 250) == sizes
