@@ -15,7 +15,7 @@ SparkSession (its start-up, ~7 s, is excluded from every path alike; a warm-up j
       materialization events; and the same again with one chunk per run, so that nothing
       overlaps, to show what the pipeline buys; and with runs of 1,000 partitions instead of
       the default 2,000, to show what fewer runs buy.
-(a) and (c) run alternately, twice each, and the best of each counts; (b) and the other
+(a) and (c) run alternately, three times each, and the best of each counts; (b) and the other
 variants of (c) run once. Each path also reports its CPU (this process's threads plus Spark's
 JVM), in core-seconds.
 Targets (issue 3): overhead per source partition, (c - a) / partitions, <= 40 ms; at the larger
@@ -77,7 +77,7 @@ PIPELINED = LakeResource().chunk_size  # the default: several chunks per run, pi
 PER_RUN = LakeResource().max_partitions_per_run  # the default, 2,000 partitions per run
 SERIAL = PER_RUN  # one chunk per run: nothing to overlap
 HALF_RUNS = 1000  # the default until 2026-11-23: two runs for 2,000 partitions
-REPEAT = 2
+REPEAT = 3
 
 
 def timed(step: str, fn: Any) -> Any:
