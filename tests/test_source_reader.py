@@ -85,6 +85,17 @@ def test_bad_input_is_quarantined_with_reasons_and_counted(
     }
     day2 = pq.read_table(by_dt["2026-01-02"].local_path).to_pylist()
     assert sorted(r["event_id"] for r in day2) == ["e2", "e6"]
+    chunk = pq.ParquetFile(by_dt["2026-01-02"].local_path).metadata.row_group(0)
+    dictionary = {
+        chunk.column(i).path_in_schema: chunk.column(i).has_dictionary_page
+        for i in range(chunk.num_columns)
+    }  # repeated strings only: not the record id, not numbers or times
+    assert dictionary == {
+        "event_id": False,
+        "user_id": True,
+        "amount": False,
+        "event_time": False,
+    }
     assert all(f.local_path.name.startswith("a1-") for f in mixed.table_files)
     (quarantine,) = mixed.quarantine_files
     rows = sorted(pq.read_table(quarantine.local_path).to_pylist(), key=lambda r: r["line"])
