@@ -33,7 +33,10 @@ def coordination_status(coordination: CoordinationResource) -> MaterializeResult
     return MaterializeResult(metadata=metadata)
 
 
-@asset_check(asset=coordination_status, description="No stuck leases; dead letters reported.")
+@asset_check(
+    asset=coordination_status,
+    description="No stuck leases, no partition left waiting; dead letters reported.",
+)
 def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
     report = coordination.lease_health(None)
     return AssetCheckResult(

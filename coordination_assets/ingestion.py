@@ -216,7 +216,8 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
     @asset_check(
         asset=asset_key,
         name="lease_health",
-        description="No ASSIGNED lease expired for over twice its timeout; dead letters reported.",
+        description="No ASSIGNED lease expired for over twice its timeout, no partition "
+        "UNASSIGNED past the retry window; dead letters reported.",
     )
     def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
         report = coordination.lease_health(stream)
