@@ -121,16 +121,36 @@ CREATE TABLE IF NOT EXISTS coordinator_metrics (
 ) WITHOUT ROWID;
 """
 
-# Acquisition order of ARCHITECTURE §4, as one ORDER BY over the status index ranges.
-_AVAILABLE = f"""
-SELECT {_SELECT} FROM lease_items WHERE {ATTR["sid"]} = :sid AND (
-    ({ATTR["status"]} = 'ASSIGNED' AND {ATTR["priority"]} < :now_prio)
- OR ({ATTR["status"]} = 'CLOSED' AND {ATTR["priority"]} <= :now_prio)
- OR ({ATTR["status"]} = 'UNASSIGNED'))
-ORDER BY CASE {ATTR["status"]} WHEN 'ASSIGNED' THEN 0 WHEN 'CLOSED' THEN 1 ELSE 2 END,
-         {ATTR["priority"]}
-LIMIT 1
-"""
+
+def _status_ranges(*ranges: tuple[str, str, str]) -> str:
+    """Items of each (status, comparison, priority parameter), by priority, `:limit` of each:
+    one range of the `source_status` index apiece, as Data Prepper queries its GSI. (One
+    WHERE with the ranges OR-ed together reads every item of the source instead.)"""
+    selects = [
+        f"SELECT * FROM (SELECT {_SELECT}, {order} AS _range FROM lease_items "
+        f"WHERE {ATTR['sid']} = :sid AND {ATTR['status']} = '{status}' "
+        f"AND {ATTR['priority']} {op} :{param} ORDER BY {ATTR['priority']} LIMIT :limit)"
+        for order, (status, op, param) in enumerate(ranges)
+    ]
+    return " UNION ALL ".join(selects)
+
+
+# Acquisition order of ARCHITECTURE §4: expired ASSIGNED, reopened CLOSED, then UNASSIGNED.
+_AVAILABLE = (
+    _status_ranges(
+        ("ASSIGNED", "<", "now_prio"), ("CLOSED", "<=", "now_prio"), ("UNASSIGNED", ">=", "none")
+    )
+    + f" ORDER BY _range, {ATTR['priority']} LIMIT 1"
+)
+# What earlier attempts left behind, oldest first.
+_DUE_FOR_RETRY = (
+    _status_ranges(
+        ("ASSIGNED", "<", "now_prio"),
+        ("CLOSED", "<=", "now_prio"),
+        ("UNASSIGNED", "<", "waited_prio"),
+    )
+    + f" ORDER BY {ATTR['priority']} LIMIT :limit"
+)
 
 
 def _row_to_item(row: Sequence[Any]) -> LeaseItem:
@@ -355,9 +375,15 @@ class SqliteLeaseStore(LeaseStore):
     ) -> LeaseItem | None:
         def acquire_next(db: sqlite3.Connection) -> LeaseItem | None:
             row = db.execute(
-                _AVAILABLE, {"sid": source_identifier, "now_prio": priority_at(self.now_ms())}
+                _AVAILABLE,
+                {
+                    "sid": source_identifier,
+                    "now_prio": priority_at(self.now_ms()),
+                    "none": "",  # every priority is >= ""
+                    "limit": 1,
+                },
             ).fetchone()
-            return None if row is None else self._take(db, _row_to_item(row), owner, timeout_s)
+            return None if row is None else self._take(db, _row_to_item(row[:-1]), owner, timeout_s)
 
         item = self._run("acquire_next", acquire_next)
         self.metrics.incr(
@@ -372,11 +398,7 @@ class SqliteLeaseStore(LeaseStore):
         # No priority sorts below "": without `unassigned_for_s`, no UNASSIGNED item is due.
         waited = "" if unassigned_for_s is None else priority_at(now - to_millis(unassigned_for_s))
         rows = self._connection().execute(
-            f"SELECT {_SELECT} FROM lease_items WHERE {ATTR['sid']} = :sid AND ("
-            f"({ATTR['status']} = 'ASSIGNED' AND {ATTR['priority']} < :now_prio) OR "
-            f"({ATTR['status']} = 'CLOSED' AND {ATTR['priority']} <= :now_prio) OR "
-            f"({ATTR['status']} = 'UNASSIGNED' AND {ATTR['priority']} < :waited_prio)) "
-            f"ORDER BY {ATTR['priority']} LIMIT :limit",
+            _DUE_FOR_RETRY,
             {
                 "sid": source_identifier,
                 "now_prio": priority_at(now),
@@ -384,7 +406,7 @@ class SqliteLeaseStore(LeaseStore):
                 "limit": limit,
             },
         )
-        return [_row_to_item(r) for r in rows.fetchall()]
+        return [_row_to_item(r[:-1]) for r in rows.fetchall()]  # less `_range`
 
     def _fenced(
         self,
