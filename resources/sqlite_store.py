@@ -122,32 +122,29 @@ CREATE TABLE IF NOT EXISTS coordinator_metrics (
 """
 
 
-def _status_ranges(*ranges: tuple[str, str, str]) -> str:
-    """Items of each (status, comparison, priority parameter), by priority, `:limit` of each:
-    one range of the `source_status` index apiece, as Data Prepper queries its GSI. (One
-    WHERE with the ranges OR-ed together reads every item of the source instead.)"""
+def _status_ranges(*ranges: tuple[str, str]) -> str:
+    """Items of each (status, priority condition or ""), by priority, `:limit` of each: one
+    range of the `source_status` index apiece, as Data Prepper queries its GSI. (One WHERE
+    with the ranges OR-ed together reads every item of the source instead.)"""
     selects = [
         f"SELECT * FROM (SELECT {_SELECT}, {order} AS _range FROM lease_items "
         f"WHERE {ATTR['sid']} = :sid AND {ATTR['status']} = '{status}' "
-        f"AND {ATTR['priority']} {op} :{param} ORDER BY {ATTR['priority']} LIMIT :limit)"
-        for order, (status, op, param) in enumerate(ranges)
+        + (f"AND {ATTR['priority']} {condition} " if condition else "")
+        + f"ORDER BY {ATTR['priority']} LIMIT :limit)"
+        for order, (status, condition) in enumerate(ranges)
     ]
     return " UNION ALL ".join(selects)
 
 
 # Acquisition order of ARCHITECTURE §4: expired ASSIGNED, reopened CLOSED, then UNASSIGNED.
 _AVAILABLE = (
-    _status_ranges(
-        ("ASSIGNED", "<", "now_prio"), ("CLOSED", "<=", "now_prio"), ("UNASSIGNED", ">=", "none")
-    )
+    _status_ranges(("ASSIGNED", "< :now_prio"), ("CLOSED", "<= :now_prio"), ("UNASSIGNED", ""))
     + f" ORDER BY _range, {ATTR['priority']} LIMIT 1"
 )
 # What earlier attempts left behind, oldest first.
 _DUE_FOR_RETRY = (
     _status_ranges(
-        ("ASSIGNED", "<", "now_prio"),
-        ("CLOSED", "<=", "now_prio"),
-        ("UNASSIGNED", "<", "waited_prio"),
+        ("ASSIGNED", "< :now_prio"), ("CLOSED", "<= :now_prio"), ("UNASSIGNED", "< :waited_prio")
     )
     + f" ORDER BY {ATTR['priority']} LIMIT :limit"
 )
@@ -376,12 +373,7 @@ class SqliteLeaseStore(LeaseStore):
         def acquire_next(db: sqlite3.Connection) -> LeaseItem | None:
             row = db.execute(
                 _AVAILABLE,
-                {
-                    "sid": source_identifier,
-                    "now_prio": priority_at(self.now_ms()),
-                    "none": "",  # every priority is >= ""
-                    "limit": 1,
-                },
+                {"sid": source_identifier, "now_prio": priority_at(self.now_ms()), "limit": 1},
             ).fetchone()
             return None if row is None else self._take(db, _row_to_item(row[:-1]), owner, timeout_s)
 

@@ -14,7 +14,7 @@ from resources.store_config import StoreSettings, build_store
 def test_status_queries_read_index_ranges_not_the_whole_source(tmp_path: Path, query: str) -> None:
     """Done items pile up (COMPLETED stays): a look for work must not read them all, every tick."""
     store = build_store(StoreSettings(sqlite_path=str(tmp_path / "c.db")))
-    params = {"sid": "s", "now_prio": "1", "waited_prio": "0", "none": "", "limit": 20}
+    params = {"sid": "s", "now_prio": "1", "waited_prio": "0", "limit": 20}
     plan = [row[3] for row in store._connection().execute(f"EXPLAIN QUERY PLAN {query}", params)]
     reads = [step for step in plan if "lease_items" in step]
     assert len(reads) == 3, plan
