@@ -9,9 +9,9 @@ leasehold's metadata per partition and doing no other work. Measured in the same
   - on Dagster's default SQLite instance (one planned event per partition),
   - the same with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true` (one planned event per
     run; Dagster then no longer marks those partitions failed when the run fails), and
-  - on leasehold's embedded default instance (`resources/dagster_instance.py`: the same SQLite
-    storage with the event log's engines and connections kept open, and a run's planned events
-    stored in one transaction per shard), as `leasehold run` uses it, and
+  - on leasehold's embedded default instance (`resources/dagster_resources/instance.py`: the
+    same SQLite storage with the event log's engines and connections kept open, and a run's
+    planned events stored in one transaction per shard), as `leasehold run` uses it, and
   - the same with planned events stored one by one (`DAGSTER_EVENT_BATCH_SIZE=0`).
 The baseline is the same asset yielding nothing per partition over a 1-partition range.
 """
@@ -35,7 +35,7 @@ from dagster import (  # noqa: E402
     materialize,
 )
 
-from resources.dagster_instance import EVENT_BATCH_SIZE_VAR, write_instance_yaml  # noqa: E402
+from resources.dagster_resources.instance import EVENT_BATCH_SIZE_VAR, write_instance_yaml  # noqa: E402
 
 SUBSET_PLANNED = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 METADATA = {

@@ -40,17 +40,18 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 
 from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize  # noqa: E402
 
-from coordination_assets.ingestion import (  # noqa: E402
+from coordination_assets.ingestion import (
     build_discovery_sensor,
     build_ingestion_asset,
     partitions_for,
 )
-from resources.coordination import CoordinationResource  # noqa: E402
-from resources.dagster_instance import write_instance_yaml  # noqa: E402
-from resources.ingestion import IngestionRunner  # noqa: E402
-from resources.lake import LakeResource, SparkResource  # noqa: E402
-from resources.sample_data import write_sample_sources  # noqa: E402
-from resources.spark_session import build_spark_session  # noqa: E402
+from resources.dagster_resources.coordination import CoordinationResource  # noqa: E402
+from resources.dagster_resources.instance import write_instance_yaml  # noqa: E402
+from resources.dagster_resources.lake import LakeResource  # noqa: E402
+from resources.dagster_resources.spark import SparkResource  # noqa: E402
+from resources.ingestion.runner import IngestionRunner  # noqa: E402
+from resources.ingestion.sample_data import write_sample_sources  # noqa: E402
+from resources.spark.session import build_spark_session  # noqa: E402
 
 STREAM = "events"
 SCHEMA = "event_id string, user_id string, amount double, event_time timestamp"
@@ -119,7 +120,7 @@ def time_reader_steps() -> None:
     on its writer thread."""
     from pyspark.sql.classic.dataframe import DataFrame
 
-    from resources.source_reader import SourceReader
+    from resources.ingestion.source_reader import SourceReader
 
     DataFrame.toArrow = timed(SPARK_READ, DataFrame.toArrow)  # type: ignore[method-assign]
     SourceReader._write = timed(WRITES, SourceReader._write)  # type: ignore[method-assign]

@@ -28,9 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from resources.lease_store import ATTR, LeaseStore, PartitionStatus, priority_at, status_key  # noqa: E402
-from resources.store_config import StoreSettings, build_store  # noqa: E402
-from tests.aws_server import AWS_TEST_ENV, LocalAwsServer  # noqa: E402
+from resources.coordination.items import ATTR, PartitionStatus, priority_at, status_key  # noqa: E402
+from resources.coordination.lease_store import LeaseStore  # noqa: E402
+from resources.stores import build_store  # noqa: E402
+from resources.stores.settings import StoreSettings  # noqa: E402
+from tests.support.aws_server import AWS_TEST_ENV, LocalAwsServer  # noqa: E402
 
 PHASES = ("create", "acquire", "renew", "complete")
 OWNER = "bench-owner"

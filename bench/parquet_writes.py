@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from resources.sample_data import write_sample_sources  # noqa: E402
-from resources.source_reader import dictionary_columns  # noqa: E402
+from resources.ingestion.sample_data import write_sample_sources  # noqa: E402
+from resources.ingestion.source_reader import dictionary_columns  # noqa: E402
 from resources.streams import load_streams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

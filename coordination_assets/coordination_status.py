@@ -14,8 +14,8 @@ from dagster import (
     asset_check,
 )
 
-from resources.cli import status_json, status_text
-from resources.coordination import CoordinationResource
+from resources.coordination.status import status_json, status_text
+from resources.dagster_resources.coordination import CoordinationResource
 
 
 @asset(group_name="coordination", description="Lease counts, dead letters and metrics.")

@@ -15,8 +15,9 @@ from coordination_assets.ingestion import (
     build_ingestion_asset,
     build_ingestion_checks,
 )
-from resources.coordination import coordination_resource_from_env
-from resources.lake import LakeResource, SparkResource
+from resources.dagster_resources.coordination import coordination_resource_from_env
+from resources.dagster_resources.lake import LakeResource
+from resources.dagster_resources.spark import SparkResource
 
 # BackfillPolicy.single_run() is what lets one run ingest a whole range (ARCHITECTURE §8); it
 # is stable in practice but still labelled beta, and the warning on every load is noise.

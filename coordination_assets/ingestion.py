@@ -28,12 +28,13 @@ from dagster import (
     sensor,
 )
 
-from resources.coordination import CoordinationResource
-from resources.discovery import Discovery, plan_runs
-from resources.ingestion_checks import find_duplicate_ids, reconcile_rows
-from resources.lake import LakeResource, SparkResource
-from resources.lease_store import to_millis
-from resources.partition_keys import from_partition_key, to_partition_key
+from resources.coordination.items import to_millis
+from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.lake import LakeResource
+from resources.dagster_resources.spark import SparkResource
+from resources.ingestion.checks import find_duplicate_ids, reconcile_rows
+from resources.ingestion.discovery import Discovery, plan_runs
+from resources.ingestion.partition_keys import from_partition_key, to_partition_key
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"

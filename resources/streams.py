@@ -16,18 +16,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from resources.store_config import parse_iso_duration
+from resources.errors import ConfigError
+from resources.settings import parse_iso_duration
 
 FORMATS = ("jsonl", "csv")
 TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
 DEFAULT_PATH = "streams.yaml"
 
 
-class StreamConfigError(ValueError):
+class StreamConfigError(ConfigError):
     def __init__(self, stream: str, field_name: str, message: str) -> None:
-        super().__init__(f"stream {stream!r}: field {field_name!r}: {message}")
+        super().__init__(field_name, message, what=f"configuration of stream {stream!r}")
         self.stream = stream
-        self.field = field_name
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from resources.lease_store import LeaseStore
-from resources.store_config import StoreSettings, build_store
-from tests.aws_server import AWS_TEST_ENV, LocalAwsServer
+from resources.coordination.lease_store import LeaseStore
+from resources.stores import build_store
+from resources.stores.settings import StoreSettings
+from tests.support.aws_server import AWS_TEST_ENV, LocalAwsServer
 
 # No traffic off loopback, ever; and no real AWS credentials reach a test.
 os.environ.update(AWS_TEST_ENV)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-pytest_plugins = ["tests.spark_fixture"]
+pytest_plugins = ["tests.support.spark_fixture"]
 
 BACKENDS = ["sqlite", "dynamodb"]
 

@@ -1,0 +1,143 @@
+"""`leasehold` command line: run the main job, show coordination status, purge expired items.
+
+The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
+resource (`resources.stores.settings`); with none set it is the embedded SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from resources.coordination.status import status_json, status_text  # noqa: E402
+from resources.errors import ConfigError, LeaseholdError
+from resources.settings import default_data_dir
+from resources.stores import build_store
+from resources.stores.settings import StoreSettings, settings_from_env
+
+
+def print_status(settings: StoreSettings) -> None:
+    store = build_store(settings)
+    try:
+        print()
+        print(status_text(store.status()))
+    finally:
+        store.close_store()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = build_store(settings_from_env())
+    try:
+        summaries = store.status()
+    finally:
+        store.close_store()
+    if args.json:
+        print(json.dumps(status_json(summaries), indent=2))
+    else:
+        print(status_text(summaries))
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    store = build_store(settings_from_env())
+    purge = getattr(store, "purge_expired", None)
+    if purge is None:
+        print(f"the {store.backend} backend expires items itself (DynamoDB TTL)")
+        return 0
+    print(f"deleted {purge()} expired items")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The main job: discovery -> range runs -> commits -> checks, on the configured stores."""
+    import os
+
+    from dagster import DagsterInstance
+
+    from coordination_assets.definitions import build_definitions
+    from coordination_assets.main_job import run_stream
+    from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
+    from resources.dagster_resources.lake import LakeResource
+    from resources.ingestion.sample_data import write_sample_sources
+
+    settings = settings_from_env()  # fail fast on bad store configuration
+    lake = LakeResource.from_env()
+    streams = lake.streams()
+    for config in streams.values():
+        source = lake.object_store(config.source)
+        if config.source.startswith("file://") and not source.list_after(None, 1):
+            root = Path(config.source[len("file://") :])
+            write_sample_sources(
+                root, objects=args.sample_objects, records_per_object=200, malformed_every=997
+            )
+            print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_data_dir() / "dagster_home")))
+    # An instance configured by someone else keeps its configuration; one leasehold wrote is
+    # written again, so it names the storage classes where this version keeps them.
+    if not (home / "dagster.yaml").exists() or written_by_leasehold(home):
+        write_instance_yaml(home)
+    defs = build_definitions(lake)
+    ok = True
+    with DagsterInstance.get() as instance:
+        for name in sorted(streams):
+            report = run_stream(defs, instance, name)
+            print(f"{name}: {report.describe()}")
+            ok = ok and report.ok
+    print_status(settings)
+    return 0 if ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from resources.cli.demo import run_demo
+
+    settings = settings_from_env()
+    work_dir = Path(args.work_dir) if args.work_dir else default_data_dir() / "demo"
+    result = run_demo(settings, workers=args.workers, partitions=args.partitions, work_dir=work_dir)
+    print(result.describe())
+    print_status(settings)
+    return 0 if result.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leasehold", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="run the main job end to end on the configured (default: embedded) stores"
+    )
+    run.add_argument(
+        "--sample-objects",
+        type=int,
+        default=60,
+        help="objects to generate when a local source directory is empty",
+    )
+    run.set_defaults(fn=cmd_run)
+    demo = sub.add_parser("demo", help="worker processes racing over one lease store")
+    demo.add_argument("--workers", type=int, default=4)
+    demo.add_argument("--partitions", type=int, default=300)
+    demo.add_argument("--work-dir", default=None)
+    demo.set_defaults(fn=cmd_demo)
+    status = sub.add_parser("status", help="lease counts, expired leases, dead letters, metrics")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(fn=cmd_status)
+    purge = sub.add_parser("purge-expired", help="delete items whose TTL passed (SQLite)")
+    purge.set_defaults(fn=cmd_purge)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as exc:
+        print(f"leasehold: {exc}", file=sys.stderr)
+        return 2
+    except LeaseholdError as exc:
+        print(f"leasehold: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Errors of the coordination store. Each names what it is about; the store never swallows one."""
+
+from __future__ import annotations
+
+from resources.coordination.items import LeaseItem, LeaseToken, PartitionStatus
+from resources.errors import ConfigError, LeaseholdError
+
+
+class LeaseStoreError(LeaseholdError):
+    pass
+
+
+class PartitionNotFoundError(LeaseStoreError):
+    def __init__(self, source_identifier: str, partition_key: str) -> None:
+        super().__init__(f"no lease item for {source_identifier!r} / {partition_key!r}")
+        self.source_identifier = source_identifier
+        self.partition_key = partition_key
+
+
+class PartitionUnavailableError(LeaseStoreError):
+    """The named partition exists but cannot be acquired now; `current` says why."""
+
+    def __init__(self, current: LeaseItem) -> None:
+        detail = current.status.value
+        if current.status is PartitionStatus.ASSIGNED:
+            detail += f" to {current.owner} (epoch {current.epoch})"
+        super().__init__(f"{current.partition_key!r} is not available: {detail}")
+        self.current = current
+
+
+class PartitionNotOwnedError(LeaseStoreError):
+    """A fenced write was refused: the owner or epoch moved on (or the item is gone)."""
+
+    def __init__(self, token: LeaseToken, action: str) -> None:
+        super().__init__(
+            f"{action} refused for {token.partition_key!r}: {token.owner} no longer holds "
+            f"epoch {token.epoch} of it (lease lost or taken over)"
+        )
+        self.token = token
+        self.action = action
+
+
+class StoreUnavailableError(LeaseStoreError):
+    """The store could not be reached (or kept throttling) within the retry bound."""
+
+
+class StoreConfigError(ConfigError):
+    """Invalid store configuration, detected before any work. `field` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message, what="lease store configuration")

@@ -1,0 +1,117 @@
+"""The lease item: Data Prepper's item format, extended, and the token every owner write is
+fenced on.
+
+Attribute names are Data Prepper's (`ATTR`), extended with `version` (optimistic lock), `epoch`
+(fencing token, bumped at every acquisition), `expirationTime` (TTL) and `deadLetterReason`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Clock = Callable[[], float]
+"""Seconds since the epoch. Injected so contract tests can move time without sleeping."""
+
+
+class PartitionStatus(str, enum.Enum):
+    UNASSIGNED = "UNASSIGNED"
+    ASSIGNED = "ASSIGNED"
+    CLOSED = "CLOSED"
+    COMPLETED = "COMPLETED"
+
+
+class ItemType(str, enum.Enum):
+    """The `type` part of `sourceIdentifier`: keeps partitions and global state apart."""
+
+    PARTITION = "partition"
+    GLOBAL = "global"
+
+
+# Data Prepper's attribute names, plus ours. One place, so both backends agree.
+ATTR = {
+    "sid": "sourceIdentifier",
+    "key": "sourcePartitionKey",
+    "owner": "partitionOwner",
+    "progress": "partitionProgressState",
+    "ownership_timeout": "partitionOwnershipTimeout",
+    "status": "sourcePartitionStatus",
+    "reopen_at": "reOpenAt",
+    "closed_count": "closedCount",
+    "version": "version",
+    "epoch": "epoch",
+    "priority": "partitionPriority",
+    "status_key": "sourceStatusCombinationKey",
+    "expiration": "expirationTime",
+    "dead_letter": "deadLetterReason",
+}
+
+NOT_GIVEN: Any = object()
+"""Sentinel: 'leave progress state as it is' (None would clear it)."""
+
+
+def to_millis(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def priority_at(millis: int, seq: int = 0) -> str:
+    """Sortable `partitionPriority`.
+
+    As in Data Prepper, the GSI sort key means different things per status: creation order for
+    UNASSIGNED, ownership timeout for ASSIGNED, `reOpenAt` for CLOSED. That turns "expired
+    ASSIGNED" and "reopened CLOSED" into key-range queries instead of filtered scans.
+    """
+    return f"{millis:015d}.{seq:06d}"
+
+
+def status_key(source_identifier: str, status: PartitionStatus) -> str:
+    return f"{source_identifier}|{status.value}"
+
+
+@dataclass(frozen=True)
+class LeaseItem:
+    source_identifier: str
+    partition_key: str
+    status: PartitionStatus
+    owner: str | None
+    progress_state: str | None
+    ownership_timeout_ms: int | None
+    reopen_at_ms: int | None
+    closed_count: int
+    version: int
+    epoch: int
+    priority: str
+    expiration_time: int | None
+    dead_letter_reason: str | None = None
+
+    @property
+    def token(self) -> LeaseToken:
+        if self.owner is None or self.status is not PartitionStatus.ASSIGNED:
+            raise ValueError(f"{self.partition_key!r} is not owned ({self.status.value})")
+        return LeaseToken(self.source_identifier, self.partition_key, self.owner, self.epoch)
+
+    @property
+    def progress(self) -> Any:
+        return None if self.progress_state is None else json.loads(self.progress_state)
+
+    def is_available(self, now_ms: int) -> bool:
+        if self.status is PartitionStatus.UNASSIGNED:
+            return True
+        if self.status is PartitionStatus.ASSIGNED:
+            return self.ownership_timeout_ms is not None and self.ownership_timeout_ms < now_ms
+        if self.status is PartitionStatus.CLOSED:
+            return self.reopen_at_ms is not None and self.reopen_at_ms <= now_ms
+        return False
+
+
+@dataclass(frozen=True)
+class LeaseToken:
+    """Proof of ownership that every owner write is fenced on."""
+
+    source_identifier: str
+    partition_key: str
+    owner: str
+    epoch: int

@@ -1,0 +1,224 @@
+"""A held lease: acquired, renewed in the background, released on exit.
+
+KCL splits lease work into a taker (acquires), a renewer (keeps leases alive) and a refresher
+(notices loss). Here one `Lease` is all three for one partition: `LeaseHolder.hold()` takes it,
+a daemon thread renews it every `renew_interval_s`, and loss is noticed two ways — a renewal
+refused by the store (someone else's epoch), or the local deadline passing without a successful
+renewal (store unreachable: we must assume someone else may take over). After a loss every
+owner write raises `LeaseLostError`; the store's fencing refuses it anyway, this only fails
+earlier and louder.
+
+Default timing, chosen for Dagster runs (`LeaseTiming`): ownership 60 s, renewal every 15 s.
+Data Prepper's 10 minutes means a crashed run's partitions sit idle for 10 minutes before a
+retry can take them; KCL's 10 s fails over fast but a Spark job submission, a GC pause or a
+busy SQLite writer can stall a Python process for seconds, and a lease lost to a stall costs a
+whole redone partition. 60 s with four renewal chances per period tolerates a ~45 s stall and
+still lets a retried Dagster run (seconds to launch) take over within about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from resources.coordination.errors import LeaseStoreError, PartitionNotOwnedError
+from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
+from resources.coordination.lease_store import LeaseStore
+
+
+class LeaseLostError(LeaseStoreError):
+    """Ownership was lost; the work must stop and must not commit."""
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    ownership_timeout_s: float = 60.0
+    renew_interval_s: float = 15.0
+    reopen_after_s: float = 60.0
+    max_closed_count: int = 5
+
+    def __post_init__(self) -> None:
+        if self.ownership_timeout_s <= 0:
+            raise ValueError("ownership_timeout_s must be positive")
+        if not 0 < self.renew_interval_s <= self.ownership_timeout_s / 3:
+            raise ValueError(
+                "renew_interval_s must be positive and at most a third of ownership_timeout_s "
+                f"(got {self.renew_interval_s} for a {self.ownership_timeout_s} s timeout)"
+            )
+
+
+def new_owner_id() -> str:
+    """Host, pid and a random part: unique per holder, readable in `leasehold status`."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    def __init__(
+        self,
+        store: LeaseStore,
+        item: LeaseItem,
+        timing: LeaseTiming,
+        on_lost: Callable[[Lease], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.timing = timing
+        self._item = item
+        self._on_lost = on_lost
+        self._monotonic = monotonic
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._lost_reason: str | None = None
+        self._finished = False
+        # Local deadline, measured on the monotonic clock from *before* the store call: a
+        # conservative bound on when another owner may be allowed to take over.
+        self._deadline = monotonic() + timing.ownership_timeout_s
+        self._thread: threading.Thread | None = None
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def item(self) -> LeaseItem:
+        return self._item
+
+    @property
+    def token(self) -> LeaseToken:
+        return self._item.token
+
+    @property
+    def epoch(self) -> int:
+        return self._item.epoch
+
+    @property
+    def progress(self) -> Any:
+        return self._item.progress
+
+    @property
+    def lost(self) -> bool:
+        if self._lost_reason is None and not self._finished and self._monotonic() >= self._deadline:
+            self._mark_lost("ownership timeout passed without a successful renewal")
+        return self._lost_reason is not None
+
+    @property
+    def done(self) -> bool:
+        """Finished (completed, closed, given up) or lost: nothing more to renew."""
+        return self._finished or self._lost_reason is not None
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self._lost_reason if self.lost else None
+
+    def check(self) -> None:
+        """Call between units of work: raises once ownership is gone."""
+        if self.lost:
+            raise LeaseLostError(
+                f"lease on {self._item.partition_key!r} (epoch {self._item.epoch}) lost: "
+                f"{self._lost_reason}"
+            )
+
+    def _mark_lost(self, reason: str) -> None:
+        with self._lock:
+            if self._lost_reason is not None:
+                return
+            self._lost_reason = reason
+        self._stop.set()
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    # -- owner writes --------------------------------------------------------------------------
+
+    def _owner_write(self, write: Callable[[LeaseToken], LeaseItem], final: bool) -> LeaseItem:
+        with self._lock:
+            self.check()
+            started = self._monotonic()
+            try:
+                item = write(self.token)
+            except PartitionNotOwnedError as exc:
+                self._mark_lost(str(exc))
+                raise LeaseLostError(str(exc)) from exc
+            self._item = item
+            if final:
+                self._finished = True
+                self._stop.set()
+            else:
+                self._deadline = started + self.timing.ownership_timeout_s
+            return item
+
+    def renew(self, progress_state: Any = NOT_GIVEN) -> LeaseItem:
+        state = progress_state if progress_state is NOT_GIVEN else json.dumps(progress_state)
+        return self._owner_write(
+            lambda t: self.store.renew(t, self.timing.ownership_timeout_s, state), final=False
+        )
+
+    def save_progress(self, progress: Any) -> LeaseItem:
+        return self.renew(progress)
+
+    def complete(self, progress: Any = NOT_GIVEN) -> LeaseItem:
+        state = progress if progress is NOT_GIVEN else json.dumps(progress)
+        return self._owner_write(lambda t: self.store.complete(t, state), final=True)
+
+    def close(self, reason: str = "", progress: Any = NOT_GIVEN) -> LeaseItem:
+        state = progress if progress is NOT_GIVEN else json.dumps(progress)
+        return self._owner_write(
+            lambda t: self.store.close(
+                t, self.timing.reopen_after_s, self.timing.max_closed_count, reason, state
+            ),
+            final=True,
+        )
+
+    def give_up(self) -> LeaseItem:
+        return self._owner_write(self.store.give_up, final=True)
+
+    def commit(self, write: Callable[[LeaseToken], LeaseItem]) -> LeaseItem:
+        """Run a backend commit (ledger + COMPLETED in one transaction) fenced by this lease."""
+        return self._owner_write(write, final=True)
+
+    # -- background renewal ----------------------------------------------------------------------
+
+    def start(self) -> Lease:
+        self._thread = threading.Thread(
+            target=self._renew_loop, name=f"lease-renewer:{self._item.partition_key}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.timing.renew_interval_s):
+            if self.lost:
+                return
+            try:
+                self.renew()
+            except LeaseLostError:
+                return
+            except LeaseStoreError:
+                continue  # store trouble: `lost` turns true when the local deadline passes
+            except Exception:  # noqa: BLE001 - a renewer must never die silently mid-lease
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Lease:
+        return self if self._thread else self.start()
+
+    def release(self) -> None:
+        """Unfinished and still ours: hand it back at once rather than make the next owner wait
+        out the timeout. A failure here is harmless: the timeout frees it anyway."""
+        if not self.done:
+            try:
+                self.give_up()
+            except LeaseStoreError:
+                pass
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.release()

@@ -1,0 +1,225 @@
+"""The `LeaseStore` interface: the one durable record of who may work on which source partition.
+
+Both backends (`resources/stores/sqlite`, `resources/stores/dynamodb`) implement it and pass the
+same contract suite (`tests/coordination/test_lease_store_contract.py`). Every write by an owner
+goes through a `LeaseToken` (owner + epoch); the backends make each such write conditional on
+both still holding, so a zombie whose lease was taken over can never write, whatever its local
+clock believes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from resources.coordination.errors import PartitionUnavailableError
+from resources.coordination.items import (
+    NOT_GIVEN,
+    Clock,
+    ItemType,
+    LeaseItem,
+    LeaseToken,
+    PartitionStatus,
+    to_millis,
+)
+from resources.coordination.metrics import CoordinatorMetrics
+from resources.coordination.status import StatusSummary
+
+
+class LeaseStore(ABC):
+    """One coordination store. Backends implement the abstract operations; each is a single
+    conditional write where the backend allows it (DynamoDB `UpdateItem` with a condition, one
+    SQLite `BEGIN IMMEDIATE` transaction)."""
+
+    backend: str = "abstract"
+
+    def __init__(
+        self,
+        *,
+        partition_prefix: str | None = None,
+        ttl_seconds: float | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.partition_prefix = partition_prefix
+        self.ttl_seconds = ttl_seconds
+        self.clock = clock
+        self.metrics = CoordinatorMetrics()
+
+    # -- naming --------------------------------------------------------------------------------
+
+    def source_identifier(self, stream: str, item_type: ItemType = ItemType.PARTITION) -> str:
+        """`[partition_prefix|]stream|type`, as ARCHITECTURE §4 prescribes."""
+        parts = [self.partition_prefix] if self.partition_prefix else []
+        return "|".join([*parts, stream, item_type.value])
+
+    def now_ms(self) -> int:
+        return to_millis(self.clock())
+
+    def expiration_at(self, now_ms: int) -> int | None:
+        """TTL attribute value (epoch seconds, DynamoDB's TTL unit) for a write at `now_ms`."""
+        if self.ttl_seconds is None:
+            return None
+        return int(now_ms // 1000 + self.ttl_seconds)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close_store(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. Flushes metrics first so nothing counted is lost."""
+
+    # -- partition operations ------------------------------------------------------------------
+
+    @abstractmethod
+    def create_partitions(
+        self,
+        source_identifier: str,
+        partition_keys: Sequence[str],
+        progress_state: str | None = None,
+    ) -> int:
+        """Create UNASSIGNED items for keys that have none; idempotent; batched.
+
+        Creation order (the order of `partition_keys`, then call order) is the UNASSIGNED
+        acquisition order. Returns how many items were new.
+        """
+
+    @abstractmethod
+    def get(self, source_identifier: str, partition_key: str) -> LeaseItem | None: ...
+
+    @abstractmethod
+    def acquire(
+        self, source_identifier: str, partition_key: str, owner: str, timeout_s: float
+    ) -> LeaseItem:
+        """Acquire a named partition, bumping its epoch. Raises `PartitionNotFoundError` or
+        `PartitionUnavailableError` (whose `.current` tells e.g. that it is COMPLETED)."""
+
+    @abstractmethod
+    def acquire_next(
+        self, source_identifier: str, owner: str, timeout_s: float
+    ) -> LeaseItem | None:
+        """Acquire the next available partition: ASSIGNED whose ownership expired, then CLOSED
+        whose `reOpenAt` passed, then UNASSIGNED in creation order. None if there is none."""
+
+    @abstractmethod
+    def due_for_retry(
+        self, source_identifier: str, limit: int, unassigned_for_s: float | None = None
+    ) -> list[LeaseItem]:
+        """ASSIGNED items whose ownership expired and CLOSED items whose `reOpenAt` passed,
+        oldest first: work a crashed or failed attempt left behind. With `unassigned_for_s`,
+        also UNASSIGNED items created or handed back longer ago than that: their run failed
+        before it took them (or was never launched), or a stopping run gave them back, and no
+        run is coming for them. Bounded by `limit`, so a sensor can ask every tick at constant
+        cost. Read-only: the acquisition decides."""
+
+    @abstractmethod
+    def renew(
+        self, token: LeaseToken, timeout_s: float, progress_state: str | None = NOT_GIVEN
+    ) -> LeaseItem:
+        """Extend ownership (and the TTL); optionally save progress. Fenced."""
+
+    @abstractmethod
+    def close(
+        self,
+        token: LeaseToken,
+        reopen_after_s: float,
+        max_closed_count: int,
+        reason: str = "",
+        progress_state: str | None = NOT_GIVEN,
+    ) -> LeaseItem:
+        """CLOSED until `reopen_after_s` from now, `closedCount`+1. Past `max_closed_count`
+        closes, the item is dead-lettered instead: COMPLETED with `deadLetterReason`, so it is
+        never acquired again but stays visible in status and checks. Fenced."""
+
+    @abstractmethod
+    def give_up(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
+        """Back to UNASSIGNED so another owner can take it at once. Fenced."""
+
+    @abstractmethod
+    def complete(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
+        """COMPLETED: never acquired again. Fenced."""
+
+    @abstractmethod
+    def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
+        """Every item (of one source identifier, or all). For status and checks, not hot paths."""
+
+    @abstractmethod
+    def source_identifiers(self) -> list[str]: ...
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _add_metrics(self, deltas: dict[str, dict[str, int]]) -> None:
+        """Atomically add counter deltas: {source_identifier: {metric: delta}}."""
+
+    @abstractmethod
+    def read_metrics(self) -> dict[str, dict[str, int]]: ...
+
+    def flush_metrics(self) -> None:
+        """Persist counters gathered in this process. Done in batches, not per operation, so
+        metrics cost no store call on the per-partition path."""
+        deltas = self.metrics.drain()
+        if deltas:
+            try:
+                self._add_metrics(deltas)
+            except Exception:
+                self.metrics.restore(deltas)
+                raise
+
+    # -- global state (the partition supplier's, one node at a time) ---------------------------
+
+    def acquire_global_state(
+        self, stream: str, name: str, owner: str, timeout_s: float
+    ) -> LeaseItem | None:
+        """Lease the global-state item `name`, creating it on first use. None while another
+        owner holds it. Its progress state *is* the global state (a JSON object)."""
+        sid = self.source_identifier(stream, ItemType.GLOBAL)
+        if self.get(sid, name) is None:
+            self.create_partitions(sid, [name], progress_state="{}")
+        try:
+            return self.acquire(sid, name, owner, timeout_s)
+        except PartitionUnavailableError:
+            return None
+
+    def read_global_state(self, stream: str, name: str) -> dict[str, Any]:
+        """Read without a lease: for display. Never act on it without holding the lease."""
+        item = self.get(self.source_identifier(stream, ItemType.GLOBAL), name)
+        return (
+            {} if item is None or item.progress_state is None else json.loads(item.progress_state)
+        )
+
+    def update_global_state(
+        self, token: LeaseToken, state: dict[str, Any], timeout_s: float
+    ) -> LeaseItem:
+        return self.renew(token, timeout_s, progress_state=json.dumps(state, sort_keys=True))
+
+    def release_global_state(self, token: LeaseToken) -> LeaseItem:
+        return self.give_up(token)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self) -> list[StatusSummary]:
+        now = self.now_ms()
+        metrics = self.read_metrics()
+        summaries = []
+        sids = sorted(set(self.source_identifiers()) | set(metrics))
+        for sid in sids:
+            counts = {s.value: 0 for s in PartitionStatus}
+            oldest: LeaseItem | None = None
+            dead: list[LeaseItem] = []
+            for item in self.iter_items(sid):
+                counts[item.status.value] += 1
+                if item.dead_letter_reason is not None:
+                    dead.append(item)
+                if (
+                    item.status is PartitionStatus.ASSIGNED
+                    and item.ownership_timeout_ms is not None
+                    and item.ownership_timeout_ms < now
+                    and (oldest is None or item.ownership_timeout_ms < oldest.ownership_timeout_ms)  # type: ignore[operator]
+                ):
+                    oldest = item
+            counts["DEAD_LETTERED"] = len(dead)
+            summaries.append(
+                StatusSummary(sid, counts, oldest, dead, dict(sorted(metrics.get(sid, {}).items())))
+            )
+        return summaries

@@ -1,0 +1,54 @@
+"""`SparkResource`: the one SparkSession of a run, created lazily.
+
+The first asset that needs Spark pays the ~7 s start, and no other step starts a second one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
+
+from resources.dagster_resources.env import env_fields
+from resources.spark.session import build_spark_session
+
+
+class SparkResource(ConfigurableResource):
+    """`master` (default `local[*]`) or `remote` (a Spark Connect URL); loopback-only."""
+
+    master: str | None = None
+    remote: str | None = None
+
+    _session: Any = PrivateAttr(default=None)
+    _owned: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def from_env(cls) -> SparkResource:
+        return cls(
+            **env_fields({"master": "LEASEHOLD_SPARK_MASTER", "remote": "LEASEHOLD_SPARK_REMOTE"})
+        )
+
+    def session(self) -> Any:
+        if self._session is None:
+            from pyspark import SparkContext
+            from pyspark.sql import SparkSession
+
+            # A session that already runs in this process (a notebook's, the tests') is used,
+            # not owned. Asked from the runner's reader thread, `getActiveSession` (per thread)
+            # would not see it, so look at the process-wide context instead.
+            if not self.remote and SparkContext._active_spark_context is not None:
+                active = SparkSession.getActiveSession()
+                self._session = active or SparkSession.builder.getOrCreate()
+                self._owned = False
+            else:
+                self._session = build_spark_session(master=self.master, remote=self.remote)
+                self._owned = True
+        return self._session
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        # Stop only a session this run started: one that was already active (a notebook, a
+        # test session) belongs to whoever started it.
+        if self._session is not None and self._owned:
+            self._session.stop()
+        self._session = None

@@ -1,0 +1,9 @@
+"""Ingestion without Dagster: discovery, the exactly-once runner, the Spark source reader, checks.
+
+Holds `discovery` (list after a cursor, create lease items, plan range runs), `runner`
+(`IngestionRunner`: the commit protocol of ARCHITECTURE §5 over chunks of partitions),
+`source_reader` (one Spark read per chunk, quarantine), `checks` (rows reconcile, unique ids),
+`partition_keys` (source key <-> Dagster partition key) and `sample_data`.
+May import: `resources.coordination`, `resources.ledger`, `resources.stores`,
+`resources.objects`, `resources.spark`, the shared modules; pyspark and pyarrow. Never Dagster.
+"""

@@ -1,0 +1,120 @@
+"""The ledger: which small objects make up each table partition (Prism's metadata model).
+
+A small object exists for readers only once the ledger names it. It is registered by the same
+transaction that marks its source partition COMPLETED (ARCHITECTURE §5), conditional on the
+lease's owner and epoch, and that transaction also assigns its id: ids are dense per table
+partition and allocated inside the commit, so "every id up to the counter" is always a complete,
+committed set — Prism allocated ids before uploading and a merge could skip a late commit.
+
+Files written by an attempt that never committed are orphans under the table's prefix; nothing
+ever lists that prefix to find table data, so they are invisible until a vacuum deletes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from resources.coordination.items import LeaseItem
+from resources.errors import LeaseholdError
+
+
+@dataclass(frozen=True)
+class SmallObject:
+    """One Parquet object written by one ingestion attempt for one table partition."""
+
+    table: str
+    dt: str
+    url: str
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
+class RegisteredObject:
+    table: str
+    dt: str
+    object_id: int
+    url: str
+    content_length: int
+    row_count: int
+    source_identifier: str
+    source_partition_key: str
+    epoch: int
+    delayed: bool
+    """Committed after its table partition closed (`last_live_object_id` was set)."""
+
+
+@dataclass(frozen=True)
+class TablePartition:
+    table: str
+    dt: str
+    next_object_id: int
+    """Ids 1..next_object_id-1 are committed; a merge may take exactly those."""
+    last_live_object_id: int | None = None
+    current_manifest_version: int = -1
+    desired_manifest_version: int = -1
+    switched: bool = False
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """Durable, TTL-free proof that a source partition was committed: a second commit of the
+    same source partition is refused even if its lease item was deleted and re-created."""
+
+    source_identifier: str
+    source_partition_key: str
+    epoch: int
+    object_ids: tuple[tuple[str, str, int], ...]  # (table, dt, id)
+    committed_at_ms: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    item: LeaseItem
+    objects: tuple[RegisteredObject, ...]
+
+
+class AlreadyCommittedError(LeaseholdError):
+    """The source partition has a commit record already: this attempt must not add anything."""
+
+    def __init__(self, record: CommitRecord) -> None:
+        super().__init__(
+            f"{record.source_partition_key!r} was already committed (epoch {record.epoch})"
+        )
+        self.record = record
+
+
+MAX_OBJECTS_PER_COMMIT = 90
+"""DynamoDB transactions hold at most 100 items; a commit also writes the lease, the commit
+record and one counter per table partition. One source object feeding more than this many
+dates is refused with a clear error rather than committed in pieces."""
+
+
+def group_by_partition(objects: list[SmallObject]) -> dict[tuple[str, str], list[SmallObject]]:
+    """Table partition → its objects, in a stable order (ids follow it)."""
+    groups: dict[tuple[str, str], list[SmallObject]] = {}
+    for obj in sorted(objects, key=lambda o: (o.table, o.dt, o.url)):
+        groups.setdefault((obj.table, obj.dt), []).append(obj)
+    return groups
+
+
+class CommitTooLargeError(LeaseholdError, ValueError):
+    """One source object feeds more table partitions than one transaction can register."""
+
+
+def check_commit_size(objects: list[SmallObject]) -> None:
+    if len(objects) + 2 * len(group_by_partition(objects)) + 2 > 100:
+        raise CommitTooLargeError(
+            f"one commit of {len(objects)} objects over {len(group_by_partition(objects))} "
+            f"table partitions exceeds a single transaction (max {MAX_OBJECTS_PER_COMMIT} objects)"
+        )
+
+
+def object_summary(objects: tuple[RegisteredObject, ...]) -> dict[str, Any]:
+    return {
+        "small_objects": len(objects),
+        "bytes": sum(o.content_length for o in objects),
+        "rows_written": sum(o.row_count for o in objects),
+        "table_partitions": sorted({o.dt for o in objects}),
+    }

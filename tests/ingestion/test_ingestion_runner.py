@@ -1,0 +1,180 @@
+"""The runner's chunk pipeline, on both store backends, with a stand-in for the Spark read.
+
+The read of chunk k+1 overlaps the commits of chunk k and the caller's handling of their
+outcomes (Dagster's event-log writes); a caller that stops early gets nothing committed behind
+its back and leaves no lease held.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.coordination.items import PartitionStatus
+from resources.coordination.lease import LeaseTiming
+from resources.coordination.lease_store import LeaseStore
+from resources.ingestion.runner import (
+    COMMITTED,
+    IngestionRunner,
+    SourceBatchResult,
+    StagedFile,
+    chunk_sizes,
+)
+
+STREAM = "events"
+
+
+def make_runner(store: LeaseStore, tmp_path: Path, read_batch) -> IngestionRunner:  # type: ignore[no-untyped-def]
+    lake = tmp_path / "lake"
+
+    def fetch(key: str, scratch: Path) -> Path:
+        scratch.mkdir(parents=True, exist_ok=True)
+        path = scratch / key
+        path.write_text(key)
+        return path
+
+    def publish(local: Path, name: str) -> str:
+        target = lake / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(local, target)
+        return target.as_uri()
+
+    return IngestionRunner(
+        stream=STREAM,
+        table=STREAM,
+        store=store,
+        owner="runner-1",
+        timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
+        fetch=fetch,
+        read_batch=read_batch,
+        publish_table=publish,
+        publish_quarantine=publish,
+        work_dir=tmp_path / "work",
+        chunk_size=2,
+    )
+
+
+def one_row_each(
+    files: dict[str, Path], staging: Path, attempt: str
+) -> Future[dict[str, SourceBatchResult]]:
+    staging.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for key in files:
+        target = staging / f"{attempt}-{key}.parquet"
+        pq.write_table(pa.table({"id": [key]}), target)
+        staged = StagedFile("2026-01-01", target, 1, target.stat().st_size)
+        results[key] = SourceBatchResult(rows_read=1, table_files=[staged])
+    done: Future[dict[str, SourceBatchResult]] = Future()
+    done.set_result(results)
+    return done
+
+
+def create(store: LeaseStore, keys: list[str]) -> str:
+    sid = store.source_identifier(STREAM)
+    store.create_partitions(sid, keys)
+    return sid
+
+
+def test_next_chunk_is_read_while_the_caller_handles_this_one(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    keys = [f"k{i}" for i in range(5)]
+    sid = create(store, keys)
+    second_chunk_read = threading.Event()
+
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in files:
+            second_chunk_read.set()
+        return one_row_each(files, staging, attempt)
+
+    outcomes = []
+    for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
+        if outcome.source_key == "k0":
+            # Without the pipeline this would wait forever: chunk 2 would not be read until
+            # the caller asked for k2.
+            assert second_chunk_read.wait(timeout=30), "chunk 2 was not read in the background"
+        outcomes.append(outcome)
+
+    assert [o.source_key for o in outcomes] == keys
+    assert {o.outcome for o in outcomes} == {COMMITTED}
+    assert len({o.url for o in store.ledger_objects(STREAM)}) == 5
+    assert {store.get(sid, k).status for k in keys} == {PartitionStatus.COMPLETED}
+
+
+def test_a_caller_that_stops_early_leaves_no_lease_held(store: LeaseStore, tmp_path: Path) -> None:
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+    outcomes = make_runner(store, tmp_path, one_row_each).ingest(keys)
+    first = next(outcomes)
+    outcomes.close()  # e.g. the run was terminated while handling the first outcome
+
+    assert first.outcome == COMMITTED
+    statuses = {k: store.get(sid, k).status for k in keys}
+    # The first chunk committed as a whole; the prefetched one was handed back, not committed.
+    assert statuses == {
+        "k0": PartitionStatus.COMPLETED,
+        "k1": PartitionStatus.COMPLETED,
+        "k2": PartitionStatus.UNASSIGNED,
+        "k3": PartitionStatus.UNASSIGNED,
+    }
+    assert len(store.ledger_objects(STREAM)) == 2
+    assert not any((tmp_path / "work").iterdir())
+
+
+def failing_read(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    if "k2" in files:
+        raise RuntimeError("executor lost")
+    return one_row_each(files, staging, attempt)
+
+
+def failing_write(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    """Spark read the chunk; writing its objects failed later, on the writer thread."""
+    if "k2" in files:
+        failed: Future[dict[str, SourceBatchResult]] = Future()
+        failed.set_exception(RuntimeError("disk full"))
+        return failed
+    return one_row_each(files, staging, attempt)
+
+
+@pytest.mark.parametrize(
+    ("read_batch", "error"), [(failing_read, "executor lost"), (failing_write, "disk full")]
+)
+def test_a_failed_chunk_is_released_and_reaches_the_caller(
+    store: LeaseStore, tmp_path: Path, read_batch, error: str
+) -> None:  # type: ignore[no-untyped-def]
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+
+    seen = []
+    try:
+        for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
+            seen.append(outcome.source_key)
+    except RuntimeError as exc:
+        assert str(exc) == error
+    else:
+        raise AssertionError("the failure was swallowed")
+    assert seen == ["k0", "k1"]  # nothing of the failed chunk committed
+    assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
+    assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
+    assert not any((tmp_path / "work").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("partitions", "sizes"),
+    [
+        (1, [1]),
+        (250, [250]),  # one chunk: nothing to overlap, one Spark job
+        (251, [188, 63]),
+        (2000, [250] * 7 + [187, 63]),
+        (1813, [250] * 7 + [63]),
+    ],
+)
+def test_the_last_chunk_is_small(partitions: int, sizes: list[int]) -> None:
+    """Nothing overlaps the last chunk's writes, commits and events: keep it small."""
+    assert chunk_sizes(partitions, 250) == sizes

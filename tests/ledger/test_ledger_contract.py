@@ -1,0 +1,122 @@
+"""The commit protocol every backend passes: ledger registration + COMPLETED in one fenced
+transaction, dense ids per table partition, and no trace of a refused commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from resources.coordination.errors import PartitionNotOwnedError
+from resources.coordination.items import PartitionStatus
+from resources.coordination.lease_store import LeaseStore
+from resources.ledger.model import AlreadyCommittedError, SmallObject
+from tests.conftest import FakeClock
+from tests.support.ttl_sweep import sweep_expired
+
+pytestmark = pytest.mark.contract
+
+T = 60.0
+
+
+def obj(dt: str, name: str, rows: int = 10) -> SmallObject:
+    return SmallObject(
+        "events", dt, f"file:///lake/events/dt={dt}/{name}.parquet", rows * 100, rows
+    )
+
+
+def setup(store: LeaseStore, *keys: str) -> str:
+    sid = store.source_identifier("events")
+    store.create_partitions(sid, list(keys))
+    return sid
+
+
+def test_commit_registers_dense_ids_and_completes(store: LeaseStore) -> None:
+    sid = setup(store, "a", "b")
+    a = store.acquire(sid, "a", "w1", T)
+    result = store.commit(
+        a.token, [obj("2026-01-02", "a2"), obj("2026-01-01", "a1")], progress_state='{"rows": 20}'
+    )
+    assert result.item.status is PartitionStatus.COMPLETED and result.item.progress == {"rows": 20}
+    assert [(o.dt, o.object_id) for o in result.objects] == [("2026-01-01", 1), ("2026-01-02", 1)]
+    b = store.acquire(sid, "b", "w2", T)
+    store.commit(b.token, [obj("2026-01-01", "b1"), obj("2026-01-01", "b1x")])
+    day1 = store.ledger_objects("events", "2026-01-01")
+    assert [(o.object_id, o.source_partition_key) for o in day1] == [(1, "a"), (2, "b"), (3, "b")]
+    assert all(o.epoch == 1 and not o.delayed for o in day1)
+    assert len(store.ledger_objects("events")) == 4
+    parts = {p.dt: p.next_object_id for p in store.table_partitions("events")}
+    assert parts == {"2026-01-01": 4, "2026-01-02": 2}
+    record = store.commit_record(sid, "a")
+    assert record.epoch == 1 and sorted(record.object_ids) == [
+        ("events", "2026-01-01", 1),
+        ("events", "2026-01-02", 1),
+    ]
+    assert store.get(sid, "b").status is PartitionStatus.COMPLETED
+
+
+def test_fenced_commit_leaves_no_trace(store: LeaseStore, clock: FakeClock) -> None:
+    sid = setup(store, "a")
+    zombie = store.acquire(sid, "a", "w1", T)
+    clock.advance(T + 1)
+    successor = store.acquire(sid, "a", "w2", T)
+    with pytest.raises(PartitionNotOwnedError):
+        store.commit(zombie.token, [obj("2026-01-01", "zombie")])
+    assert store.ledger_objects("events") == []
+    assert store.table_partitions("events") == []
+    assert store.commit_record(sid, "a") is None
+    assert store.get(sid, "a") == successor
+    done = store.commit(successor.token, [obj("2026-01-01", "ok")])
+    assert [o.object_id for o in done.objects] == [1]
+
+
+def test_commit_record_outlives_ttl_and_refuses_a_second_commit(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    sid = setup(store, "a")
+    store.commit(store.acquire(sid, "a", "w1", T).token, [obj("2026-01-01", "first")])
+    clock.advance(86400 * 3)
+    sweep_expired(store)  # the lease item is gone ...
+    assert store.get(sid, "a") is None
+    store.create_partitions(sid, ["a"])  # ... and re-created by a careless re-scan
+    again = store.acquire(sid, "a", "w2", T)
+    with pytest.raises(AlreadyCommittedError):
+        store.commit(again.token, [obj("2026-01-01", "second")])
+    assert [o.url.rsplit("/", 1)[1] for o in store.ledger_objects("events")] == ["first.parquet"]
+
+
+def test_chunked_commits_keep_the_lease(store: LeaseStore, clock: FakeClock) -> None:
+    sid = setup(store, "big")
+    lease = store.acquire(sid, "big", "w1", T)
+    clock.advance(50)
+    chunk = store.commit(
+        lease.token, [obj("2026-01-01", "c1")], progress_state='{"offset": 1000}', complete=False
+    )
+    assert chunk.item.status is PartitionStatus.ASSIGNED and chunk.item.epoch == lease.epoch
+    assert chunk.item.ownership_timeout_ms == store.now_ms() + 60_000
+    assert store.commit_record(sid, "big") is None
+    clock.advance(T + 1)  # crashed after the first chunk: the successor resumes at the offset
+    successor = store.acquire(sid, "big", "w2", T)
+    assert successor.progress == {"offset": 1000}
+    final = store.commit(
+        successor.token, [obj("2026-01-01", "c2")], progress_state='{"offset": 2000}'
+    )
+    assert [o.object_id for o in final.objects] == [2]
+    assert store.get(sid, "big").status is PartitionStatus.COMPLETED
+
+
+def test_commit_may_register_nothing(store: LeaseStore) -> None:
+    sid = setup(store, "empty")
+    done = store.commit(store.acquire(sid, "empty", "w1", T).token, [])
+    assert done.objects == () and done.item.status is PartitionStatus.COMPLETED
+    assert store.commit_record(sid, "empty").object_ids == ()
+
+
+def test_oversized_commit_is_refused_before_writing(store: LeaseStore) -> None:
+    sid = setup(store, "wide")
+    lease = store.acquire(sid, "wide", "w1", T)
+    with pytest.raises(ValueError, match="single transaction"):
+        store.commit(
+            lease.token,
+            [obj(f"2026-{m:02d}-{d:02d}", "x") for m in (1, 2, 3) for d in range(1, 29)],
+        )
+    assert store.ledger_objects("events") == []
+    assert store.get(sid, "wide").status is PartitionStatus.ASSIGNED
