@@ -10,12 +10,20 @@ clock believes.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from resources.coordination.errors import PartitionUnavailableError
+from resources.coordination import metrics as m
+from resources.coordination import transitions
+from resources.coordination.errors import (
+    PartitionNotFoundError,
+    PartitionNotOwnedError,
+    PartitionUnavailableError,
+    StoreUnavailableError,
+)
 from resources.coordination.items import (
     NOT_GIVEN,
     Clock,
@@ -27,12 +35,13 @@ from resources.coordination.items import (
 )
 from resources.coordination.metrics import CoordinatorMetrics
 from resources.coordination.status import StatusSummary
+from resources.coordination.transitions import Refusal, Transition
 
 
 class LeaseStore(ABC):
-    """One coordination store. Backends implement the abstract operations; each is a single
-    conditional write where the backend allows it (DynamoDB `UpdateItem` with a condition, one
-    SQLite `BEGIN IMMEDIATE` transaction)."""
+    """One coordination store. The operations, their metrics and the decisions are here; a
+    backend provides `_apply` (one conditional write: DynamoDB `UpdateItem` with a condition,
+    one SQLite `BEGIN IMMEDIATE` transaction) and the reads."""
 
     backend: str = "abstract"
 
@@ -47,6 +56,8 @@ class LeaseStore(ABC):
         self.ttl_seconds = ttl_seconds
         self.clock = clock
         self.metrics = CoordinatorMetrics()
+        self._seq = 0
+        self._seq_lock = threading.Lock()
 
     # -- naming --------------------------------------------------------------------------------
 
@@ -69,37 +80,28 @@ class LeaseStore(ABC):
     def close_store(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Flushes metrics first so nothing counted is lost."""
 
-    # -- partition operations ------------------------------------------------------------------
+    # -- what a backend provides ---------------------------------------------------------------
+    # The state machine is `resources.coordination.transitions`; a backend only stores items,
+    # applies a transition's decision as one conditional write, and finds candidates.
 
     @abstractmethod
-    def create_partitions(
-        self,
-        source_identifier: str,
-        partition_keys: Sequence[str],
-        progress_state: str | None = None,
-    ) -> int:
-        """Create UNASSIGNED items for keys that have none; idempotent; batched.
+    def _insert_absent(self, items: Sequence[LeaseItem]) -> int:
+        """Insert the items that do not exist yet (batched); how many were new."""
 
-        Creation order (the order of `partition_keys`, then call order) is the UNASSIGNED
-        acquisition order. Returns how many items were new.
-        """
+    @abstractmethod
+    def _apply(
+        self, source_identifier: str, partition_key: str, transition: Transition
+    ) -> tuple[LeaseItem | None, LeaseItem | None]:
+        """Apply `transition` if its guard holds of the stored item, in one conditional write:
+        `(new item, None)`, or `(None, the item as stored, None if absent)` when refused."""
+
+    @abstractmethod
+    def _available(self, source_identifier: str, now_ms: int) -> Iterator[LeaseItem]:
+        """Candidates for `acquire_next` in acquisition order (may be stale: the guard of the
+        acquisition decides)."""
 
     @abstractmethod
     def get(self, source_identifier: str, partition_key: str) -> LeaseItem | None: ...
-
-    @abstractmethod
-    def acquire(
-        self, source_identifier: str, partition_key: str, owner: str, timeout_s: float
-    ) -> LeaseItem:
-        """Acquire a named partition, bumping its epoch. Raises `PartitionNotFoundError` or
-        `PartitionUnavailableError` (whose `.current` tells e.g. that it is COMPLETED)."""
-
-    @abstractmethod
-    def acquire_next(
-        self, source_identifier: str, owner: str, timeout_s: float
-    ) -> LeaseItem | None:
-        """Acquire the next available partition: ASSIGNED whose ownership expired, then CLOSED
-        whose `reOpenAt` passed, then UNASSIGNED in creation order. None if there is none."""
 
     @abstractmethod
     def due_for_retry(
@@ -113,12 +115,103 @@ class LeaseStore(ABC):
         cost. Read-only: the acquisition decides."""
 
     @abstractmethod
+    def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
+        """Every item (of one source identifier, or all). For status and checks, not hot paths."""
+
+    @abstractmethod
+    def source_identifiers(self) -> list[str]: ...
+
+    # -- partition operations ------------------------------------------------------------------
+
+    def create_partitions(
+        self,
+        source_identifier: str,
+        partition_keys: Sequence[str],
+        progress_state: str | None = None,
+    ) -> int:
+        """Create UNASSIGNED items for keys that have none; idempotent; batched.
+
+        Creation order (the order of `partition_keys`, then call order) is the UNASSIGNED
+        acquisition order. Returns how many items were new.
+        """
+        keys = list(dict.fromkeys(partition_keys))
+        if not keys:
+            return 0
+        now = self.now_ms()
+        with self._seq_lock:
+            base, self._seq = self._seq, self._seq + len(keys)
+        items = [
+            transitions.created(
+                source_identifier,
+                key,
+                now_ms=now,
+                seq=base + i,
+                progress_state=progress_state,
+                expiration_time=self.expiration_at(now),
+            )
+            for i, key in enumerate(keys)
+        ]
+        created = self._insert_absent(items)
+        self.metrics.incr(source_identifier, m.PARTITIONS_CREATED, created)
+        return created
+
+    def acquire(
+        self, source_identifier: str, partition_key: str, owner: str, timeout_s: float
+    ) -> LeaseItem:
+        """Acquire a named partition, bumping its epoch. Raises `PartitionNotFoundError` or
+        `PartitionUnavailableError` (whose `.current` tells e.g. that it is COMPLETED)."""
+        item, current = self._apply(
+            source_identifier, partition_key, self._acquisition(owner, timeout_s, self.now_ms())
+        )
+        if item is not None:
+            self.metrics.incr(source_identifier, m.PARTITIONS_ACQUIRED)
+            return item
+        if current is None:
+            self.metrics.incr(source_identifier, m.PARTITION_NOT_FOUND)
+            raise PartitionNotFoundError(source_identifier, partition_key)
+        raise PartitionUnavailableError(current)
+
+    def acquire_next(
+        self, source_identifier: str, owner: str, timeout_s: float
+    ) -> LeaseItem | None:
+        """Acquire the next available partition: ASSIGNED whose ownership expired, then CLOSED
+        whose `reOpenAt` passed, then UNASSIGNED in creation order. None if there is none."""
+        now = self.now_ms()
+        transition = self._acquisition(owner, timeout_s, now)
+        for candidate in self._available(source_identifier, now):
+            item, _ = self._apply(source_identifier, candidate.partition_key, transition)
+            if item is not None:  # else another owner took it first: try the next one
+                self.metrics.incr(source_identifier, m.PARTITIONS_ACQUIRED)
+                return item
+        self.metrics.incr(source_identifier, m.NO_PARTITIONS_ACQUIRED)
+        return None
+
+    def _acquisition(self, owner: str, timeout_s: float, now: int) -> Transition:
+        return transitions.acquire(
+            owner,
+            now_ms=now,
+            timeout_ms=to_millis(timeout_s),
+            expiration_time=self.expiration_at(now),
+        )
+
     def renew(
         self, token: LeaseToken, timeout_s: float, progress_state: str | None = NOT_GIVEN
     ) -> LeaseItem:
         """Extend ownership (and the TTL); optionally save progress. Fenced."""
+        return self._owner_write(token, self.renewal(token, timeout_s, progress_state))
 
-    @abstractmethod
+    def renewal(
+        self, token: LeaseToken, timeout_s: float, progress_state: str | None
+    ) -> Transition:
+        now = self.now_ms()
+        return transitions.renew(
+            token,
+            now_ms=now,
+            timeout_ms=to_millis(timeout_s),
+            progress_state=progress_state,
+            expiration_time=self.expiration_at(now),
+        )
+
     def close(
         self,
         token: LeaseToken,
@@ -130,21 +223,85 @@ class LeaseStore(ABC):
         """CLOSED until `reopen_after_s` from now, `closedCount`+1. Past `max_closed_count`
         closes, the item is dead-lettered instead: COMPLETED with `deadLetterReason`, so it is
         never acquired again but stays visible in status and checks. Fenced."""
+        now = self.now_ms()
+        closing = transitions.close(
+            token,
+            now_ms=now,
+            reopen_after_ms=to_millis(reopen_after_s),
+            max_closed_count=max_closed_count,
+            progress_state=progress_state,
+            expiration_time=self.expiration_at(now),
+        )
+        item, current = self._fenced_apply(token, closing)
+        if item is None:
+            if transitions.refusal(closing, current) is not Refusal.CLOSED_TOO_OFTEN:
+                raise self._refused(token, closing, current)
+            item = self._owner_write(
+                token,
+                transitions.dead_letter(
+                    token,
+                    now_ms=now,
+                    reason=reason or f"closed {current.closed_count + 1} times",  # type: ignore[union-attr]
+                    progress_state=progress_state,
+                    expiration_time=self.expiration_at(now),
+                ),
+            )
+        self.metrics.incr(token.source_identifier, m.PARTITIONS_CLOSED)
+        return item
 
-    @abstractmethod
     def give_up(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
         """Back to UNASSIGNED so another owner can take it at once. Fenced."""
+        now = self.now_ms()
+        return self._owner_write(
+            token,
+            transitions.give_up(
+                token,
+                now_ms=now,
+                progress_state=progress_state,
+                expiration_time=self.expiration_at(now),
+            ),
+        )
 
-    @abstractmethod
     def complete(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
         """COMPLETED: never acquired again. Fenced."""
+        item = self._owner_write(token, self.completion(token, progress_state))
+        self.metrics.incr(token.source_identifier, m.PARTITIONS_COMPLETED)
+        return item
 
-    @abstractmethod
-    def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
-        """Every item (of one source identifier, or all). For status and checks, not hot paths."""
+    def completion(self, token: LeaseToken, progress_state: str | None) -> Transition:
+        now = self.now_ms()
+        return transitions.complete(
+            token,
+            now_ms=now,
+            progress_state=progress_state,
+            expiration_time=self.expiration_at(now),
+        )
 
-    @abstractmethod
-    def source_identifiers(self) -> list[str]: ...
+    # -- fenced writes and their metrics -------------------------------------------------------
+
+    def _fenced_apply(
+        self, token: LeaseToken, transition: Transition
+    ) -> tuple[LeaseItem | None, LeaseItem | None]:
+        try:
+            return self._apply(token.source_identifier, token.partition_key, transition)
+        except StoreUnavailableError:
+            self.metrics.incr(token.source_identifier, m.update_errors(transition.action))
+            raise
+
+    def _owner_write(self, token: LeaseToken, transition: Transition) -> LeaseItem:
+        item, current = self._fenced_apply(token, transition)
+        if item is None:
+            raise self._refused(token, transition, current)
+        return item
+
+    def _refused(
+        self, token: LeaseToken, transition: Transition, current: LeaseItem | None
+    ) -> PartitionNotOwnedError:
+        """Count a refused owner write and say so: the lease was lost or taken over."""
+        sid = token.source_identifier
+        self.metrics.incr(sid, m.update_errors(transition.action))
+        self.metrics.incr(sid, m.PARTITION_NOT_FOUND if current is None else m.PARTITION_NOT_OWNED)
+        return PartitionNotOwnedError(token, transition.action)
 
     # -- metrics -------------------------------------------------------------------------------
 

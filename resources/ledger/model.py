@@ -12,10 +12,11 @@ ever lists that prefix to find table data, so they are invisible until a vacuum 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from resources.coordination.items import LeaseItem
+from resources.coordination.items import LeaseItem, LeaseToken
 from resources.errors import LeaseholdError
 
 
@@ -118,3 +119,33 @@ def object_summary(objects: tuple[RegisteredObject, ...]) -> dict[str, Any]:
         "rows_written": sum(o.row_count for o in objects),
         "table_partitions": sorted({o.dt for o in objects}),
     }
+
+
+def assign_ids(
+    token: LeaseToken,
+    groups: Mapping[tuple[str, str], Sequence[SmallObject]],
+    counters: Mapping[tuple[str, str], tuple[int, int | None]],
+) -> list[RegisteredObject]:
+    """Ids for a commit's objects: per table partition, dense from its counter
+    (`next_object_id`, `last_live_object_id`; a partition without one starts at 1). Called
+    inside the commit's transaction with the counters it read, by every backend: an object is
+    delayed when its partition had closed (`last_live_object_id` set) before this commit."""
+    registered = []
+    for (table, dt), group in groups.items():
+        next_id, last_live = counters.get((table, dt), (1, None))
+        for offset, obj in enumerate(group):
+            registered.append(
+                RegisteredObject(
+                    table=table,
+                    dt=dt,
+                    object_id=next_id + offset,
+                    url=obj.url,
+                    content_length=obj.content_length,
+                    row_count=obj.row_count,
+                    source_identifier=token.source_identifier,
+                    source_partition_key=token.partition_key,
+                    epoch=token.epoch,
+                    delayed=last_live is not None,
+                )
+            )
+    return registered

@@ -8,16 +8,9 @@ May import: `resources.coordination`, `resources.ledger`, `resources.errors`, `r
 
 from __future__ import annotations
 
-from abc import ABC
-
 from resources.coordination.items import Clock
-from resources.coordination.lease_store import LeaseStore
-from resources.ledger.ledger import Ledger
+from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
-
-
-class CoordinationStore(LeaseStore, Ledger, ABC):
-    """Leases and the ledger in one store: a commit writes both in one transaction."""
 
 
 def build_store(settings: StoreSettings, clock: Clock | None = None) -> CoordinationStore:

@@ -8,10 +8,10 @@ import pytest
 
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
-from resources.stores.sqlite.store import _AVAILABLE, _DUE_FOR_RETRY
+from resources.stores.sqlite.schema import AVAILABLE, DUE_FOR_RETRY
 
 
-@pytest.mark.parametrize("query", [_AVAILABLE, _DUE_FOR_RETRY], ids=["acquire_next", "retries"])
+@pytest.mark.parametrize("query", [AVAILABLE, DUE_FOR_RETRY], ids=["acquire_next", "retries"])
 def test_status_queries_read_index_ranges_not_the_whole_source(tmp_path: Path, query: str) -> None:
     """Done items pile up (COMPLETED stays): a look for work must not read them all, every tick."""
     store = build_store(StoreSettings(sqlite_path=str(tmp_path / "c.db")))

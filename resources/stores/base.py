@@ -1,0 +1,68 @@
+"""`CoordinationStore`: leases and the ledger in one store, and the commit they share.
+
+A commit (ARCHITECTURE §5) writes the ledger and the lease item in one transaction, so one
+store implements both interfaces. What a commit decides is here, once: the size check, the
+lease transition (COMPLETED, or renewed for chunked work), the ids (`assign_ids`), the metrics
+and what a refusal means. A backend only writes it all as one transaction (`_commit`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from resources.coordination import metrics as m
+from resources.coordination.errors import StoreUnavailableError
+from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
+from resources.coordination.lease_store import LeaseStore
+from resources.coordination.transitions import Transition
+from resources.ledger.ledger import Ledger
+from resources.ledger.model import (
+    CommitResult,
+    SmallObject,
+    check_commit_size,
+    group_by_partition,
+)
+
+TablePartitionObjects = dict[tuple[str, str], list[SmallObject]]
+
+
+class CoordinationStore(LeaseStore, Ledger, ABC):
+    @abstractmethod
+    def _commit(
+        self,
+        token: LeaseToken,
+        groups: TablePartitionObjects,
+        lease_change: Transition,
+        record: bool,
+    ) -> tuple[CommitResult | None, LeaseItem | None]:
+        """In ONE transaction, if `lease_change`'s guard holds: register the objects with ids
+        from `assign_ids`, write a commit record when `record` (raising `AlreadyCommittedError`
+        if there is one) and apply `lease_change`. `(result, None)`, or `(None, the lease item
+        as stored)` when the guard refused: then nothing was written."""
+
+    def commit(
+        self,
+        token: LeaseToken,
+        objects: Sequence[SmallObject],
+        *,
+        progress_state: str | None = NOT_GIVEN,
+        complete: bool = True,
+        timeout_s: float = 60.0,
+    ) -> CommitResult:
+        objects = list(objects)
+        check_commit_size(objects)
+        if complete:
+            change = self.completion(token, progress_state)
+        else:
+            change = self.renewal(token, timeout_s, progress_state)
+        try:
+            result, current = self._commit(token, group_by_partition(objects), change, complete)
+        except StoreUnavailableError:
+            self.metrics.incr(token.source_identifier, m.update_errors(change.action))
+            raise
+        if result is None:
+            raise self._refused(token, change, current)
+        if complete:
+            self.metrics.incr(token.source_identifier, m.PARTITIONS_COMPLETED)
+        return result

@@ -1,0 +1,156 @@
+"""The SQLite store's tables, the item row codec and the index-range queries.
+
+One table per kind of record: lease items (Data Prepper's attribute names as columns), the
+ledger's table partitions, small objects and commit records, and the metrics counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from resources.coordination.items import ATTR, LeaseItem, PartitionStatus
+
+COLUMNS = (
+    "sid",
+    "key",
+    "owner",
+    "progress",
+    "ownership_timeout",
+    "status",
+    "reopen_at",
+    "closed_count",
+    "version",
+    "epoch",
+    "priority",
+    "expiration",
+    "dead_letter",
+)
+SELECT = ", ".join(ATTR[c] for c in COLUMNS)
+INSERT_ABSENT = f"INSERT OR IGNORE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
+UPSERT = f"INSERT OR REPLACE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
+FETCH = f"SELECT {SELECT} FROM lease_items WHERE {ATTR['sid']} = ? AND {ATTR['key']} = ?"
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS lease_items (
+    {ATTR["sid"]} TEXT NOT NULL,
+    {ATTR["key"]} TEXT NOT NULL,
+    {ATTR["owner"]} TEXT,
+    {ATTR["progress"]} TEXT,
+    {ATTR["ownership_timeout"]} INTEGER,
+    {ATTR["status"]} TEXT NOT NULL,
+    {ATTR["reopen_at"]} INTEGER,
+    {ATTR["closed_count"]} INTEGER NOT NULL DEFAULT 0,
+    {ATTR["version"]} INTEGER NOT NULL,
+    {ATTR["epoch"]} INTEGER NOT NULL,
+    {ATTR["priority"]} TEXT NOT NULL,
+    {ATTR["expiration"]} INTEGER,
+    {ATTR["dead_letter"]} TEXT,
+    PRIMARY KEY ({ATTR["sid"]}, {ATTR["key"]})
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS source_status
+    ON lease_items ({ATTR["sid"]}, {ATTR["status"]}, {ATTR["priority"]});
+CREATE TABLE IF NOT EXISTS table_partitions (
+    tbl TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    next_object_id INTEGER NOT NULL,
+    last_live_object_id INTEGER,
+    current_manifest_version INTEGER NOT NULL DEFAULT -1,
+    desired_manifest_version INTEGER NOT NULL DEFAULT -1,
+    switched INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tbl, dt)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS small_objects (
+    tbl TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    object_id INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    content_length INTEGER NOT NULL,
+    row_count INTEGER NOT NULL,
+    {ATTR["sid"]} TEXT NOT NULL,
+    {ATTR["key"]} TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    delayed INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY (tbl, dt, object_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS commit_records (
+    {ATTR["sid"]} TEXT NOT NULL,
+    {ATTR["key"]} TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    object_ids TEXT NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY ({ATTR["sid"]}, {ATTR["key"]})
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS coordinator_metrics (
+    {ATTR["sid"]} TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY ({ATTR["sid"]}, name)
+) WITHOUT ROWID;
+"""
+
+
+def _status_ranges(*ranges: tuple[str, str]) -> str:
+    """Items of each (status, priority condition or ""), by priority, `:limit` of each: one
+    range of the `source_status` index apiece, as Data Prepper queries its GSI. (One WHERE
+    with the ranges OR-ed together reads every item of the source instead.)"""
+    selects = [
+        f"SELECT * FROM (SELECT {SELECT}, {order} AS _range FROM lease_items "
+        f"WHERE {ATTR['sid']} = :sid AND {ATTR['status']} = '{status}' "
+        + (f"AND {ATTR['priority']} {condition} " if condition else "")
+        + f"ORDER BY {ATTR['priority']} LIMIT :limit)"
+        for order, (status, condition) in enumerate(ranges)
+    ]
+    return " UNION ALL ".join(selects)
+
+
+# Acquisition order of ARCHITECTURE §4: expired ASSIGNED, reopened CLOSED, then UNASSIGNED.
+AVAILABLE = (
+    _status_ranges(("ASSIGNED", "< :now_prio"), ("CLOSED", "<= :now_prio"), ("UNASSIGNED", ""))
+    + f" ORDER BY _range, {ATTR['priority']} LIMIT :limit"
+)
+# What earlier attempts left behind, oldest first.
+DUE_FOR_RETRY = (
+    _status_ranges(
+        ("ASSIGNED", "< :now_prio"), ("CLOSED", "<= :now_prio"), ("UNASSIGNED", "< :waited_prio")
+    )
+    + f" ORDER BY {ATTR['priority']} LIMIT :limit"
+)
+
+
+def row_to_item(row: Sequence[Any]) -> LeaseItem:
+    v = dict(zip(COLUMNS, row, strict=True))
+    return LeaseItem(
+        source_identifier=v["sid"],
+        partition_key=v["key"],
+        status=PartitionStatus(v["status"]),
+        owner=v["owner"],
+        progress_state=v["progress"],
+        ownership_timeout_ms=v["ownership_timeout"],
+        reopen_at_ms=v["reopen_at"],
+        closed_count=v["closed_count"],
+        version=v["version"],
+        epoch=v["epoch"],
+        priority=v["priority"],
+        expiration_time=v["expiration"],
+        dead_letter_reason=v["dead_letter"],
+    )
+
+
+def item_row(item: LeaseItem) -> tuple[Any, ...]:
+    return (
+        item.source_identifier,
+        item.partition_key,
+        item.owner,
+        item.progress_state,
+        item.ownership_timeout_ms,
+        item.status.value,
+        item.reopen_at_ms,
+        item.closed_count,
+        item.version,
+        item.epoch,
+        item.priority,
+        item.expiration_time,
+        item.dead_letter_reason,
+    )
