@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from resources.coordination.lease_store import LeaseStore
-from resources.stores import build_store
+from resources.stores import CoordinationStore, build_store
 from resources.stores.settings import StoreSettings
 from tests.support.aws_server import AWS_TEST_ENV, LocalAwsServer
+from tests.support.fakes import FakeClock, StoreFactory
 
 # No traffic off loopback, ever; and no real AWS credentials reach a test.
 os.environ.update(AWS_TEST_ENV)
@@ -19,19 +19,6 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 pytest_plugins = ["tests.support.spark_fixture"]
 
 BACKENDS = ["sqlite", "dynamodb"]
-
-
-class FakeClock:
-    """Wall clock the tests move by hand, so expiry is tested without sleeping."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +31,6 @@ def aws_server() -> Iterator[LocalAwsServer]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-StoreFactory = Callable[..., LeaseStore]
 
 
 @pytest.fixture
@@ -82,9 +66,9 @@ def make_store(
 ) -> Iterator[StoreFactory]:
     """Build stores of the parametrized backend; several calls with the same settings share
     one underlying table or file (two nodes of one cluster)."""
-    stores: list[LeaseStore] = []
+    stores: list[CoordinationStore] = []
 
-    def make(settings: StoreSettings | None = None, **overrides: object) -> LeaseStore:
+    def make(settings: StoreSettings | None = None, **overrides: object) -> CoordinationStore:
         store = build_store(settings or settings_for(backend, **overrides), clock=clock)
         stores.append(store)
         return store
@@ -95,5 +79,5 @@ def make_store(
 
 
 @pytest.fixture
-def store(make_store: StoreFactory) -> LeaseStore:
+def store(make_store: StoreFactory) -> CoordinationStore:
     return make_store(ttl="P1D")

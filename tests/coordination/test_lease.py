@@ -13,7 +13,7 @@ from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
-from tests.conftest import FakeClock
+from tests.support.fakes import FakeClock
 
 FAST = LeaseTiming(ownership_timeout_s=1.0, renew_interval_s=0.2)
 

@@ -18,7 +18,7 @@ from resources.coordination.errors import (
 )
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
-from tests.conftest import FakeClock, StoreFactory
+from tests.support.fakes import FakeClock, StoreFactory
 from tests.support.ttl_sweep import sweep_expired
 
 pytestmark = pytest.mark.contract

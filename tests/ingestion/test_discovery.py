@@ -7,7 +7,7 @@ import pytest
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.discovery import Discovery, plan_runs
-from tests.conftest import StoreFactory
+from tests.support.fakes import StoreFactory
 
 
 class CountingStore:

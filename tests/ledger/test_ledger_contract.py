@@ -9,7 +9,7 @@ from resources.coordination.errors import PartitionNotOwnedError
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ledger.model import AlreadyCommittedError, SmallObject
-from tests.conftest import FakeClock
+from tests.support.fakes import FakeClock
 from tests.support.ttl_sweep import sweep_expired
 
 pytestmark = pytest.mark.contract
