@@ -21,7 +21,7 @@ from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.env import env_fields
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
-from resources.objects.store import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore, object_store_for
 from resources.settings import default_data_dir
 from resources.streams import StreamConfig, load_streams
 
