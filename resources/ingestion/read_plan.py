@@ -3,9 +3,10 @@
 JSON lines: Spark's JSON reader with the declared types, plus the corrupt-record column that
 keeps the text of a line it rejects; only such a line is parsed again as text and `try_cast`
 per column, to name the column at fault (Spark 4 runs ANSI casts, which would fail the job
-instead). CSV: every line takes the text parse. Then the checks (event time, record id) and the
-table date in the stream's time zone. DataFrame API only: the same expressions run over Spark
-Connect.
+instead). As in any Spark JSON read, a line holding a JSON array yields one record per
+element, and invalid UTF-8 is rejected. CSV: every line takes the text parse. Then the checks
+(event time, record id) and the table date in the stream's time zone. DataFrame API only: the
+same expressions run over Spark Connect.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def check_reason(config: StreamConfig) -> Any:
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """A read's Spark expressions, select by select. Built once per reader: building them takes
-    about 900 py4j round trips, and a run reads many chunks with the same ones."""
+    """A read's Spark expressions, select by select. Built once per reader: building them
+    costs a py4j round trip per call (BENCHMARKS.md), and a run reads many chunks with the same
+    ones."""
 
     lines: list[Any]  # from the file reader's rows: (src, raw) or (src, columns..., raw)
     keep: Any  # which of those are records at all, or None

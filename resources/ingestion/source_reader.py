@@ -1,26 +1,17 @@
 """Read a batch of source objects with Spark: table rows by date, bad records to quarantine.
 
-One read covers every object of the batch (a run ingests many partitions; a Spark job per
-object would cost more than the data), and the common case pays for little more than a bare
-`spark.read.json` job (bench/reader.py):
-- JSON lines are read by Spark's JSON reader with the declared types: bytes straight to typed
-  rows. It keeps the text of a line only when it rejects the line (the corrupt-record column);
-  only such a line is parsed again as text and `try_cast` per column, to name the column at
-  fault (Spark 4 runs ANSI casts, which would fail the job instead). As in any Spark JSON read,
-  a line holding a JSON array yields one record per element, and invalid UTF-8 is rejected.
-  CSV lines are read as text and always take the text parse;
-- the batch is read by ONE job (per MAX_READ_BYTES of text) whose rows come to the driver as
-  Arrow — good rows with their date, bad rows with a reason and no date — grouped by (source,
-  date) on the driver (Spark hands each object's rows over together, in order; a sort in
-  Spark cost its job more than a stable sort of the driver's copy costs) and cut into one
-  Parquet object per (source, date) with pyarrow; every count comes from those groups. Spark
-  does not write the rows first: re-reading its Parquet cost more than the cut
-  (bench/reader.py). An object too big for that alone goes through local Parquet, one task's
-  output at a time.
-Two things a line-mode read does not know are found afterwards, for the few bad records only:
-the text of a line that parsed but fails a check (no event time, no record id) — a second, text
-read of just the sources that have such lines — and the line numbers of bad records, by
-scanning their (local) source object in Python.
+One read covers every object of the batch: a run ingests many partitions, and a Spark job per
+object would cost more than the data. Per `MAX_READ_BYTES` of source text, ONE Spark job reads
+the staged objects (`source_files`) with the expressions of `read_plan` (Spark's JSON reader
+with the declared types, a text parse only of the lines it rejects; CSV as text), and its rows
+come to the driver as Arrow: good rows with their date, bad rows with a reason and no date. A
+writer thread cuts them into one Parquet object per (source, date) (`table_objects`) and writes
+the bad ones to quarantine (`quarantine`); every count comes from those staged objects.
+The rows are grouped on the driver, not sorted by Spark (Spark hands each object's rows over
+together, in order, so a stable sort of the driver's copy is nearly free), and Spark does not
+write them first (pyarrow would only decode its Parquet again): both were measured slower
+(BENCHMARKS.md, "Spark read of one chunk" and "Ingestion"). An object too big for the driver
+goes through local Parquet, one task's output at a time.
 
 A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
 found in Python before Spark sees it, and reported as `unreadable`: the caller closes that
@@ -83,7 +74,7 @@ class SourceReader:
 
         The Spark jobs run on this thread, one per `max_read_bytes` of (uncompressed) source
         text; writing what each returns happens on a writer thread, so the caller can start its
-        next batch's Spark job meanwhile (bench/ingest.py: ~10% of a run). A read's rows wait
+        next batch's Spark job meanwhile. A read's rows wait
         for the previous read's writes before they are handed over, so at most two reads' rows
         are held at once. The future holds one result per source key; staged file names carry
         `attempt`, so nothing written here can be mistaken for another attempt's output.

@@ -25,8 +25,8 @@ EPOCH = date(1970, 1, 1)
 def dictionary_columns(config: StreamConfig) -> list[str]:
     """The columns a table object dictionary-encodes. Dictionary pages pay off for repeated
     strings; a record id never repeats, and numbers and times rarely do in an event stream:
-    hashing them cost a small object's write ~40% more CPU and made it bigger
-    (bench/parquet_writes.py)."""
+    hashing them costs CPU and makes the object bigger (BENCHMARKS.md, "Writing one table
+    object")."""
     return [c.name for c in config.columns if c.type == "string" and c.name != config.record_id]
 
 
