@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resources.ingestion.sample_data import write_sample_sources  # noqa: E402
-from resources.ingestion.source_reader import dictionary_columns  # noqa: E402
+from resources.ingestion.table_objects import dictionary_columns  # noqa: E402
 from resources.streams import load_streams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

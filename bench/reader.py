@@ -27,8 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ingest import SCHEMA, bare_job, measured, process_cpu  # noqa: E402
 
+from resources.ingestion.read_plan import CORRUPT  # noqa: E402
 from resources.ingestion.sample_data import write_sample_sources  # noqa: E402
-from resources.ingestion.source_reader import CORRUPT, INPUT_DIGITS, SourceReader  # noqa: E402
+from resources.ingestion.source_files import INPUT_DIGITS  # noqa: E402
+from resources.ingestion.source_reader import SourceReader  # noqa: E402
 from resources.spark.session import build_spark_session  # noqa: E402
 from resources.streams import load_streams  # noqa: E402
 

@@ -2,10 +2,10 @@
 
 Dagster's `SqliteEventLogStorage` builds a new SQLAlchemy engine, and opens and closes a new
 SQLite connection, for every transaction: twice for each asset event (the run's shard, then the
-cross-run index shard). A range run that ingests 2,000 source partitions stores about 4,000
-asset events, and that pattern — engine set-up, statements compiled into a cache that dies with
-its engine, a close that checkpoints and deletes the WAL — costs more per partition than
-everything leasehold itself does (BENCHMARKS.md, "Dagster's floor per partition").
+cross-run index shard), and a range run stores two asset events per source partition. That
+pattern — engine set-up, statements compiled into a cache that dies with its engine, a close
+that checkpoints and deletes the WAL — not the data written, is what an event costs
+(BENCHMARKS.md, "Dagster's floor per partition").
 `PooledSqliteEventLogStorage` keeps one engine and one open connection per shard instead.
 
 Two more choices, both about fsync, which is what an event costs once connections are kept:
@@ -153,8 +153,8 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             conn.execute(update)
 
     def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
-        """Dagster asks this on every asset event, by reading the table's schema (about a tenth
-        of what an event costs). A column, once added by a migration, stays: remember it."""
+        """Dagster asks this on every asset event, by reading the table's schema. A column,
+        once added by a migration, stays: remember it."""
         if column_name in self._asset_key_columns:
             return True
         found = super()._has_asset_key_col_on_connection(conn, column_name)

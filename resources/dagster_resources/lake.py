@@ -1,10 +1,8 @@
-"""The lake and Spark resources: where streams read from and write to, and the one Spark
-session of a run.
+"""The lake resource: where streams read from and write to.
 
 `LakeResource` turns a stream's configuration into the callables `IngestionRunner` and
 `Discovery` need (list, fetch, read, publish), so both stay free of Dagster and of any one
-object store. `SparkResource` creates the run's single SparkSession lazily — the first asset
-that needs Spark pays the ~7 s start, and no other step starts a second one.
+object store. The run's one SparkSession is `SparkResource`'s (`spark.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.env import env_fields
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
-from resources.objects.store import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore, object_store_for
 from resources.settings import default_data_dir
 from resources.streams import StreamConfig, load_streams
 
@@ -37,9 +35,9 @@ class LakeResource(ConfigurableResource):
     s3_endpoint_url: str | None = None
     region: str | None = None
     work_dir: str | None = None
-    # Each run costs seconds before it ingests anything (launch through the daemon ~3 s, Spark
-    # start ~7 s, its planned events) and a tail after its last Spark read that nothing
-    # overlaps (that chunk's writes, commits and events): fewer, bigger runs.
+    # Each run costs seconds before it ingests anything (launch through the daemon, Spark
+    # start, its planned events) and a tail after its last Spark read that nothing overlaps
+    # (that chunk's writes, commits and events): fewer, bigger runs (BENCHMARKS.md).
     max_partitions_per_run: int = 2000
     max_objects_per_tick: int = 20_000
     max_retries_per_tick: int = 20

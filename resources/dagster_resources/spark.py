@@ -1,6 +1,6 @@
 """`SparkResource`: the one SparkSession of a run, created lazily.
 
-The first asset that needs Spark pays the ~7 s start, and no other step starts a second one.
+The first asset that needs Spark pays for starting it, and no other step starts a second one.
 """
 
 from __future__ import annotations

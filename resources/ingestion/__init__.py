@@ -2,8 +2,11 @@
 
 Holds `discovery` (list after a cursor, create lease items, plan range runs), `runner`
 (`IngestionRunner`: the commit protocol of ARCHITECTURE §5 over chunks of partitions),
-`source_reader` (one Spark read per chunk, quarantine), `checks` (rows reconcile, unique ids),
-`partition_keys` (source key <-> Dagster partition key) and `sample_data`.
+`source_reader` (one Spark read per chunk) and what it is built from: `read_plan` (the Spark
+expressions), `source_files` (local objects before Spark sees them), `table_objects` (Arrow
+rows cut into one Parquet object per source and date) and `quarantine` (bad records);
+`checks` (rows reconcile, unique ids), `partition_keys` (source key <-> Dagster partition key)
+and `sample_data`.
 May import: `resources.coordination`, `resources.ledger`, `resources.stores`,
 `resources.objects`, `resources.spark`, the shared modules; pyspark and pyarrow. Never Dagster.
 """

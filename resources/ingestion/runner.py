@@ -192,9 +192,8 @@ class IngestionRunner:
         """One outcome per key, in order; never raises for a single partition's failure.
 
         Chunks are pipelined: while one chunk commits and its outcomes go to the caller (in a
-        Dagster run, one event-log write per partition, which costs about as much as the
-        read), the next chunk is acquired, fetched and read in a background thread. Commits
-        stay on the caller's thread, in key order.
+        Dagster run, one event-log write per partition), the next chunk is acquired, fetched
+        and read in a background thread. Commits stay on the caller's thread, in key order.
         """
         if not source_keys:
             return

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.ingestion.source_reader import MAX_READ_BYTES, SourceReader, inspect_source
+from resources.ingestion.source_files import inspect_source
+from resources.ingestion.source_reader import MAX_READ_BYTES, SourceReader
 from resources.streams import load_streams
 
 

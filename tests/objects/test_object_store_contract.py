@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.objects.store import ObjectStore, ObjectStoreError, object_store_for
+from resources.objects.base import ObjectStore, ObjectStoreError, object_store_for
 
 pytestmark = pytest.mark.contract
 

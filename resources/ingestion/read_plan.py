@@ -1,0 +1,168 @@
+"""The Spark expressions of a read: how a staged line becomes a typed row, or a reason.
+
+JSON lines: Spark's JSON reader with the declared types, plus the corrupt-record column that
+keeps the text of a line it rejects; only such a line is parsed again as text and `try_cast`
+per column, to name the column at fault (Spark 4 runs ANSI casts, which would fail the job
+instead). As in any Spark JSON read, a line holding a JSON array yields one record per
+element, and invalid UTF-8 is rejected. CSV: every line takes the text parse. Then the checks
+(event time, record id) and the table date in the stream's time zone. DataFrame API only: the
+same expressions run over Spark Connect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from resources.ingestion.source_files import INPUT_DIGITS
+from resources.streams import StreamConfig
+
+CORRUPT = "_corrupt_record"
+
+
+def spark_type(type_name: str) -> Any:
+    """The Spark type of a `streams.yaml` column type (validated there)."""
+    from pyspark.sql import types as T
+
+    return {
+        "string": T.StringType(),
+        "long": T.LongType(),
+        "int": T.IntegerType(),
+        "double": T.DoubleType(),
+        "boolean": T.BooleanType(),
+        "timestamp": T.TimestampType(),
+        "date": T.DateType(),
+    }[type_name]
+
+
+def text_reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[str, Any]]:
+    """Parse `line` as text, cast per column: slow, but it names what is wrong."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    names = config.column_names
+    if config.format == "jsonl":
+        schema = StructType(
+            [StructField(n, StringType()) for n in names] + [StructField(CORRUPT, StringType())]
+        )
+        parsed = F.from_json(
+            line, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+        )
+        malformed = parsed.isNull() | parsed[CORRUPT].isNotNull()
+        malformed_reason = "invalid JSON (truncated or malformed)"
+    else:
+        ddl = ", ".join(f"`{n}` STRING" for n in names)
+        parsed = F.from_csv(line, ddl, {"sep": config.csv_delimiter, "mode": "PERMISSIVE"})
+        fields = F.size(F.split(line, f"\\{config.csv_delimiter}", -1))
+        malformed = parsed.isNull() | (fields != len(names))
+        malformed_reason = f"CSV line does not have {len(names)} fields"
+    typed = {c.name: parsed[c.name].try_cast(spark_type(c.type)) for c in config.columns}
+    reason = F.when(malformed, F.lit(malformed_reason))
+    for c in config.columns:
+        reason = reason.when(
+            parsed[c.name].isNotNull() & typed[c.name].isNull(),
+            F.lit(f"wrong type for {c.name}: expected {c.type}"),
+        )
+    return reason, typed
+
+
+def source_column() -> Any:
+    """The batch index of the object a row came from, out of the staged file's name."""
+    from pyspark.sql import functions as F
+
+    return F.substring("_metadata.file_name", 1, INPUT_DIGITS).cast("int").alias("src")
+
+
+def json_schema(config: StreamConfig) -> tuple[Any, dict[str, str]]:
+    """The declared types plus the corrupt-record column, and the options that fill it."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType(
+        [StructField(c.name, spark_type(c.type)) for c in config.columns]
+        + [StructField(CORRUPT, StringType())]
+    )
+    return schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def event_time(config: StreamConfig) -> Any:
+    from pyspark.sql import functions as F
+
+    event = F.col(config.event_time)
+    if config.columns[config.column_names.index(config.event_time)].type == "string":
+        event = event.try_cast("timestamp")
+    return event
+
+
+def check_reason(config: StreamConfig) -> Any:
+    """Why a parsed record cannot go to the table, or null."""
+    from pyspark.sql import functions as F
+
+    reason = F.when(event_time(config).isNull(), F.lit("missing event time"))
+    if config.record_id:
+        reason = reason.when(F.col(config.record_id).isNull(), F.lit("missing record id"))
+    return reason
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A read's Spark expressions, select by select. Built once per reader: building them
+    costs a py4j round trip per call (BENCHMARKS.md), and a run reads many chunks with the same
+    ones."""
+
+    lines: list[Any]  # from the file reader's rows: (src, raw) or (src, columns..., raw)
+    keep: Any  # which of those are records at all, or None
+    parsed: list[Any]  # (src, raw, columns..., _rejected)
+    checked: list[Any]  # (src, raw, columns..., _reason)
+    rows: list[Any]  # (src, dt, columns..., _reason, _raw)
+
+
+def read_plan(config: StreamConfig) -> ReadPlan:
+    """JSON lines: Spark's JSON reader parses with the declared types; `raw` is the text of a
+    line it rejects, else null, and only such a line goes through the text parse, which names
+    what is wrong (a line the typed parse rejects but the text parse accepts, a quoted number
+    say, keeps its text-cast values). CSV: every line goes through the text parse."""
+    from pyspark.sql import functions as F
+
+    text_reason, text_typed = text_reason_and_columns(config, F.col("raw"))
+    if config.format == "jsonl":
+        lines = [source_column(), *config.column_names, F.col(CORRUPT).alias("raw")]
+        keep = None
+        rejected = F.col("raw").isNotNull()
+        parsed = [
+            "src",
+            "raw",
+            *(
+                F.when(rejected, text_typed[c]).otherwise(F.col(c)).alias(c)
+                for c in config.column_names
+            ),
+            F.when(rejected, text_reason).alias("_rejected"),
+        ]
+    else:
+        lines = [source_column(), F.col("value").alias("raw")]
+        keep = F.trim("raw") != ""
+        parsed = [
+            "src",
+            "raw",
+            *(col.alias(name) for name, col in text_typed.items()),
+            text_reason.alias("_rejected"),
+        ]
+    reason = (
+        F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
+        .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
+        .otherwise(check_reason(config))
+    )
+    dt = F.to_date(F.from_utc_timestamp(event_time(config), config.timezone))
+    ok = F.col("_reason").isNull()
+    return ReadPlan(
+        lines=lines,
+        keep=keep,
+        parsed=parsed,
+        checked=["src", "raw", *config.column_names, reason.alias("_reason")],
+        rows=[
+            "src",
+            F.when(ok, dt).alias("dt"),
+            *config.column_names,
+            "_reason",
+            F.when(~ok, F.make_valid_utf8("raw")).alias("_raw"),
+        ],
+    )

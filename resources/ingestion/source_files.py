@@ -1,0 +1,67 @@
+"""Local source objects as the reader meets them, before and beside Spark.
+
+Whether a whole object can be read at all (`inspect_source`), its lines as Spark's text reader
+sees them (`open_lines`), and staging it for Spark under a name its rows can be mapped back by
+(`stage_input`, `INPUT_DIGITS`). Plain Python: no Spark here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import zlib
+from pathlib import Path
+from typing import IO
+
+# Digits of a staged input's name, the batch index of its object: Spark's rows carry the name
+# (`_metadata.file_name`), so each row maps back to its source key whatever the key holds.
+INPUT_DIGITS = 7
+
+
+def inspect_source(path: Path) -> tuple[str | None, int]:
+    """(why the whole object can't be read or None, bytes of text it holds). Gzip is verified
+    end to end here — a corrupt member would otherwise fail the Spark job for every object in
+    the batch — and its size counted on the way."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(2)
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"cannot open: {exc.strerror or exc}", 0
+    if path.name.endswith(".gz"):
+        if head != b"\x1f\x8b":
+            return "named .gz but is not gzip data", 0
+        size = 0
+        try:
+            with gzip.open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    size += len(block)
+        except (OSError, EOFError, zlib.error) as exc:
+            return f"corrupt gzip: {exc}", 0
+    return None, size
+
+
+def open_lines(path: Path) -> IO[str]:
+    """The object's lines as Spark's text reader sees them: \\n, \\r\\n and \\r all end a line,
+    invalid UTF-8 becomes U+FFFD."""
+    binary: IO[bytes] = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
+
+
+def stage_input(path: Path, link: Path, skip_header: bool) -> None:
+    """Give Spark a name we can map back (keys may hold any character); no copy if possible.
+    A CSV header is dropped here, where "first line of the object" still means something."""
+    if skip_header:
+        with open_lines(path) as lines, link.open("w", encoding="utf-8") as out:
+            lines.readline()
+            shutil.copyfileobj(lines, out)
+        return
+    try:
+        os.link(path, link)
+    except OSError:
+        try:
+            os.symlink(path.resolve(), link)
+        except OSError:
+            shutil.copyfile(path, link)

@@ -1,0 +1,74 @@
+"""The local object store: a directory, the embedded default (`file://` URLs).
+
+Writes are atomic: a file is moved into place (or copied under a temporary name, then renamed),
+so a reader or a listing never sees half an object; in-flight temporary names are never listed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
+
+
+class LocalObjectStore(ObjectStore):
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.root_url = "file://" + str(self.root)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root not in path.parents:
+            raise ObjectStoreError(f"key {key!r} escapes {self.root}")
+        return path
+
+    def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
+        if not self.root.is_dir():
+            return []
+        keys = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                if name.startswith(".") or name.endswith(".tmp"):
+                    continue  # in-flight writes, never source objects
+                key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+                if start_after is None or key > start_after:
+                    keys.append(key)
+        keys.sort()
+        return [ObjectInfo(k, (self.root / k).stat().st_size) for k in keys[:limit]]
+
+    def local_copy(self, key: str, scratch: Path) -> Path:
+        path = self._path(key)
+        if not path.is_file():
+            raise ObjectStoreError(f"{self.url(key)} does not exist")
+        return path
+
+    def move_file(self, local_path: Path, key: str) -> str:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(local_path, target)
+        except OSError:  # another filesystem: copy to a temp name, then rename atomically
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+            shutil.copyfile(local_path, tmp)
+            os.replace(tmp, target)
+            local_path.unlink()
+        return self.url(key)
+
+    def get_bytes(self, key: str) -> bytes:
+        return self._path(key).read_bytes()
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        return self.url(key)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)

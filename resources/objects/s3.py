@@ -1,0 +1,122 @@
+"""The S3 object store (`s3://bucket/prefix` URLs), also any S3-compatible endpoint.
+
+boto3's own retries are off: every call goes through `call_with_retries` (bounded, with jitter),
+and a call that still fails raises `ObjectStoreError` naming the action and the object.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
+from resources.retry import RetryPolicy, call_with_retries
+
+T = TypeVar("T")
+
+
+class S3ObjectStore(ObjectStore):
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.root_url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self.retry = retry or RetryPolicy()
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region or "us-east-1",
+            config=Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30),
+        )
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _call(self, action: str, key: str, fn: Callable[[], T]) -> T:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        def retryable(exc: BaseException) -> bool:
+            if isinstance(exc, ClientError):
+                code = exc.response.get("Error", {}).get("Code", "")
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                return code in ("SlowDown", "InternalError", "RequestTimeout") or status >= 500
+            return isinstance(exc, BotoCoreError)
+
+        def give_up(exc: BaseException, attempts: int) -> BaseException:
+            return ObjectStoreError(
+                f"S3 {action} of s3://{self.bucket}/{self._key(key)} failed after "
+                f"{attempts} attempts: {exc}"
+            )
+
+        return call_with_retries(fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up)
+
+    def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
+        out: list[ObjectInfo] = []
+        base = self._key("") if self.prefix else ""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base}
+        kwargs["StartAfter"] = self._key(start_after) if start_after is not None else base
+        while len(out) < limit:
+            page = self._call("list", "", lambda kw=dict(kwargs): self.client.list_objects_v2(**kw))
+            for obj in page.get("Contents", []):
+                out.append(ObjectInfo(obj["Key"][len(base) :], obj["Size"]))
+            if not page.get("IsTruncated"):
+                break
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return out[:limit]
+
+    def local_copy(self, key: str, scratch: Path) -> Path:
+        from botocore.exceptions import ClientError
+
+        target = scratch / uuid.uuid4().hex / Path(key).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._call(
+                "download",
+                key,
+                lambda: self.client.download_file(self.bucket, self._key(key), str(target)),
+            )
+        except ClientError as exc:
+            raise ObjectStoreError(f"{self.url(key)}: {exc}") from exc
+        return target
+
+    def move_file(self, local_path: Path, key: str) -> str:
+        self._call(
+            "upload",
+            key,
+            lambda: self.client.upload_file(str(local_path), self.bucket, self._key(key)),
+        )
+        local_path.unlink()
+        return self.url(key)
+
+    def get_bytes(self, key: str) -> bytes:
+        out = self._call(
+            "get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        )
+        return out["Body"].read()
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        self._call(
+            "put",
+            key,
+            lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data),
+        )
+        return self.url(key)
+
+    def delete(self, key: str) -> None:
+        self._call(
+            "delete",
+            key,
+            lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)),
+        )
