@@ -15,7 +15,7 @@ from coordination_assets.ingestion import (
     build_ingestion_asset,
     build_ingestion_checks,
 )
-from resources.dagster_resources.coordination import coordination_resource_from_env
+from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
 
@@ -32,7 +32,7 @@ def build_definitions(lake: LakeResource | None = None) -> Definitions:
         asset_checks=[lease_health, *(c for s in streams for c in build_ingestion_checks(s))],
         sensors=[build_discovery_sensor(s) for s in streams],
         resources={
-            "coordination": coordination_resource_from_env(),
+            "coordination": CoordinationResource.from_env(),
             "lake": lake,
             "spark": SparkResource.from_env(),
         },
