@@ -6,8 +6,15 @@ from dataclasses import dataclass
 
 import pytest
 
+from resources.coordination.lease import TimingSettings
 from resources.errors import ConfigError
 from resources.settings import Settings, at_least, env_vars, from_env, setting
+from resources.spark.session import SparkSettings
+from resources.stores.settings import StoreSettings
+from resources.streams import LakeSettings
+
+# Every settings declaration of the project (tests/dagster checks the resources use these).
+DECLARATIONS = (StoreSettings, TimingSettings, LakeSettings, SparkSettings)
 
 
 class ExampleError(ConfigError):

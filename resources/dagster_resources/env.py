@@ -96,10 +96,3 @@ def settings_resource(*declarations: type[Settings]) -> type[SettingsResource]:
             **namespace,
         },
     )
-
-
-def env_fields(fields: dict[str, str]) -> dict[str, Any]:
-    """Bind each field whose variable is set to it as an `EnvVar`; leave the rest default."""
-    import os
-
-    return {field: EnvVar(var) for field, var in fields.items() if os.environ.get(var)}
