@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,7 @@ from resources.spark.session import SparkSettings
 from resources.stores.settings import StoreSettings
 from resources.streams import LakeSettings
 
+ROOT = Path(__file__).resolve().parents[1]
 # Every settings declaration of the project (tests/dagster checks the resources use these).
 DECLARATIONS = (StoreSettings, TimingSettings, LakeSettings, SparkSettings)
 
@@ -96,3 +100,35 @@ def test_validate_checks_each_fields_type(values: dict, field: str) -> None:
 
 def test_numbers_given_as_integers_are_numbers() -> None:
     assert Example(ratio=2).validate().ratio == 2
+
+
+def configuration_rows() -> list[str]:
+    """The table rows of README.md's configuration section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Configuration\n")
+    end = text.index("\n## ", start + 1)
+    return [line for line in text[start:end].splitlines() if line.startswith("| ")]
+
+
+def shown(default: object) -> str:
+    if isinstance(default, bool):
+        return str(default).lower()
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+@pytest.mark.parametrize("declaration", DECLARATIONS, ids=lambda d: d.__name__)
+def test_every_setting_is_in_the_readmes_configuration_tables(declaration: type) -> None:
+    """One row per setting: its variable (or none), its field and its default."""
+    rows = configuration_rows()
+    for f in dataclasses.fields(declaration):
+        variable = f"`{f.metadata['env']}`" if f.metadata.get("env") else "—"
+        row = [r for r in rows if r.startswith(f"| {variable} | `{f.name}` |")]
+        assert len(row) == 1, f"README.md has no row '| {variable} | `{f.name}` | ...'"
+        if f.default is not None:
+            assert f"`{shown(f.default)}`" in row[0], f"README.md: default of {f.name}"
+
+
+def test_the_readmes_configuration_tables_name_no_undeclared_variable() -> None:
+    declared = {v for d in DECLARATIONS for v in env_vars(d).values()}
+    named = {v for r in configuration_rows() for v in re.findall(r"`(LEASEHOLD_[A-Z0-9_]+)`", r)}
+    assert named - {"LEASEHOLD_DATA_DIR"} <= declared
