@@ -15,25 +15,29 @@ from coordination_assets.ingestion import (
     build_ingestion_asset,
     build_ingestion_checks,
 )
-from resources.dagster_resources.coordination import coordination_resource_from_env
+from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
+from resources.streams import LakeSettings
 
 # BackfillPolicy.single_run() is what lets one run ingest a whole range (ARCHITECTURE §8); it
 # is stable in practice but still labelled beta, and the warning on every load is noise.
 warnings.filterwarnings("ignore", message=".*backfill_policy.*beta")
 
 
-def build_definitions(lake: LakeResource | None = None) -> Definitions:
-    lake = lake or LakeResource.from_env()
-    streams = sorted(lake.streams())
+def build_definitions() -> Definitions:
+    """The definitions the environment configures. Which streams exist is read here from the
+    environment (`LakeSettings`), never from a resource: `from_env()` binds the resources'
+    fields to `EnvVar`s, which resolve only in a run. Each `from_env()` validates its variables
+    first, so a bad one fails the code location at load, naming the field."""
+    streams = sorted(LakeSettings.from_env().streams())
     return Definitions(
         assets=[coordination_status, *(build_ingestion_asset(s) for s in streams)],
         asset_checks=[lease_health, *(c for s in streams for c in build_ingestion_checks(s))],
         sensors=[build_discovery_sensor(s) for s in streams],
         resources={
-            "coordination": coordination_resource_from_env(),
-            "lake": lake,
+            "coordination": CoordinationResource.from_env(),
+            "lake": LakeResource.from_env(),
             "spark": SparkResource.from_env(),
         },
     )

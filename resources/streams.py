@@ -17,7 +17,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from resources.errors import ConfigError
-from resources.settings import parse_iso_duration
+from resources.settings import (
+    Settings,
+    at_least,
+    default_data_dir,
+    http_url,
+    parse_iso_duration,
+    setting,
+)
 
 FORMATS = ("jsonl", "csv")
 TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
@@ -151,8 +158,9 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
 
 def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, StreamConfig]:
     """Load and validate every stream; relative file:// URLs resolve against the file's
-    directory, so the same file works from any working directory."""
-    file = Path(path or os.environ.get("LEASEHOLD_STREAMS") or DEFAULT_PATH).resolve()
+    directory, so the same file works from any working directory. Without a path: the one
+    `LEASEHOLD_STREAMS` names, else `streams.yaml`."""
+    file = Path(path or LakeSettings.from_env().streams_path or DEFAULT_PATH).resolve()
     try:
         raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
@@ -161,3 +169,52 @@ def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, Stream
     if not isinstance(streams, dict) or not streams:
         raise StreamConfigError("-", "streams", f"{file} must have a 'streams:' mapping")
     return {name: _stream(str(name), body, file.parent) for name, body in streams.items()}
+
+
+class LakeConfigError(ConfigError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message, what="lake configuration")
+
+
+@dataclass(frozen=True)
+class LakeSettings(Settings):
+    """Where the streams are configured, how their object stores are reached and how much work
+    a run or a tick takes on, declared once: `LakeResource` takes its fields from here, and
+    definitions-time code (which stream exists) reads them from the environment through here.
+    """
+
+    config_error = LakeConfigError
+
+    streams_path: str | None = setting(
+        None, env="LEASEHOLD_STREAMS", doc=f"the streams file (default `{DEFAULT_PATH}`)"
+    )
+    s3_endpoint_url: str | None = setting(
+        None, env="LEASEHOLD_S3_ENDPOINT_URL", doc="S3-compatible endpoint", check=http_url
+    )
+    region: str | None = setting(None, env="LEASEHOLD_S3_REGION", doc="S3 region")
+    work_dir: str | None = setting(
+        None,
+        env="LEASEHOLD_WORK_DIR",
+        doc="scratch directory of runs (default `$LEASEHOLD_DATA_DIR/work`)",
+    )
+    # Each run costs seconds before it ingests anything (launch through the daemon, Spark
+    # start, its planned events) and a tail after its last Spark read that nothing overlaps
+    # (that chunk's writes, commits and events): fewer, bigger runs (BENCHMARKS.md).
+    max_partitions_per_run: int = setting(
+        2000, doc="source partitions per range run the sensor requests", check=at_least(1)
+    )
+    max_objects_per_tick: int = setting(
+        20_000, doc="objects one discovery tick lists at most", check=at_least(1)
+    )
+    max_retries_per_tick: int = setting(
+        20, doc="retry runs one discovery tick requests at most", check=at_least(0)
+    )
+    # Partitions per Spark read. A run reads the next chunk while it commits this one (and
+    # Dagster records it), so several chunks per run hide most of the event-log cost.
+    chunk_size: int = setting(250, doc="source partitions per Spark read", check=at_least(1))
+
+    def streams(self) -> dict[str, StreamConfig]:
+        return load_streams(self.streams_path)
+
+    def scratch_dir(self) -> Path:
+        return Path(self.work_dir) if self.work_dir else default_data_dir() / "work"

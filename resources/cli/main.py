@@ -60,14 +60,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from coordination_assets.definitions import build_definitions
     from coordination_assets.main_job import run_stream
     from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
-    from resources.dagster_resources.lake import LakeResource
     from resources.ingestion.sample_data import write_sample_sources
+    from resources.objects.store import object_store_for
+    from resources.streams import LakeSettings
 
     settings = settings_from_env()  # fail fast on bad store configuration
-    lake = LakeResource.from_env()
+    lake = LakeSettings.from_env()
     streams = lake.streams()
     for config in streams.values():
-        source = lake.object_store(config.source)
+        source = object_store_for(
+            config.source, endpoint_url=lake.s3_endpoint_url, region=lake.region
+        )
         if config.source.startswith("file://") and not source.list_after(None, 1):
             root = Path(config.source[len("file://") :])
             write_sample_sources(
@@ -79,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # written again, so it names the storage classes where this version keeps them.
     if not (home / "dagster.yaml").exists() or written_by_leasehold(home):
         write_instance_yaml(home)
-    defs = build_definitions(lake)
+    defs = build_definitions()
     ok = True
     with DagsterInstance.get() as instance:
         for name in sorted(streams):

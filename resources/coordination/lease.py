@@ -31,27 +31,83 @@ from typing import Any
 from resources.coordination.errors import LeaseStoreError, PartitionNotOwnedError
 from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
 from resources.coordination.lease_store import LeaseStore
+from resources.errors import ConfigError
+from resources.settings import Settings, at_least, positive, setting
 
 
 class LeaseLostError(LeaseStoreError):
     """Ownership was lost; the work must stop and must not commit."""
 
 
+class LeaseTimingError(ConfigError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message, what="lease timing configuration")
+
+
+@dataclass(frozen=True)
+class TimingSettings(Settings):
+    """The coordination resource's timing, declared once (defaults: the module docstring)."""
+
+    config_error = LeaseTimingError
+
+    ownership_timeout_seconds: float = setting(
+        60.0, doc="how long an acquired lease is ours without a renewal", check=positive
+    )
+    renew_interval_seconds: float = setting(
+        15.0, doc="background renewal period; at most a third of the timeout", check=positive
+    )
+    reopen_after_seconds: float = setting(
+        60.0, doc="a CLOSED partition (unreadable object) is retried after", check=at_least(0)
+    )
+    max_closed_count: int = setting(
+        5, doc="closes before a partition is dead-lettered", check=at_least(0)
+    )
+    # A partition UNASSIGNED this long has no run coming for it: its run failed or was canceled
+    # before taking it, or a stopping run handed it back. The discovery sensor then asks for a
+    # run of it again, and `lease_health` reports it. Longer than a busy run queue's wait.
+    unassigned_retry_after_seconds: float = setting(
+        1800.0,
+        doc="an UNASSIGNED partition no run took is asked for again after",
+        check=at_least(1),
+    )
+
+    def validate(self) -> TimingSettings:
+        super().validate()
+        if self.renew_interval_seconds > self.ownership_timeout_seconds / 3:
+            raise LeaseTimingError(
+                "renew_interval_seconds",
+                "must be at most a third of ownership_timeout_seconds "
+                f"(got {self.renew_interval_seconds} for a {self.ownership_timeout_seconds} s "
+                "timeout)",
+            )
+        return self
+
+    def lease_timing(self) -> LeaseTiming:
+        return LeaseTiming(
+            ownership_timeout_s=self.ownership_timeout_seconds,
+            renew_interval_s=self.renew_interval_seconds,
+            reopen_after_s=self.reopen_after_seconds,
+            max_closed_count=self.max_closed_count,
+        )
+
+
 @dataclass(frozen=True)
 class LeaseTiming:
-    ownership_timeout_s: float = 60.0
-    renew_interval_s: float = 15.0
-    reopen_after_s: float = 60.0
-    max_closed_count: int = 5
+    """What a held `Lease` needs of `TimingSettings`: its defaults and validation are those
+    (a `LeaseTimingError` names the resource field, e.g. `renew_interval_seconds`)."""
+
+    ownership_timeout_s: float = TimingSettings.ownership_timeout_seconds
+    renew_interval_s: float = TimingSettings.renew_interval_seconds
+    reopen_after_s: float = TimingSettings.reopen_after_seconds
+    max_closed_count: int = TimingSettings.max_closed_count
 
     def __post_init__(self) -> None:
-        if self.ownership_timeout_s <= 0:
-            raise ValueError("ownership_timeout_s must be positive")
-        if not 0 < self.renew_interval_s <= self.ownership_timeout_s / 3:
-            raise ValueError(
-                "renew_interval_s must be positive and at most a third of ownership_timeout_s "
-                f"(got {self.renew_interval_s} for a {self.ownership_timeout_s} s timeout)"
-            )
+        TimingSettings(
+            ownership_timeout_seconds=self.ownership_timeout_s,
+            renew_interval_seconds=self.renew_interval_s,
+            reopen_after_seconds=self.reopen_after_s,
+            max_closed_count=self.max_closed_count,
+        ).validate()
 
 
 def new_owner_id() -> str:

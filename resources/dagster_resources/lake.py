@@ -12,60 +12,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
 from resources.dagster_resources.coordination import CoordinationResource
-from resources.dagster_resources.env import env_fields
+from resources.dagster_resources.env import settings_resource
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
 from resources.objects.base import ObjectStore, object_store_for
-from resources.settings import default_data_dir
-from resources.streams import StreamConfig, load_streams
+from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:
     from resources.dagster_resources.spark import SparkResource
     from resources.ingestion.source_reader import SourceReader
 
 
-class LakeResource(ConfigurableResource):
-    """Streams configuration plus how to reach their object stores."""
+class LakeResource(settings_resource(LakeSettings)):
+    """Streams configuration plus how to reach their object stores.
 
-    streams_path: str | None = None
-    s3_endpoint_url: str | None = None
-    region: str | None = None
-    work_dir: str | None = None
-    # Each run costs seconds before it ingests anything (launch through the daemon, Spark
-    # start, its planned events) and a tail after its last Spark read that nothing overlaps
-    # (that chunk's writes, commits and events): fewer, bigger runs (BENCHMARKS.md).
-    max_partitions_per_run: int = 2000
-    max_objects_per_tick: int = 20_000
-    max_retries_per_tick: int = 20
-    # Partitions per Spark read. A run reads the next chunk while it commits this one (and
-    # Dagster records it), so several chunks per run hide most of the event-log cost.
-    chunk_size: int = 250
+    Its fields are the settings `LakeSettings` declares; `from_env()` is the resource as
+    Definitions binds it.
+    """
 
     _streams: dict[str, StreamConfig] | None = PrivateAttr(default=None)
 
-    @classmethod
-    def from_env(cls) -> LakeResource:
-        return cls(
-            **env_fields(
-                {
-                    "streams_path": "LEASEHOLD_STREAMS",
-                    "s3_endpoint_url": "LEASEHOLD_S3_ENDPOINT_URL",
-                    "region": "LEASEHOLD_S3_REGION",
-                    "work_dir": "LEASEHOLD_WORK_DIR",
-                }
-            )
-        )
-
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        self.validate_settings()
         self.streams()  # invalid stream configuration fails before any work
 
     def streams(self) -> dict[str, StreamConfig]:
         if self._streams is None:
-            self._streams = load_streams(self.streams_path)
+            self._streams = self.settings_of(LakeSettings).streams()
         return self._streams
 
     def stream(self, name: str) -> StreamConfig:
@@ -78,7 +55,7 @@ class LakeResource(ConfigurableResource):
         return object_store_for(url, endpoint_url=self.s3_endpoint_url, region=self.region)
 
     def scratch_dir(self) -> Path:
-        return Path(self.work_dir) if self.work_dir else default_data_dir() / "work"
+        return self.settings_of(LakeSettings).scratch_dir()
 
     def lister(self, stream: str) -> Lister:
         source = self.object_store(self.stream(stream).source)

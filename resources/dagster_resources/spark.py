@@ -7,27 +7,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
-from resources.dagster_resources.env import env_fields
-from resources.spark.session import build_spark_session
+from resources.dagster_resources.env import settings_resource
+from resources.spark.session import SparkSettings, build_spark_session
 
 
-class SparkResource(ConfigurableResource):
-    """`master` (default `local[*]`) or `remote` (a Spark Connect URL); loopback-only."""
+class SparkResource(settings_resource(SparkSettings)):
+    """`master` (default `local[*]`) or `remote` (a Spark Connect URL); loopback-only.
 
-    master: str | None = None
-    remote: str | None = None
+    Its fields are the settings `SparkSettings` declares; `from_env()` is the resource as
+    Definitions binds it.
+    """
 
     _session: Any = PrivateAttr(default=None)
     _owned: bool = PrivateAttr(default=False)
 
-    @classmethod
-    def from_env(cls) -> SparkResource:
-        return cls(
-            **env_fields({"master": "LEASEHOLD_SPARK_MASTER", "remote": "LEASEHOLD_SPARK_REMOTE"})
-        )
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self.validate_settings()
 
     def session(self) -> Any:
         if self._session is None:

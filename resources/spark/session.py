@@ -8,8 +8,12 @@ a local Connect server), which the data path supports because it uses the DataFr
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from resources.errors import ConfigError
+from resources.settings import Settings, setting
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 
@@ -31,6 +35,27 @@ LOOPBACK_CONF = {
 }
 
 
+class SparkConfigError(ConfigError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message, what="Spark configuration")
+
+
+@dataclass(frozen=True)
+class SparkSettings(Settings):
+    """`SparkResource`'s fields, declared once; `remote` wins when both are set."""
+
+    config_error = SparkConfigError
+
+    master: str | None = setting(
+        None, env="LEASEHOLD_SPARK_MASTER", doc="Spark master (default `local[*]`)"
+    )
+    remote: str | None = setting(
+        None,
+        env="LEASEHOLD_SPARK_REMOTE",
+        doc="Spark Connect URL, or `local[N]` for a local Connect server",
+    )
+
+
 def prepare_environment() -> None:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     if not os.environ.get("JAVA_HOME") and JAVA_17.is_dir():
@@ -46,8 +71,9 @@ def build_spark_session(
     prepare_environment()
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("LEASEHOLD_SPARK_MASTER") or None
-    remote = remote or os.environ.get("LEASEHOLD_SPARK_REMOTE") or None
+    configured = SparkSettings.from_env()
+    master = master or configured.master
+    remote = remote or configured.remote
     builder = SparkSession.builder.appName(app_name)
     if remote:
         builder = builder.remote(remote)

@@ -24,6 +24,7 @@ from coordination_assets.ingestion import (
     partitions_for,
 )
 from resources.coordination.items import PartitionStatus
+from resources.errors import ConfigError
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
 from resources.ingestion.sample_data import write_sample_sources
 from tests.ingestion.test_discovery import CountingStore
@@ -218,4 +219,6 @@ def test_a_bad_retry_window_fails_the_tick_naming_the_field(env: PipelineEnv) ->
     env.unassigned_retry_after_s = 0
     with pytest.raises(Exception) as err:  # Dagster wraps it: "Error executing resource_fn"
         tick(env, env.instance(), env.resources(), None)
-    assert "unassigned_retry_after_seconds must be at least 1" in str(err.value.__cause__)
+    cause = err.value.__cause__
+    assert isinstance(cause, ConfigError) and cause.field == "unassigned_retry_after_seconds"
+    assert "must be at least 1" in str(cause)
