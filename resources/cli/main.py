@@ -61,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from coordination_assets.main_job import run_stream
     from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
     from resources.ingestion.sample_data import write_sample_sources
-    from resources.objects.store import object_store_for
+    from resources.objects.base import object_store_for
     from resources.streams import LakeSettings
 
     settings = settings_from_env()  # fail fast on bad store configuration
