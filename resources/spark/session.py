@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from resources.errors import LeaseholdError
+
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 
 LOOPBACK_CONF = {
@@ -29,6 +31,10 @@ LOOPBACK_CONF = {
     "spark.hadoop.fs.file.impl.disable.cache": "true",
     "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
 }
+
+
+class SparkSessionError(LeaseholdError):
+    """Spark could not be started or reached: no Java, a bad master, a Connect server down."""
 
 
 def prepare_environment() -> None:
@@ -55,4 +61,19 @@ def build_spark_session(
         builder = builder.master(master or "local[*]")
     for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - whatever stops Spark from starting: one message
+        if remote:
+            where = f"Spark Connect at {remote!r}"
+        else:
+            java = os.environ.get("JAVA_HOME") or "not set"
+            where = f"Spark (master {master or 'local[*]'!r}, JAVA_HOME {java})"
+        raise SparkSessionError(f"could not start {where}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error from Spark or py4j (often followed by a Java stack trace)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
