@@ -9,6 +9,7 @@ discovery O(new objects) per tick. Spark never writes to S3 here: it writes loca
 from __future__ import annotations
 
 import io
+import logging
 import os
 import shutil
 import uuid
@@ -24,6 +25,8 @@ from resources.errors import LeaseholdError
 from resources.retry import RetryPolicy, call_with_retries
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class ObjectStoreError(LeaseholdError):
@@ -182,7 +185,21 @@ class S3ObjectStore(ObjectStore):
                 f"{attempts} attempts: {exc}"
             )
 
-        return call_with_retries(fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up)
+        def retrying(exc: BaseException, attempts: int, delay: float) -> None:
+            log.warning(
+                "S3 %s of s3://%s/%s failed (attempt %d of %d), retrying in %.2f s: %s",
+                action,
+                self.bucket,
+                self._key(key),
+                attempts,
+                self.retry.max_attempts,
+                delay,
+                exc,
+            )
+
+        return call_with_retries(
+            fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up, on_retry=retrying
+        )
 
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []
