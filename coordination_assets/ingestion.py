@@ -29,6 +29,7 @@ from dagster import (
 )
 
 from resources.coordination.items import to_millis
+from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
@@ -94,7 +95,7 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
             else:
                 failed.append(f"{key}: {outcome.outcome}: {outcome.message}")
                 context.log.error(failed[-1])
-        coordination.store.flush_metrics()
+        flush_or_keep(coordination.store)
         if failed:
             raise Failure(
                 f"{len(failed)} of {len(keys)} source partitions not ingested: "
@@ -144,7 +145,7 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
         retries = store.due_for_retry(
             coordination.source_identifier(stream), lake.max_retries_per_tick, wait_s
         )
-        store.flush_metrics()
+        flush_or_keep(store)
         window = store.now_ms() // to_millis(wait_s)
         runs = [
             RunRequest(

@@ -40,7 +40,11 @@ def call_with_retries(
     is_retryable: Callable[[BaseException], bool],
     on_give_up: Callable[[BaseException, int], BaseException],
     sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[BaseException, int, float], None] | None = None,
 ) -> T:
+    """`fn()`, tried again after a retryable error until `policy.max_attempts`; then the error
+    `on_give_up` makes. `on_retry(error, attempts so far, delay before the next)` observes each
+    retry, e.g. to log it."""
     attempt = 0
     while True:
         try:
@@ -51,4 +55,7 @@ def call_with_retries(
             attempt += 1
             if attempt >= policy.max_attempts:
                 raise on_give_up(exc, attempt) from exc
-            sleep(policy.delay(attempt))
+            delay = policy.delay(attempt)
+            if on_retry is not None:
+                on_retry(exc, attempt, delay)
+            sleep(delay)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -104,10 +106,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2  # also argparse's code for a bad command line
+
+EPILOG = """\
+exit status:
+  0  success
+  1  failure: a store or object store unreachable, a lease lost, partitions not ingested, a
+     check failed
+  2  invalid configuration (the message names the field) or invalid command line
+
+An error leasehold expects is printed as one line, `leasehold: <message>`; --debug adds its
+traceback and leasehold's debug logs. Any other error is a bug and prints its traceback.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leasehold", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="leasehold",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    debug_help = "on an error, print its traceback too; log leasehold's debug messages"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    # Also accepted after the command (`leasehold status --debug`); SUPPRESS keeps a subcommand
+    # from resetting a --debug given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser(
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help, parents=[common], epilog=EPILOG, formatter_class=parser.formatter_class
+        )
+
+    run = add(
         "run", help="run the main job end to end on the configured (default: embedded) stores"
     )
     run.add_argument(
@@ -117,29 +151,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="objects to generate when a local source directory is empty",
     )
     run.set_defaults(fn=cmd_run)
-    demo = sub.add_parser("demo", help="worker processes racing over one lease store")
+    demo = add("demo", help="worker processes racing over one lease store")
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--partitions", type=int, default=300)
     demo.add_argument("--work-dir", default=None)
     demo.set_defaults(fn=cmd_demo)
-    status = sub.add_parser("status", help="lease counts, expired leases, dead letters, metrics")
+    status = add("status", help="lease counts, expired leases, dead letters, metrics")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(fn=cmd_status)
-    purge = sub.add_parser("purge-expired", help="delete items whose TTL passed (SQLite)")
+    purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)
     return parser
 
 
+def configure_logging(debug: bool) -> None:
+    """Warnings and errors of every library on stderr; leasehold's own debug messages too with
+    --debug. The root stays at WARNING even then: botocore's debug log prints signed request
+    headers (session tokens among them), py4j's every gateway command."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if debug:
+        for name in ("resources", "coordination_assets"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's message on one line (a message from a library may span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A `LeaseholdError` ends it with one line on stderr and exit code 2
+    (`ConfigError`) or 1; any other error is a bug and propagates with its traceback."""
     args = build_parser().parse_args(argv)
+    configure_logging(args.debug)
     try:
         return args.fn(args)
-    except ConfigError as exc:
-        print(f"leasehold: {exc}", file=sys.stderr)
-        return 2
     except LeaseholdError as exc:
-        print(f"leasehold: {exc}", file=sys.stderr)
-        return 1
+        if args.debug:
+            traceback.print_exc()
+        print(f"leasehold: {one_line(exc)}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -90,6 +90,8 @@ class LeaseItem:
     @property
     def token(self) -> LeaseToken:
         if self.owner is None or self.status is not PartitionStatus.ASSIGNED:
+            # A caller's bug, not a condition to handle: deliberately no LeaseholdError, so it
+            # keeps its traceback (a lost lease is `PartitionNotOwnedError` from the store).
             raise ValueError(f"{self.partition_key!r} is not owned ({self.status.value})")
         return LeaseToken(self.source_identifier, self.partition_key, self.owner, self.epoch)
 

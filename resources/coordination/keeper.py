@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
+from resources.coordination.errors import LeaseStoreError
 from resources.coordination.lease import Lease, LeaseLostError
+
+log = logging.getLogger(__name__)
+# Leases named in one log message; a pass over hundreds of leases in an outage logs one summary.
+NAMED = 5
 
 
 class LeaseKeeper:
@@ -37,16 +43,43 @@ class LeaseKeeper:
             return [lease for lease in self._leases.values() if not lease.done]
 
     def renew_due(self) -> None:
-        for lease in self.held():
+        """Renew every held lease once. Failures are logged, one summary per pass: a lease lost
+        is dropped; any other failure is tried again next pass (the lease is lost at its local
+        deadline if renewal keeps failing)."""
+        held = self.held()
+        lost: list[str] = []
+        failed: list[tuple[Lease, Exception]] = []
+        for lease in held:
             if lease.lost:
                 self.discard(lease)
+                lost.append(f"{lease.item.partition_key!r}: {lease.lost_reason}")
                 continue
             try:
                 lease.renew()
-            except LeaseLostError:
+            except LeaseLostError as exc:
                 self.discard(lease)
-            except Exception:  # noqa: BLE001 - `lost` turns true at the local deadline
-                continue
+                lost.append(f"{lease.item.partition_key!r}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a store outage, or a bug: logged below
+                if lease.lost:  # the local deadline passed during the attempt
+                    self.discard(lease)
+                    lost.append(f"{lease.item.partition_key!r}: {lease.lost_reason}")
+                elif not lease.done:  # else completed or closed meanwhile: nothing to renew
+                    failed.append((lease, exc))
+        if lost:
+            log.warning(
+                "%d of %d leases lost, no longer renewed: %s", len(lost), len(held), _named(lost)
+            )
+        if failed:
+            # A store error says what failed; anything else may be a bug: show where.
+            bug = next((e for _, e in failed if not isinstance(e, LeaseStoreError)), None)
+            log.warning(
+                "renewing %d of %d leases failed, next try in %g s: %s",
+                len(failed),
+                len(held),
+                self.renew_interval_s,
+                _named([f"{lease.item.partition_key!r}: {exc}" for lease, exc in failed]),
+                exc_info=bug,
+            )
 
     def _loop(self) -> None:
         while not self._stop.wait(self.renew_interval_s):
@@ -63,4 +96,17 @@ class LeaseKeeper:
         if self._thread is not None:
             self._thread.join()
         for lease in self.held():
-            lease.release()
+            try:
+                lease.release()  # logs a store failure itself
+            except Exception:  # noqa: BLE001 - the other leases must still be handed back
+                log.error(
+                    "could not hand back the lease on %r; it is free once its ownership "
+                    "timeout passes",
+                    lease.item.partition_key,
+                    exc_info=True,
+                )
+
+
+def _named(entries: list[str]) -> str:
+    shown = "; ".join(entries[:NAMED])
+    return shown if len(entries) <= NAMED else f"{shown}; and {len(entries) - NAMED} more"

@@ -19,6 +19,7 @@ still lets a retried Dagster run (seconds to launch) take over within about a mi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -113,6 +114,9 @@ class LeaseTiming:
 def new_owner_id() -> str:
     """Host, pid and a random part: unique per holder, readable in `leasehold status`."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+log = logging.getLogger(__name__)
 
 
 class Lease:
@@ -246,17 +250,35 @@ class Lease:
         return self
 
     def _renew_loop(self) -> None:
+        key = self._item.partition_key
         while not self._stop.wait(self.timing.renew_interval_s):
             if self.lost:
+                log.warning("lease on %r (epoch %d) lost: %s", key, self.epoch, self._lost_reason)
                 return
             try:
                 self.renew()
-            except LeaseLostError:
+            except LeaseLostError as exc:
+                log.warning("lease on %r lost, renewal stopped: %s", key, exc)
                 return
-            except LeaseStoreError:
-                continue  # store trouble: `lost` turns true when the local deadline passes
+            except LeaseStoreError as exc:
+                # Store trouble: tried again next interval; `lost` turns true at the deadline.
+                log.warning(
+                    "renewing the lease on %r (epoch %d) failed, next try in %g s: %s",
+                    key,
+                    self.epoch,
+                    self.timing.renew_interval_s,
+                    exc,
+                )
             except Exception:  # noqa: BLE001 - a renewer must never die silently mid-lease
-                continue
+                if self._finished:  # completed or closed meanwhile: nothing left to renew
+                    return
+                log.error(
+                    "renewing the lease on %r (epoch %d) failed unexpectedly, next try in %g s",
+                    key,
+                    self.epoch,
+                    self.timing.renew_interval_s,
+                    exc_info=True,
+                )
 
     def stop(self) -> None:
         self._stop.set()
@@ -272,8 +294,14 @@ class Lease:
         if not self.done:
             try:
                 self.give_up()
-            except LeaseStoreError:
-                pass
+            except LeaseStoreError as exc:
+                log.warning(
+                    "could not hand back the lease on %r (epoch %d); it is free once its "
+                    "ownership timeout passes: %s",
+                    self._item.partition_key,
+                    self.epoch,
+                    exc,
+                )
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -6,8 +6,14 @@ partition path pays no extra store call and `leasehold status` still sees every 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
+from typing import Protocol
+
+from resources.coordination.errors import LeaseStoreError
+
+log = logging.getLogger(__name__)
 
 PARTITIONS_CREATED = "partitionsCreatedCount"
 PARTITIONS_ACQUIRED = "partitionsAcquired"
@@ -48,3 +54,19 @@ class CoordinatorMetrics:
         for sid, metrics in deltas.items():
             for name, amount in metrics.items():
                 self.incr(sid, name, amount)
+
+
+class _Flushes(Protocol):
+    def flush_metrics(self) -> None: ...
+
+
+def flush_or_keep(store: _Flushes) -> bool:
+    """Flush `store`'s metrics where work already succeeded: a store that can't take them is
+    logged, not raised — `flush_metrics` keeps the counts for the next flush (at the latest
+    when the store is closed), and counters must not fail the work they count."""
+    try:
+        store.flush_metrics()
+    except LeaseStoreError as exc:
+        log.warning("coordination metrics not flushed, kept for the next flush: %s", exc)
+        return False
+    return True

@@ -79,6 +79,11 @@ schedule_storage:
   class: SqliteScheduleStorage
   config:
     base_dir: {{schedules}}
+# What leasehold logs in a run (a failed lease renewal, a partition not ingested, an S3 retry)
+# goes to the run's logs.
+python_logs:
+  managed_python_loggers:
+    - resources
 """
 
 

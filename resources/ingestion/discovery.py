@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from resources.coordination.lease_store import LeaseStore
+from resources.errors import ConfigError
 
 SUPPLIER_STATE = "discovery"
 
@@ -98,7 +99,9 @@ def plan_runs(
 ) -> list[RunPlan]:
     """Contiguous ranges of at most `max_partitions_per_run` keys, in insertion order."""
     if max_partitions_per_run < 1:
-        raise ValueError("max_partitions_per_run must be at least 1")
+        raise ConfigError(
+            "max_partitions_per_run", f"must be at least 1 (got {max_partitions_per_run})"
+        )
     plans = []
     for start in range(0, len(partition_keys), max_partitions_per_run):
         chunk = partition_keys[start : start + max_partitions_per_run]

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+from resources.errors import LeaseholdError
+
+
+class PartitionKeyError(LeaseholdError, ValueError):
+    """A key that has no partition key (empty), or a partition key no source key maps to."""
+
 
 def to_partition_key(source_key: str) -> str:
     if not source_key:
-        raise ValueError("a source partition key can't be empty")
+        raise PartitionKeyError("a source partition key can't be empty")
     out: list[str] = []
     for ch in source_key:
         if ch == "%":
@@ -31,4 +37,10 @@ def to_partition_key(source_key: str) -> str:
 def from_partition_key(partition_key: str) -> str:
     # Every literal '%' was escaped, so unquoting is the exact inverse. Non-ASCII characters
     # were never escaped and pass through unchanged.
-    return unquote(partition_key, errors="strict")
+    try:
+        return unquote(partition_key, errors="strict")
+    except UnicodeDecodeError as exc:  # an escape `to_partition_key` never writes, e.g. %FF
+        raise PartitionKeyError(
+            f"{partition_key!r} is not a partition key leasehold wrote: {exc.reason} in its "
+            "percent-escapes"
+        ) from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +38,10 @@ from resources.coordination.items import PartitionStatus
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
+from resources.errors import LeaseholdError
 from resources.ledger.model import AlreadyCommittedError, SmallObject
+
+log = logging.getLogger(__name__)
 
 COMMITTED = "committed"
 ALREADY_COMPLETE = "already_complete"
@@ -212,19 +216,43 @@ class IngestionRunner:
                 if pending is not None:  # the caller stopped early: hand that chunk back
                     try:
                         pending.result().close()
-                    except Exception:  # noqa: BLE001, S110 - its leases expire regardless
-                        pass
+                    except Exception:  # noqa: BLE001 - its leases expire regardless
+                        log.warning(
+                            "%s: could not hand back the leases of a chunk read ahead; they "
+                            "are free once their ownership timeout passes",
+                            self.stream,
+                            exc_info=True,
+                        )
 
     # -- steps ---------------------------------------------------------------------------------
+
+    def _not_ingested(
+        self, outcome: PartitionOutcome, exc: BaseException | None = None
+    ) -> PartitionOutcome:
+        """Log a partition this run does not ingest, where that is decided; the caller gets the
+        same message in its outcome. `exc` adds a traceback: for errors leasehold does not
+        expect."""
+        log.warning(
+            "%s: %r not ingested (%s): %s",
+            self.stream,
+            outcome.source_key,
+            outcome.outcome,
+            outcome.message,
+            exc_info=exc,
+        )
+        return outcome
 
     def _acquire(self, key: str) -> Lease | PartitionOutcome:
         try:
             item = self.store.acquire(self.sid, key, self.owner, self.timing.ownership_timeout_s)
         except PartitionNotFoundError:
-            return PartitionOutcome(key, FAILED, message="no lease item: not discovered yet")
+            return self._not_ingested(
+                PartitionOutcome(key, FAILED, message="no lease item: not discovered yet")
+            )
         except PartitionUnavailableError as exc:
             cur = exc.current
             if cur.status is PartitionStatus.COMPLETED and cur.dead_letter_reason is None:
+                log.info("%s: %r already committed (epoch %d)", self.stream, key, cur.epoch)
                 return PartitionOutcome(
                     key,
                     ALREADY_COMPLETE,
@@ -232,22 +260,24 @@ class IngestionRunner:
                     message=f"already committed (epoch {cur.epoch}); nothing to do",
                 )
             if cur.status is PartitionStatus.COMPLETED:
-                return PartitionOutcome(
+                outcome = PartitionOutcome(
                     key, FAILED, cur.epoch, message=f"dead-lettered: {cur.dead_letter_reason}"
                 )
-            if cur.status is PartitionStatus.ASSIGNED:
-                return PartitionOutcome(
+            elif cur.status is PartitionStatus.ASSIGNED:
+                outcome = PartitionOutcome(
                     key,
                     LOST_LEASE,
                     cur.epoch,
                     message=f"lost the lease: held by {cur.owner} (epoch {cur.epoch})",
                 )
-            return PartitionOutcome(
-                key,
-                UNREADABLE,
-                cur.epoch,
-                message=f"CLOSED after {cur.closed_count} failed reads; reopens later",
-            )
+            else:
+                outcome = PartitionOutcome(
+                    key,
+                    UNREADABLE,
+                    cur.epoch,
+                    message=f"CLOSED after {cur.closed_count} failed reads; reopens later",
+                )
+            return self._not_ingested(outcome)
         return Lease(self.store, item, self.timing)
 
     def _read_chunk(self, keys: Sequence[str]) -> _ReadChunk:
@@ -267,7 +297,12 @@ class IngestionRunner:
                 try:
                     chunk.local[key] = self.fetch(key, chunk.scratch / "sources")
                 except Exception as exc:  # noqa: BLE001 - any failure to read the object
-                    chunk.outcomes[key] = self._close_unreadable(lease, key, f"cannot fetch: {exc}")
+                    chunk.outcomes[key] = self._close_unreadable(
+                        lease,
+                        key,
+                        f"cannot fetch: {exc}",
+                        None if isinstance(exc, LeaseholdError) else exc,
+                    )
             if chunk.local:
                 chunk.staged = self.read_batch(chunk.local, chunk.scratch / "staging", attempt)
         except BaseException:
@@ -287,16 +322,22 @@ class IngestionRunner:
         for key in chunk.keys:
             yield chunk.outcomes[key]
 
-    def _close_unreadable(self, lease: Lease, key: str, reason: str) -> PartitionOutcome:
+    def _close_unreadable(
+        self, lease: Lease, key: str, reason: str, exc: BaseException | None = None
+    ) -> PartitionOutcome:
+        """CLOSE the partition (reopened with backoff, dead-lettered after the last try)."""
         try:
             item = lease.close(reason=reason)
-        except LeaseStoreError as exc:
-            return PartitionOutcome(key, LOST_LEASE, lease.epoch, message=str(exc))
+        except LeaseStoreError as lost:
+            outcome = PartitionOutcome(key, LOST_LEASE, lease.epoch, message=str(lost))
+            return self._not_ingested(outcome, exc)
         if item.dead_letter_reason is not None:
             message = f"dead-lettered after {item.closed_count} failed reads: {reason}"
         else:
             message = f"unreadable (closed {item.closed_count} times, will retry): {reason}"
-        return PartitionOutcome(key, UNREADABLE, lease.epoch, message=message)
+        return self._not_ingested(
+            PartitionOutcome(key, UNREADABLE, lease.epoch, message=message), exc
+        )
 
     def _commit(
         self, lease: Lease, key: str, result: SourceBatchResult | None, attempt: str
@@ -308,7 +349,7 @@ class IngestionRunner:
         outcome = PartitionOutcome(key, COMMITTED, lease.epoch)
         if lease.lost:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
-            return outcome
+            return self._not_ingested(outcome)
         today = self.clock().strftime("%Y-%m-%d")
         to_publish = [(f, self.table, self.publish_table) for f in result.table_files] + [
             (
@@ -338,13 +379,14 @@ class IngestionRunner:
             )
         except LeaseLostError as exc:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {exc}"
-            return outcome
+            return self._not_ingested(outcome)
         except AlreadyCommittedError as exc:
+            log.info("%s: %r already committed: %s", self.stream, key, exc)
             outcome.outcome, outcome.message = ALREADY_COMPLETE, str(exc)
             return outcome
         except LeaseStoreError as exc:  # store down: unknown whether it landed; a retry knows
             outcome.outcome, outcome.message = FAILED, f"commit failed: {exc}"
-            return outcome
+            return self._not_ingested(outcome)
         self.on_step("committed", key)
         outcome.epoch = committed.epoch
         outcome.rows_read = result.rows_read

@@ -6,6 +6,7 @@ and a call that still fails raises `ObjectStoreError` naming the action and the 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,8 @@ from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
 from resources.retry import RetryPolicy, call_with_retries
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class S3ObjectStore(ObjectStore):
@@ -60,7 +63,21 @@ class S3ObjectStore(ObjectStore):
                 f"{attempts} attempts: {exc}"
             )
 
-        return call_with_retries(fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up)
+        def retrying(exc: BaseException, attempts: int, delay: float) -> None:
+            log.warning(
+                "S3 %s of s3://%s/%s failed (attempt %d of %d), retrying in %.2f s: %s",
+                action,
+                self.bucket,
+                self._key(key),
+                attempts,
+                self.retry.max_attempts,
+                delay,
+                exc,
+            )
+
+        return call_with_retries(
+            fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up, on_retry=retrying
+        )
 
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []

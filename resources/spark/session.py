@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resources.errors import ConfigError
+from resources.errors import ConfigError, LeaseholdError
 from resources.settings import Settings, setting
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
@@ -56,6 +56,10 @@ class SparkSettings(Settings):
     )
 
 
+class SparkSessionError(LeaseholdError):
+    """Spark could not be started or reached: no Java, a bad master, a Connect server down."""
+
+
 def prepare_environment() -> None:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     if not os.environ.get("JAVA_HOME") and JAVA_17.is_dir():
@@ -81,4 +85,19 @@ def build_spark_session(
         builder = builder.master(master or "local[*]")
     for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - whatever stops Spark from starting: one message
+        if remote:
+            where = f"Spark Connect at {remote!r}"
+        else:
+            java = os.environ.get("JAVA_HOME") or "not set"
+            where = f"Spark (master {master or 'local[*]'!r}, JAVA_HOME {java})"
+        raise SparkSessionError(f"could not start {where}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error from Spark or py4j (often followed by a Java stack trace)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

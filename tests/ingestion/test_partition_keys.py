@@ -49,3 +49,13 @@ def test_examples(key: str, encoded: str) -> None:
 def test_empty_key_is_refused() -> None:
     with pytest.raises(ValueError):
         to_partition_key("")
+
+
+def test_bad_keys_are_leasehold_errors() -> None:
+    from resources.errors import LeaseholdError
+    from resources.ingestion.partition_keys import PartitionKeyError
+
+    with pytest.raises(PartitionKeyError):
+        to_partition_key("")
+    with pytest.raises(LeaseholdError, match="not a partition key leasehold wrote"):
+        from_partition_key("a%FFb")  # an escape to_partition_key never writes

@@ -4,29 +4,49 @@ call through bounded, jittered retries.
 botocore's own retries are off: each call goes through `call_with_retries` — bounded attempts,
 full jitter — and then fails with `StoreUnavailableError` naming the table and the operation.
 Data Prepper retries throttling forever at a fixed pace, which deepens it.
+
+With `sts_role_arn` the client signs with the role's temporary credentials, and botocore
+assumes the role again (same role, session name and external id) before they expire — an
+hour by default — so a long-running process keeps its store. STS is asked at the store's
+`endpoint_url` when one is set (a local server; moto serves STS on the same port).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.credentials import CredentialProvider, CredentialResolver, RefreshableCredentials
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 
-from resources.coordination.errors import StoreUnavailableError
+from resources.coordination.errors import StoreConfigError, StoreUnavailableError
 from resources.retry import RetryPolicy, call_with_retries
 from resources.stores.settings import StoreSettings
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+ROLE_SESSION_NAME = "leasehold-coordination"
+# How long before the role's credentials expire botocore renews them (its own defaults): from
+# the advisory margin on, one caller assumes the role again while the others keep signing with
+# the current credentials (a failure there is only logged); from the mandatory margin on, every
+# caller waits for fresh ones (and a failure fails the call, retried like any store call).
+STS_ADVISORY_REFRESH_S = 15 * 60
+STS_MANDATORY_REFRESH_S = 10 * 60
 
 RETRYABLE_CODES = {
     "ProvisionedThroughputExceededException",
@@ -35,6 +55,7 @@ RETRYABLE_CODES = {
     "InternalServerError",
     "ServiceUnavailable",
     "TransactionInProgressException",
+    "Throttling",  # STS's code, when assuming the role (again) is throttled
 }
 CONNECTION_ERRORS = (
     EndpointConnectionError,
@@ -67,23 +88,64 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
-def session_for(settings: StoreSettings) -> boto3.session.Session:
-    session = boto3.session.Session(region_name=settings.region)
-    if settings.sts_role_arn:
-        assume: dict[str, Any] = {
+class AssumedRole:
+    """The role of `settings.sts_role_arn`, assumed with the default credentials (environment,
+    profile, instance role) through an STS client at the store's endpoint."""
+
+    def __init__(self, settings: StoreSettings, config: Config) -> None:
+        self.role_arn = settings.sts_role_arn
+        self.params: dict[str, Any] = {
             "RoleArn": settings.sts_role_arn,
-            "RoleSessionName": "leasehold-coordination",
+            "RoleSessionName": ROLE_SESSION_NAME,
         }
         if settings.sts_external_id:
-            assume["ExternalId"] = settings.sts_external_id
-        creds = session.client("sts").assume_role(**assume)["Credentials"]
-        session = boto3.session.Session(
-            region_name=settings.region,
-            aws_access_key_id=creds["AccessKeyId"],
-            aws_secret_access_key=creds["SecretAccessKey"],
-            aws_session_token=creds["SessionToken"],
+            self.params["ExternalId"] = settings.sts_external_id
+        self.sts = boto3.session.Session(region_name=settings.region).client(
+            "sts", endpoint_url=settings.endpoint_url, config=config
         )
-    return session
+        self.credentials: RefreshableCredentials | None = None
+
+    def fetch(self) -> dict[str, Any]:
+        """Assume the role once; the credentials in botocore's refresh format."""
+        creds = self.sts.assume_role(**self.params)["Credentials"]
+        expiry = creds["Expiration"]
+        log.debug("assumed %s; its credentials expire at %s", self.role_arn, expiry)
+        return {
+            "access_key": creds["AccessKeyId"],
+            "secret_key": creds["SecretAccessKey"],
+            "token": creds["SessionToken"],
+            "expiry_time": expiry.isoformat() if isinstance(expiry, datetime) else str(expiry),
+        }
+
+    def session(self, first: dict[str, Any], region: str) -> boto3.session.Session:
+        """A boto3 session signing with `first`, and with `fetch`'s fresh credentials once
+        those come within `STS_ADVISORY_REFRESH_S` of expiring."""
+        self.credentials = RefreshableCredentials.create_from_metadata(
+            metadata=first,
+            refresh_using=self.fetch,
+            method=_AssumedRoleProvider.METHOD,
+            advisory_timeout=STS_ADVISORY_REFRESH_S,
+            mandatory_timeout=STS_MANDATORY_REFRESH_S,
+        )
+        core = botocore.session.get_session()
+        core.register_component(
+            "credential_provider", CredentialResolver([_AssumedRoleProvider(self.credentials)])
+        )
+        return boto3.session.Session(botocore_session=core, region_name=region)
+
+
+class _AssumedRoleProvider(CredentialProvider):
+    """The only credential provider of the store's session: the assumed role's credentials."""
+
+    METHOD = "custom-leasehold-assume-role"
+    CANONICAL_NAME = "custom-leasehold-assume-role"
+
+    def __init__(self, credentials: RefreshableCredentials) -> None:
+        super().__init__()
+        self._credentials = credentials
+
+    def load(self) -> RefreshableCredentials:
+        return self._credentials
 
 
 class DynamoDbClient:
@@ -100,9 +162,20 @@ class DynamoDbClient:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         config = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=10)
-        self.client = session_for(settings).client(
-            "dynamodb", endpoint_url=settings.endpoint_url, config=config
-        )
+        self.assumed_role: AssumedRole | None = None
+        if settings.sts_role_arn:
+            role = AssumedRole(settings, config)
+            try:
+                first = self.call("AssumeRole", role.fetch)
+            except (ClientError, NoCredentialsError) as exc:  # refused: not worth retrying
+                raise StoreConfigError(
+                    "sts_role_arn", f"cannot assume {settings.sts_role_arn!r}: {exc}"
+                ) from exc
+            session = role.session(first, settings.region)
+            self.assumed_role = role
+        else:
+            session = boto3.session.Session(region_name=settings.region)
+        self.client = session.client("dynamodb", endpoint_url=settings.endpoint_url, config=config)
 
     def call(self, action: str, fn: Callable[[], T]) -> T:
         def give_up(exc: BaseException, attempts: int) -> BaseException:
@@ -111,6 +184,23 @@ class DynamoDbClient:
                 f"attempts: {exc}"
             )
 
+        def retrying(exc: BaseException, attempts: int, delay: float) -> None:
+            # Throttling and transaction conflicts are routine: visible with --debug only.
+            log.debug(
+                "DynamoDB %s on %r failed (attempt %d of %d), retrying in %.2f s: %s",
+                action,
+                self.table_name,
+                attempts,
+                self.retry.max_attempts,
+                delay,
+                exc,
+            )
+
         return call_with_retries(
-            fn, policy=self.retry, is_retryable=is_retryable, on_give_up=give_up, sleep=self._sleep
+            fn,
+            policy=self.retry,
+            is_retryable=is_retryable,
+            on_give_up=give_up,
+            sleep=self._sleep,
+            on_retry=retrying,
         )

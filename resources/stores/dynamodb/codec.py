@@ -163,6 +163,7 @@ def condition(guard: Guard) -> tuple[str, dict[str, dict[str, str]]]:
         clauses.append("#closed_count < :c_max")
         values[":c_max"] = n(guard.closed_below)
     if not clauses:
+        # A bug in a transition, never a runtime condition: no LeaseholdError, keep the traceback.
         raise ValueError("a transition without a guard would write unconditionally")
     return " AND ".join(clauses), values
 

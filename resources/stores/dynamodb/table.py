@@ -75,6 +75,7 @@ def create_table(client: DynamoDbClient, settings: StoreSettings) -> None:
         except ClientError as exc:
             if "already enabled" not in str(exc).lower():
                 raise
+            # Enabled by another node or an earlier start: what was asked for; checked below.
     check_table(client, settings)
 
 

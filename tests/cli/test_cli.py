@@ -1,0 +1,122 @@
+"""The `leasehold` command's errors: one line and an exit code, a traceback only with --debug."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import resources.stores.dynamodb.client as dynamodb_client
+from resources.cli.main import main
+from resources.retry import RetryPolicy
+from tests.support.aws_server import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No configuration but the test's own; --debug's logger levels undone afterwards."""
+    for name in list(os.environ):
+        if name.startswith("LEASEHOLD_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path / "data"))
+    loggers = [logging.getLogger(name) for name in ("resources", "coordination_assets")]
+    levels = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
+
+
+@pytest.fixture
+def unreachable_dynamodb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DynamoDB on a loopback port nothing listens on, given up on after two quick attempts."""
+    monkeypatch.setenv("LEASEHOLD_STORE_BACKEND", "dynamodb")
+    monkeypatch.setenv("LEASEHOLD_DYNAMODB_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(
+        dynamodb_client, "RetryPolicy", lambda: RetryPolicy(max_attempts=2, base_delay_s=0.01)
+    )
+
+
+def test_bad_configuration_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("LEASEHOLD_STORE_BACKEND", "dynamodb")
+    monkeypatch.setenv("LEASEHOLD_DYNAMODB_BILLING_MODE", "FREE")
+    assert main(["status"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "leasehold: invalid lease store configuration: billing_mode: "
+        "'FREE': PROVISIONED or PAY_PER_REQUEST"
+    ]
+
+
+def test_store_failure_is_one_line_and_exit_1(unreachable_dynamodb, capsys) -> None:
+    assert main(["status"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("leasehold: DynamoDB table 'leasehold-coordination': CreateTable")
+    assert "failed after 2 attempts" in err[0] and "Traceback" not in err[0]
+
+
+def test_debug_adds_the_traceback(unreachable_dynamodb, capsys) -> None:
+    assert main(["--debug", "status"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "EndpointConnectionError" in err  # the cause, chained
+    assert "StoreUnavailableError" in err
+    assert err.splitlines()[-1].startswith("leasehold: DynamoDB table 'leasehold-coordination'")
+
+
+def test_debug_after_the_command_and_for_configuration_errors(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("LEASEHOLD_STORE_BACKEND", "cassandra")
+    assert main(["status", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "StoreConfigError" in err
+    assert err.splitlines()[-1].startswith("leasehold: invalid lease store configuration: backend")
+
+
+def test_other_errors_are_bugs_and_keep_their_traceback(monkeypatch) -> None:
+    def broken(settings):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("resources.cli.main.build_store", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        main(["status"])
+
+
+def test_help_documents_the_exit_codes(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "exit status:" in out and "2  invalid configuration" in out and "--debug" in out
+
+
+def test_the_installed_command_prints_one_line(tmp_path: Path) -> None:
+    """The real process: nothing but the one line on stderr (no log, no traceback)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+    env.update(
+        PYTHONPATH=str(REPO),
+        LEASEHOLD_DATA_DIR=str(tmp_path / "data"),
+        LEASEHOLD_STORE_BACKEND="sqlite",
+        LEASEHOLD_TTL="P1Y",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "resources.cli.main", "status"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "leasehold: invalid lease store configuration: ttl: 'P1Y' is not an ISO-8601 duration "
+        "such as 'P7D' or 'PT12H' (weeks, days, hours, minutes, seconds)"
+    ]
