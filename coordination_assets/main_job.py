@@ -5,8 +5,10 @@ execute each requested range run, run the asset checks, until discovery finds no
 The same sensor, asset and checks that `dagster dev` runs — only the scheduling differs.
 """
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dagster import (
     AssetSelection,
@@ -18,6 +20,7 @@ from dagster import (
     materialize,
 )
 
+from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import (
     build_discovery_sensor,
     build_ingestion_asset,
@@ -25,6 +28,7 @@ from coordination_assets.ingestion import (
     main_job_cursor_key,
     partitions_for,
 )
+from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -119,3 +123,23 @@ def run_stream(
     for evaluation in check_run.get_asset_check_evaluations():
         report.checks[evaluation.check_name] = evaluation.passed
     return report
+
+
+def run_main_job(
+    streams: Sequence[str], default_home: Path, log: Callable[[str], None] = print
+) -> bool:
+    """`leasehold run`: every stream on the instance at `DAGSTER_HOME` (`default_home` when
+    unset). True when every run and check passed."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_home)))
+    # An instance configured by someone else keeps its configuration; one leasehold wrote is
+    # written again, so it names the storage classes where this version keeps them.
+    if not (home / "dagster.yaml").exists() or written_by_leasehold(home):
+        write_instance_yaml(home)
+    defs = build_definitions()
+    ok = True
+    with DagsterInstance.get() as instance:
+        for name in streams:
+            report = run_stream(defs, instance, name, log=log)
+            log(f"{name}: {report.describe()}")
+            ok = ok and report.ok
+    return ok

@@ -55,13 +55,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: discovery -> range runs -> commits -> checks, on the configured stores."""
-    import os
-
-    from dagster import DagsterInstance
-
-    from coordination_assets.definitions import build_definitions
-    from coordination_assets.main_job import run_stream
-    from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
+    from coordination_assets.main_job import run_main_job
     from resources.ingestion.sample_data import write_sample_sources
     from resources.objects.base import object_store_for
     from resources.streams import LakeSettings
@@ -79,18 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 root, objects=args.sample_objects, records_per_object=200, malformed_every=997
             )
             print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_data_dir() / "dagster_home")))
-    # An instance configured by someone else keeps its configuration; one leasehold wrote is
-    # written again, so it names the storage classes where this version keeps them.
-    if not (home / "dagster.yaml").exists() or written_by_leasehold(home):
-        write_instance_yaml(home)
-    defs = build_definitions()
-    ok = True
-    with DagsterInstance.get() as instance:
-        for name in sorted(streams):
-            report = run_stream(defs, instance, name)
-            print(f"{name}: {report.describe()}")
-            ok = ok and report.ok
+    ok = run_main_job(sorted(streams), default_data_dir() / "dagster_home")
     print_status(settings)
     return 0 if ok else 1
 
