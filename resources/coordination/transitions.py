@@ -73,8 +73,8 @@ class Transition:
     action: str
     """Data Prepper's name for the write, used in `<action>PartitionUpdateErrors`."""
     guard: Guard
-    status: PartitionStatus
     priority: str
+    status: PartitionStatus = KEEP
     owner: str | None = KEEP
     ownership_timeout_ms: int | None = KEEP
     reopen_at_ms: int | None = KEEP
@@ -86,12 +86,9 @@ class Transition:
 
     def apply(self, item: LeaseItem) -> LeaseItem:
         """The item as it is after this transition. Only meaningful if `guard.holds(item)`."""
-        changes: dict[str, Any] = {
-            "status": self.status,
-            "priority": self.priority,
-            "version": item.version + 1,
-        }
+        changes: dict[str, Any] = {"priority": self.priority, "version": item.version + 1}
         for name in (
+            "status",
             "owner",
             "ownership_timeout_ms",
             "reopen_at_ms",
@@ -187,7 +184,6 @@ def renew(
     return Transition(
         action="saveState",
         guard=Guard(owned_by=token),
-        status=PartitionStatus.ASSIGNED,
         priority=priority_at(deadline),
         ownership_timeout_ms=deadline,
         progress_state=progress_state,
@@ -205,13 +201,8 @@ def _released(
     expiration_time: int | None,
     **changes: Any,
 ) -> Transition:
-    values: dict[str, Any] = {
-        "owner": None,
-        "ownership_timeout_ms": None,
-        "reopen_at_ms": None,
-        "dead_letter_reason": None,
-        **changes,
-    }
+    # An owned item has no `reOpenAt` and no `deadLetterReason` (acquiring removed them).
+    values: dict[str, Any] = {"owner": None, "ownership_timeout_ms": None, **changes}
     return Transition(
         action=action,
         guard=Guard(owned_by=token),

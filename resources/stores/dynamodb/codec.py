@@ -171,13 +171,9 @@ def condition(guard: Guard) -> tuple[str, dict[str, dict[str, str]]]:
 def update(transition: Transition, sid: str) -> Update:
     """The transition's changes, applied by DynamoDB to the stored item."""
     t = transition
-    out = (
-        Update()
-        .set("status", s(t.status.value))
-        .set("status_key", s(status_key(sid, t.status)))
-        .set("priority", s(t.priority))
-        .incr("version")
-    )
+    out = Update().set("priority", s(t.priority)).incr("version")
+    if t.status is not KEEP:
+        out.set("status", s(t.status.value)).set("status_key", s(status_key(sid, t.status)))
     if t.owner is not KEEP:
         out.optional("owner", None if t.owner is None else s(t.owner))
     for short, value in (
