@@ -7,6 +7,7 @@ fully jittered sleeps, and then a clear `StoreUnavailableError` naming what fail
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +32,25 @@ class RetryPolicy:
         return sum(
             min(self.max_delay_s, self.base_delay_s * (2**a)) for a in range(self.max_attempts - 1)
         )
+
+
+def log_retries(
+    logger: logging.Logger, level: int, what: str, policy: RetryPolicy
+) -> Callable[[BaseException, int, float], None]:
+    """An `on_retry` that logs `<what> failed (attempt n of m), retrying in s: error`."""
+
+    def on_retry(exc: BaseException, attempts: int, delay: float) -> None:
+        logger.log(
+            level,
+            "%s failed (attempt %d of %d), retrying in %.2f s: %s",
+            what,
+            attempts,
+            policy.max_attempts,
+            delay,
+            exc,
+        )
+
+    return on_retry
 
 
 def call_with_retries(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
-from resources.retry import RetryPolicy, call_with_retries
+from resources.retry import RetryPolicy, call_with_retries, log_retries
 
 T = TypeVar("T")
 
@@ -63,18 +63,8 @@ class S3ObjectStore(ObjectStore):
                 f"{attempts} attempts: {exc}"
             )
 
-        def retrying(exc: BaseException, attempts: int, delay: float) -> None:
-            log.warning(
-                "S3 %s of s3://%s/%s failed (attempt %d of %d), retrying in %.2f s: %s",
-                action,
-                self.bucket,
-                self._key(key),
-                attempts,
-                self.retry.max_attempts,
-                delay,
-                exc,
-            )
-
+        what = f"S3 {action} of s3://{self.bucket}/{self._key(key)}"
+        retrying = log_retries(log, logging.WARNING, what, self.retry)
         return call_with_retries(
             fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up, on_retry=retrying
         )

@@ -33,7 +33,7 @@ from botocore.exceptions import (
 )
 
 from resources.coordination.errors import StoreConfigError, StoreUnavailableError
-from resources.retry import RetryPolicy, call_with_retries
+from resources.retry import RetryPolicy, call_with_retries, log_retries
 from resources.stores.settings import StoreSettings
 
 T = TypeVar("T")
@@ -184,18 +184,9 @@ class DynamoDbClient:
                 f"attempts: {exc}"
             )
 
-        def retrying(exc: BaseException, attempts: int, delay: float) -> None:
-            # Throttling and transaction conflicts are routine: visible with --debug only.
-            log.debug(
-                "DynamoDB %s on %r failed (attempt %d of %d), retrying in %.2f s: %s",
-                action,
-                self.table_name,
-                attempts,
-                self.retry.max_attempts,
-                delay,
-                exc,
-            )
-
+        # Throttling and transaction conflicts are routine: visible with --debug only.
+        what = f"DynamoDB {action} on {self.table_name!r}"
+        retrying = log_retries(log, logging.DEBUG, what, self.retry)
         return call_with_retries(
             fn,
             policy=self.retry,
