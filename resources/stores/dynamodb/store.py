@@ -177,21 +177,15 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
 
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         if source_identifier is None:
-            pages = self.client.get_paginator("scan").paginate(TableName=self.table_name)
+
+            def scan() -> list[dict[str, Any]]:
+                pages = self.client.get_paginator("scan").paginate(TableName=self.table_name)
+                return [raw for page in pages for raw in page.get("Items", [])]
+
+            raws = self._call("iter_items", scan)
         else:
-            pages = self.client.get_paginator("query").paginate(
-                TableName=self.table_name,
-                KeyConditionExpression="#sid = :sid",
-                ExpressionAttributeNames={"#sid": ATTR["sid"]},
-                ExpressionAttributeValues={":sid": codec.s(source_identifier)},
-                ConsistentRead=True,
-            )
-        items = [
-            codec.item_from(raw)
-            for page in self._call("iter_items", lambda: list(pages))
-            for raw in page.get("Items", [])
-            if ATTR["status"] in raw
-        ]
+            raws = self._query_all("iter_items", source_identifier)
+        items = [codec.item_from(raw) for raw in raws if ATTR["status"] in raw]
         yield from sorted(items, key=lambda i: (i.source_identifier, i.priority))
 
     def source_identifiers(self) -> list[str]:
