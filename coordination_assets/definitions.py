@@ -7,10 +7,11 @@ streams file or store variable fails the code location at load, naming the field
 
 import warnings
 
-from dagster import Definitions
+from dagster import Definitions, in_process_executor
 
 from coordination_assets.coordination_status import coordination_status, lease_health
 from coordination_assets.ingestion import (
+    build_checks_sensor,
     build_discovery_sensor,
     build_ingestion_asset,
     build_ingestion_checks,
@@ -31,15 +32,23 @@ def build_definitions() -> Definitions:
     fields to `EnvVar`s, which resolve only in a run. Each `from_env()` validates its variables
     first, so a bad one fails the code location at load, naming the field."""
     streams = sorted(LakeSettings.from_env().streams())
+    checks = {s: build_ingestion_checks(s) for s in streams}
     return Definitions(
         assets=[coordination_status, *(build_ingestion_asset(s) for s in streams)],
-        asset_checks=[lease_health, *(c for s in streams for c in build_ingestion_checks(s))],
-        sensors=[build_discovery_sensor(s) for s in streams],
+        asset_checks=[lease_health, *(c for s in streams for c in checks[s])],
+        sensors=[
+            *(build_discovery_sensor(s) for s in streams),
+            *(build_checks_sensor(s, checks[s]) for s in streams),
+        ],
         resources={
             "coordination": CoordinationResource.from_env(),
             "lake": LakeResource.from_env(),
             "spark": SparkResource.from_env(),
         },
+        # One asset per run: a step process of its own (the multiprocess default) would cost a
+        # process start and, for ingestion, a second SparkSession's worth of memory for nothing;
+        # and the run's process is then the one `runs.fail_dead_runs` watches.
+        executor=in_process_executor,
     )
 
 

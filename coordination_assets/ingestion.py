@@ -5,6 +5,9 @@ checks are `resources.ingestion_checks`. What lives here is the Dagster mapping 
 §8: one dynamic partition per source partition, one run per range of many partitions.
 """
 
+import json
+import time
+
 from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
@@ -13,6 +16,7 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     AssetsDefinition,
+    AssetSelection,
     BackfillPolicy,
     DefaultSensorStatus,
     DynamicPartitionsDefinition,
@@ -28,18 +32,15 @@ from dagster import (
     sensor,
 )
 
-from resources.coordination.items import to_millis
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.discovery_tick import DiscoveryTick
 from resources.dagster_resources.lake import LakeResource
+from resources.dagster_resources.runs import EXPECTED_COUNT, ended_since
 from resources.dagster_resources.spark import SparkResource
 from resources.ingestion.checks import find_duplicate_ids, reconcile_rows
-from resources.ingestion.discovery import Discovery, plan_runs
-from resources.ingestion.partition_keys import from_partition_key, to_partition_key
-
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
-EXPECTED_COUNT = "leasehold/partition_count"
+from resources.ingestion.partition_keys import from_partition_key
+from resources.ingestion.runner import ALREADY_COMPLETE, FAILED, LOST_LEASE, PartitionOutcome
 
 
 def main_job_cursor_key(stream: str) -> str:
@@ -78,32 +79,57 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
         expected = context.run.tags.get(EXPECTED_COUNT)
         if expected is not None and int(expected) != len(keys):
             # A range is positional: if partitions were added between its ends by someone
-            # else, it now covers keys this run was not planned for. Refuse before any work.
+            # else, it now covers keys this run was not planned for. Refuse before any work;
+            # the partitions stay as they are and the next discovery tick plans them again.
             raise Failure(
                 f"range {keys[0]!r}..{keys[-1]!r} covers {len(keys)} partitions, "
-                f"the sensor planned {expected}"
+                f"the sensor planned {expected}; nothing was done, the next discovery tick "
+                "requests them again"
             )
         runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
         failed: list[str] = []
+        recorded: set[str] | None = None
         by_source = {from_partition_key(k): k for k in keys}
         for outcome in runner.ingest(list(by_source)):
             key = by_source[outcome.source_key]
+            if outcome.outcome == ALREADY_COMPLETE:
+                # Its materialization is already recorded, with the commit's counts: a new one
+                # would hide it. Recorded only if Dagster never heard of the commit.
+                if recorded is None:
+                    recorded = context.instance.get_materialized_partitions(context.asset_key)
+                if key in recorded:
+                    continue
             if outcome.ok:
                 yield AssetMaterialization(
                     asset_key=context.asset_key, partition=key, metadata=outcome.metadata()
                 )
             else:
-                failed.append(f"{key}: {outcome.outcome}: {outcome.message}")
+                failed.append(failure_line(key, outcome))
                 context.log.error(failed[-1])
         flush_or_keep(coordination.store)
         if failed:
             raise Failure(
-                f"{len(failed)} of {len(keys)} source partitions not ingested: "
-                + "; ".join(failed[:10]),
-                metadata={"failed_partitions": MetadataValue.json(failed[:1000])},
+                f"{len(failed)} of {len(keys)} source partitions not ingested:\n"
+                + "\n".join(failed[:20]),
+                metadata={FAILED_PARTITIONS: MetadataValue.json(failed[:1000])},
             )
 
     return ingested
+
+
+FAILED_PARTITIONS = "failed_partitions"
+
+# When a partition that failed in a run is tried again; an unreadable object's message says
+# when its CLOSED item reopens.
+RETRY_HINTS = {
+    LOST_LEASE: "retried once that lease expires, unless its owner finishes it",
+    FAILED: "retried at the next discovery tick",
+}
+
+
+def failure_line(key: str, outcome: PartitionOutcome) -> str:
+    hint = RETRY_HINTS.get(outcome.outcome)
+    return f"{key}: {outcome.outcome}: {outcome.message}" + (f"; {hint}" if hint else "")
 
 
 def build_discovery_sensor(stream: str) -> SensorDefinition:
@@ -115,12 +141,12 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
         asset_selection=[asset_key],
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
-        description=f"Lists new objects of {stream!r}, creates leases and requests runs.",
+        description=f"Lists new and late objects of {stream!r}, creates leases, requests runs "
+        "for them and for work left behind, records commits Dagster missed.",
     )
     def discovery(
         context: SensorEvaluationContext, coordination: CoordinationResource, lake: LakeResource
     ):
-        lister = lake.lister(stream)
         cursor = context.cursor
         if not cursor:
             # A sensor that never ticked on this instance starts where `leasehold run` left off
@@ -128,58 +154,8 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
             # asks for runs that find each partition already complete.
             key = main_job_cursor_key(stream)
             cursor = context.instance.run_storage.get_cursor_values({key}).get(key)
-        found = Discovery(
-            coordination.store,
-            stream,
-            lister,
-            owner=coordination.owner,
-            timeout_s=coordination.ownership_timeout_seconds,
-            max_objects_per_tick=lake.max_objects_per_tick,
-        ).discover(cursor or None)
-        # Work earlier attempts left behind — a crashed run's expired lease, an unreadable
-        # object's reopened CLOSED item, a partition no run took — gets a run of its own. The
-        # run key changes when the item does, and once per retry window: a tick does not ask
-        # twice for the same retry, yet a retry run that failed before taking its lease (so
-        # left the item as it was) is asked for again in the next window.
-        store, wait_s = coordination.store, coordination.unassigned_retry_after_seconds
-        retries = store.due_for_retry(
-            coordination.source_identifier(stream), lake.max_retries_per_tick, wait_s
-        )
-        flush_or_keep(store)
-        window = store.now_ms() // to_millis(wait_s)
-        runs = [
-            RunRequest(
-                run_key=f"{stream}:retry:{item.partition_key}:{item.epoch}:{item.closed_count}"
-                f":{window}",
-                asset_selection=[asset_key],
-                partition_key=to_partition_key(item.partition_key),
-            )
-            for item in retries
-        ]
-        if found.skipped_reason and not runs:
-            return SkipReason(found.skipped_reason)
-        partition_keys = [to_partition_key(k) for k in found.source_keys]
-        runs += [
-            RunRequest(
-                run_key=plan.run_key,
-                asset_selection=[asset_key],
-                tags={
-                    RANGE_START: plan.first,
-                    RANGE_END: plan.last,
-                    EXPECTED_COUNT: str(plan.count),
-                },
-            )
-            for plan in plan_runs(stream, partition_keys, lake.max_partitions_per_run)
-        ]
-        if not runs:
-            return SensorResult(skip_reason="no new objects, nothing to retry", cursor=found.cursor)
-        return SensorResult(
-            run_requests=runs,
-            dynamic_partitions_requests=[partitions.build_add_request(partition_keys)]
-            if partition_keys
-            else [],
-            cursor=found.cursor,
-        )
+        tick = DiscoveryTick(context.instance, stream, partitions, asset_key, coordination, lake)
+        return tick.evaluate(cursor)
 
     return discovery
 
@@ -230,3 +206,42 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
         )
 
     return [rows_reconcile, unique_record_ids, lease_health]
+
+
+CHECKS_TAG = "leasehold/checks"
+
+
+def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> SensorDefinition:
+    """Asset checks attached to an asset that yields materializations instead of its output are
+    skipped in that asset's runs (ARCHITECTURE §8), so they run in runs of their own: after
+    every ingestion run of the stream ends, and at least every `check_interval_seconds`."""
+    check_keys = [key for c in checks for key in c.check_keys]
+
+    @sensor(
+        name=f"{stream}_checks",
+        asset_selection=AssetSelection.checks(*checks),
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=f"Runs the asset checks of {stream!r} after its ingestion runs end and "
+        "on a period.",
+    )
+    def checks_sensor(context: SensorEvaluationContext, lake: LakeResource):
+        state = json.loads(context.cursor) if context.cursor else {}
+        runs_seen_s, last_check_s = state.get("runs_seen_s", 0.0), state.get("last_check_s", 0.0)
+        ended, runs_seen_s = ended_since(context.instance, stream, runs_seen_s)
+        now = time.time()
+        if not ended and now - last_check_s < lake.check_interval_seconds:
+            return SkipReason("no ingestion run ended since the last checks run")
+        return SensorResult(
+            run_requests=[
+                RunRequest(
+                    run_key=f"{stream}:checks:{now:.3f}",
+                    asset_selection=[],
+                    asset_check_keys=check_keys,
+                    tags={CHECKS_TAG: stream},
+                )
+            ],
+            cursor=json.dumps({"runs_seen_s": runs_seen_s, "last_check_s": now}),
+        )
+
+    return checks_sensor

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import (
+    AssetsDefinition,
     AssetSelection,
     DagsterInstance,
     Definitions,
+    ExecuteInProcessResult,
+    RunRequest,
     SensorResult,
     SkipReason,
     build_sensor_context,
@@ -22,6 +25,7 @@ from dagster import (
 
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import (
+    FAILED_PARTITIONS,
     build_discovery_sensor,
     build_ingestion_asset,
     build_ingestion_checks,
@@ -29,6 +33,7 @@ from coordination_assets.ingestion import (
     partitions_for,
 )
 from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
+from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -37,27 +42,48 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 class MainJobReport:
     ticks: int = 0
     runs: int = 0
-    failed_runs: int = 0
+    retry_runs: int = 0
     partitions: int = 0
     materialized: int = 0
+    recorded: int = 0
+    """Commits Dagster had missed, recorded by the sensor without a run."""
     rows: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("rows_read", "rows_written", "rows_quarantined"), 0)
     )
+    failed_partitions: list[str] = field(default_factory=list)
+    """One line per source partition not ingested: key, reason, when it is retried."""
+    crashed_runs: list[str] = field(default_factory=list)
+    """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.failed_runs == 0 and all(self.checks.values())
 
     def describe(self) -> str:
         checks = ", ".join(f"{k}={'pass' if v else 'FAIL'}" for k, v in self.checks.items())
         return (
-            f"discovery ticks: {self.ticks}; runs: {self.runs} ({self.failed_runs} failed); "
-            f"partitions: {self.partitions}; materialized: {self.materialized}\n"
+            f"discovery ticks: {self.ticks}; runs: {self.runs} ({self.retry_runs} of work left "
+            f"behind, {len(self.crashed_runs)} crashed); partitions: {self.partitions}; "
+            f"materialized: {self.materialized}; commits recorded without a run: "
+            f"{self.recorded}; failed: {len(self.failed_partitions)}\n"
             f"rows read: {self.rows['rows_read']}, written: {self.rows['rows_written']}, "
             f"quarantined: {self.rows['rows_quarantined']}\n"
             f"checks: {checks or 'none'}"
         )
+
+
+def _failures(result: ExecuteInProcessResult) -> tuple[list[str], list[str]]:
+    """(failed partition lines, other errors) of a failed run."""
+    partitions: list[str] = []
+    errors: list[str] = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            data = event.step_failure_data
+            user = data.user_failure_data
+            if user is not None and FAILED_PARTITIONS in user.metadata:
+                partitions += list(user.metadata[FAILED_PARTITIONS].value)  # type: ignore[arg-type]
+            else:
+                errors.append(data.error.message.strip() if data.error else str(event.message))
+        elif event.is_run_failure and not (partitions or errors):
+            errors.append(str(event.message))
+    return partitions, errors
 
 
 def run_stream(
@@ -68,6 +94,9 @@ def run_stream(
     max_ticks: int = 100,
     log: Callable[[str], None] = print,
 ) -> MainJobReport:
+    """Tick the discovery sensor and do what it says, as the daemon would, until it asks for
+    nothing new: add its partitions, record its runless materializations, execute each run
+    it requests (a run key executes once, like the daemon's dedup) and keep its cursor."""
     report = MainJobReport()
     # The same builders the code location uses, unbound, so `materialize` can bind resources.
     sensor = build_discovery_sensor(stream)
@@ -76,6 +105,7 @@ def run_stream(
     resources = defs.resources or {}
     state_key = main_job_cursor_key(stream)
     cursor = instance.run_storage.get_cursor_values({state_key}).get(state_key)
+    executed: set[str] = set()
     for _ in range(max_ticks):
         with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
             result = sensor(ctx)
@@ -85,33 +115,17 @@ def run_stream(
             break
         for request in result.dynamic_partitions_requests or []:
             instance.add_dynamic_partitions(partitions_for(stream).name, request.partition_keys)
-        runs = result.run_requests or []
+        for event in result.asset_events or []:
+            instance.report_runless_asset_event(event)
+            report.recorded += 1
+        cursor = result.cursor
+        instance.run_storage.set_cursor_values({state_key: cursor or ""})
+        runs = [r for r in result.run_requests or [] if r.run_key not in executed]
         if not runs:
             break
         for run in runs:
-            report.runs += 1
-            report.partitions += int(run.tags.get("leasehold/partition_count", 0))
-            outcome = materialize(
-                [asset_def],
-                instance=instance,
-                resources=resources,
-                tags=run.tags,
-                raise_on_error=False,
-                run_config=QUIET,
-            )
-            report.failed_runs += 0 if outcome.success else 1
-            for event in outcome.get_asset_materialization_events():
-                report.materialized += 1
-                metadata = event.materialization.metadata
-                for name in report.rows:
-                    report.rows[name] += int(metadata[name].value)
-            log(
-                f"{stream}: run {run.tags['dagster/asset_partition_range_start']} .. "
-                f"({run.tags.get('leasehold/partition_count')} partitions): "
-                f"{'ok' if outcome.success else 'FAILED'}"
-            )
-        cursor = result.cursor
-        instance.run_storage.set_cursor_values({state_key: cursor or ""})
+            executed.add(str(run.run_key))
+            _execute(run, asset_def, instance, resources, report, log, stream)
     check_run = materialize(
         [asset_def, *checks],
         instance=instance,
@@ -125,21 +139,60 @@ def run_stream(
     return report
 
 
+def _execute(
+    run: RunRequest,
+    asset_def: AssetsDefinition,
+    instance: DagsterInstance,
+    resources: dict,
+    report: MainJobReport,
+    log: Callable[[str], None],
+    stream: str,
+) -> None:
+    report.runs += 1
+    retry = run.tags.get(RETRY_TAG) == "true"
+    report.retry_runs += int(retry)
+    count = run.tags.get(EXPECTED_COUNT, "1")
+    report.partitions += int(count)
+    outcome = materialize(
+        [asset_def],
+        instance=instance,
+        resources=resources,
+        tags=run.tags,
+        partition_key=run.partition_key,
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    for event in outcome.get_asset_materialization_events():
+        report.materialized += 1
+        metadata = event.materialization.metadata
+        for name in report.rows:
+            report.rows[name] += int(metadata[name].value)  # type: ignore[arg-type]
+    first = run.tags.get(RANGE_START, run.partition_key)
+    what = f"{stream}: {'retry ' if retry else ''}run {first} .. ({count} partitions)"
+    if outcome.success:
+        log(f"{what}: ok")
+        return
+    partitions, errors = _failures(outcome)
+    report.failed_partitions += partitions
+    report.crashed_runs += errors
+    log(f"{what}: {len(partitions)} partitions failed" + (f"; {errors[0]}" if errors else ""))
+
+
 def run_main_job(
     streams: Sequence[str], default_home: Path, log: Callable[[str], None] = print
-) -> bool:
+) -> list[MainJobReport]:
     """`leasehold run`: every stream on the instance at `DAGSTER_HOME` (`default_home` when
-    unset). True when every run and check passed."""
+    unset); one report per stream."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_home)))
     # An instance configured by someone else keeps its configuration; one leasehold wrote is
     # written again, so it names the storage classes where this version keeps them.
     if not (home / "dagster.yaml").exists() or written_by_leasehold(home):
         write_instance_yaml(home)
     defs = build_definitions()
-    ok = True
+    reports = []
     with DagsterInstance.get() as instance:
         for name in streams:
             report = run_stream(defs, instance, name, log=log)
             log(f"{name}: {report.describe()}")
-            ok = ok and report.ok
-    return ok
+            reports.append(report)
+    return reports

@@ -201,17 +201,43 @@ class LakeSettings(Settings):
     # start, its planned events) and a tail after its last Spark read that nothing overlaps
     # (that chunk's writes, commits and events): fewer, bigger runs (BENCHMARKS.md).
     max_partitions_per_run: int = setting(
-        2000, doc="source partitions per range run the sensor requests", check=at_least(1)
+        2000,
+        env="LEASEHOLD_MAX_PARTITIONS_PER_RUN",
+        doc="source partitions per range run the sensor requests",
+        check=at_least(1),
     )
     max_objects_per_tick: int = setting(
-        20_000, doc="objects one discovery tick lists at most", check=at_least(1)
+        20_000,
+        env="LEASEHOLD_MAX_OBJECTS_PER_TICK",
+        doc="objects one discovery tick lists at most",
+        check=at_least(1),
     )
     max_retries_per_tick: int = setting(
-        20, doc="retry runs one discovery tick requests at most", check=at_least(0)
+        5,
+        env="LEASEHOLD_MAX_RETRIES_PER_TICK",
+        doc="runs of work left behind one discovery tick requests at most",
+        check=at_least(0),
+    )
+    # Listing cost against delay (resources/ingestion/reconciliation.py): a late object waits
+    # at most this plus one pass; a pass costs one LIST per 1,000 objects of the source.
+    reconcile_interval_seconds: float = setting(
+        900.0,
+        env="LEASEHOLD_RECONCILE_INTERVAL_SECONDS",
+        doc="how often the whole source is listed again for objects behind the discovery "
+        "cursor (late objects)",
+        check=at_least(0),
+    )
+    check_interval_seconds: float = setting(
+        3600.0,
+        env="LEASEHOLD_CHECK_INTERVAL_SECONDS",
+        doc="the checks sensor runs the asset checks after ingestion runs and at least this often",
+        check=at_least(1),
     )
     # Partitions per Spark read. A run reads the next chunk while it commits this one (and
     # Dagster records it), so several chunks per run hide most of the event-log cost.
-    chunk_size: int = setting(250, doc="source partitions per Spark read", check=at_least(1))
+    chunk_size: int = setting(
+        250, env="LEASEHOLD_CHUNK_SIZE", doc="source partitions per Spark read", check=at_least(1)
+    )
 
     def streams(self) -> dict[str, StreamConfig]:
         return load_streams(self.streams_path)

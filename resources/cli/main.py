@@ -13,12 +13,16 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from resources.coordination.status import status_json, status_text  # noqa: E402
 from resources.errors import ConfigError, LeaseholdError
 from resources.settings import default_data_dir
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings, settings_from_env
+
+if TYPE_CHECKING:  # the Dagster side is imported only by the commands that run it
+    from coordination_assets.main_job import MainJobReport
 
 
 def print_status(settings: StoreSettings) -> None:
@@ -73,9 +77,27 @@ def cmd_run(args: argparse.Namespace) -> int:
                 root, objects=args.sample_objects, records_per_object=200, malformed_every=997
             )
             print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
-    ok = run_main_job(sorted(streams), default_data_dir() / "dagster_home")
+    reports = run_main_job(sorted(streams), default_data_dir() / "dagster_home")
     print_status(settings)
-    return 0 if ok else 1
+    return run_outcome(reports)
+
+
+def run_outcome(reports: Sequence[MainJobReport]) -> int:
+    """Print what went wrong, one line each, and the exit status that says which kind."""
+    crashed = [line for r in reports for line in r.crashed_runs]
+    failed = [line for r in reports for line in r.failed_partitions]
+    checks = [name for r in reports for name, passed in r.checks.items() if not passed]
+    for line in crashed:
+        print(f"leasehold: run failed: {' '.join(line.split())}", file=sys.stderr)
+    for line in failed:
+        print(f"leasehold: not ingested: {line}", file=sys.stderr)
+    for name in checks:
+        print(f"leasehold: check failed: {name} (details: leasehold check)", file=sys.stderr)
+    if crashed:
+        return EXIT_FAILURE
+    if failed:
+        return EXIT_PARTITIONS
+    return EXIT_CHECKS if checks else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -91,13 +113,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2  # also argparse's code for a bad command line
+EXIT_PARTITIONS = 3
+EXIT_CHECKS = 4
 
 EPILOG = """\
 exit status:
   0  success
-  1  failure: a store or object store unreachable, a lease lost, partitions not ingested, a
-     check failed
+  1  failure: a store or object store unreachable, a run that crashed
   2  invalid configuration (the message names the field) or invalid command line
+  3  some source partitions were not ingested: each is listed with its reason and when it is
+     retried; the others were ingested
+  4  a check failed (`leasehold check` says which and why)
 
 An error leasehold expects is printed as one line, `leasehold: <message>`; --debug adds its
 traceback and leasehold's debug logs. Any other error is a bug and prints its traceback.

@@ -114,6 +114,9 @@ class LeaseStore(ABC):
         run is coming for them. Bounded by `limit`, so a sensor can ask every tick at constant
         cost. Read-only: the acquisition decides."""
 
+    def missing_keys(self, source_identifier: str, keys: Sequence[str]) -> list[str]:  # TEMP
+        return [k for k in keys if self.get(source_identifier, k) is None]
+
     @abstractmethod
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         """Every item (of one source identifier, or all). For status and checks, not hot paths."""

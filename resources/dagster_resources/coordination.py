@@ -19,6 +19,7 @@ from resources.coordination.items import ItemType
 from resources.coordination.lease import Lease, LeaseTiming, TimingSettings, new_owner_id
 from resources.coordination.lease_store import LeaseStore
 from resources.dagster_resources.env import settings_resource
+from resources.dagster_resources.runs import tag_run_process
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
 
@@ -43,6 +44,9 @@ class CoordinationResource(settings_resource(StoreSettings, TimingSettings)):
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Fail fast: invalid configuration stops the run before any step does work.
         self.validate_settings()
+        if context.run is not None and context.instance is not None:
+            # First thing in a run: from here on a tick can tell if this process dies.
+            tag_run_process(context.instance, context.run)
         self.store  # noqa: B018 - builds the store
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:

@@ -46,6 +46,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
+from resources.dagster_resources.runs import STREAM_TAG
+
 # Dagster's own busy timeout for its SQLite storages.
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 # A run's shard receives events only while the run executes; a daemon or webserver that sees
@@ -60,6 +62,9 @@ EVENT_BATCH_SIZE = 2000
 
 # Dagster's default SQLite layout under DAGSTER_HOME (history/, history/runs/, schedules/),
 # with this module's event log storage.
+# Ingestion runs (each one SparkSession) running at once, over all streams.
+SPARK_RUN_LIMIT = 2
+
 INSTANCE_YAML = f"""\
 # Written by leasehold: the embedded default instance. No network here, so no telemetry.
 telemetry:
@@ -84,6 +89,22 @@ schedule_storage:
 python_logs:
   managed_python_loggers:
     - resources
+# A run stuck starting or canceling is failed by Dagster's run monitoring (in the daemon) after
+# 3 minutes. A STARTED run whose process died is not: the default launcher can't tell, so the
+# discovery sensor marks it failed at its next tick (resources/dagster_resources/runs.py).
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 180
+  poll_interval_seconds: 30
+# Every ingestion run starts a SparkSession (~1 GB driver, all cores): at most
+# {SPARK_RUN_LIMIT} at once, the rest wait in the queue without starting a process.
+concurrency:
+  runs:
+    max_concurrent_runs: 10
+    tag_concurrency_limits:
+      - key: {STREAM_TAG}
+        limit: {SPARK_RUN_LIMIT}
 """
 
 

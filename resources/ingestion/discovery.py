@@ -6,18 +6,17 @@ state and is mirrored in the Dagster sensor cursor. Work per tick is O(new objec
 starts after the cursor, lease items are created in batches, and a tick with nothing new costs
 a constant number of store calls.
 
-Runs are planned here too: a Dagster run costs seconds to launch, so new partitions are grouped
-into ranges of up to `max_partitions_per_run` (ARCHITECTURE §8: a range is positional, so each
-range covers exactly keys added together, in order, and carries its expected count).
+Listing after a cursor never sees an object whose key sorts before it (a late file in
+yesterday's folder): `reconciliation.py` lists the whole source again, slowly, for those. Runs
+are planned in `run_planner.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from resources.coordination.lease_store import LeaseStore
-from resources.errors import ConfigError
 
 SUPPLIER_STATE = "discovery"
 
@@ -26,14 +25,6 @@ SUPPLIER_STATE = "discovery"
 class ListedObject:
     key: str
     """The source partition key (what the lease item is keyed by)."""
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    first: str
-    last: str
-    count: int
-    run_key: str
 
 
 @dataclass(frozen=True)
@@ -92,22 +83,3 @@ class Discovery:
             return DiscoveryResult(keys, created, cursor if keys else sensor_cursor)
         finally:
             self.store.release_global_state(supplier.token)
-
-
-def plan_runs(
-    stream: str, partition_keys: Sequence[str], max_partitions_per_run: int
-) -> list[RunPlan]:
-    """Contiguous ranges of at most `max_partitions_per_run` keys, in insertion order."""
-    if max_partitions_per_run < 1:
-        raise ConfigError(
-            "max_partitions_per_run", f"must be at least 1 (got {max_partitions_per_run})"
-        )
-    plans = []
-    for start in range(0, len(partition_keys), max_partitions_per_run):
-        chunk = partition_keys[start : start + max_partitions_per_run]
-        plans.append(
-            RunPlan(
-                chunk[0], chunk[-1], len(chunk), f"{stream}:{chunk[0]}:{chunk[-1]}:{len(chunk)}"
-            )
-        )
-    return plans

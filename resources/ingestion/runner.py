@@ -34,7 +34,7 @@ from resources.coordination.errors import (
     PartitionNotFoundError,
     PartitionUnavailableError,
 )
-from resources.coordination.items import PartitionStatus
+from resources.coordination.items import LeaseItem, PartitionStatus
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
@@ -80,6 +80,21 @@ class PartitionOutcome:
             "lease_epoch": self.epoch if self.epoch is not None else -1,
             "message": self.message,
         }
+
+
+def committed_outcome(item: LeaseItem, outcome: str, message: str) -> PartitionOutcome:
+    """A COMPLETED item's outcome as its commit saved it (the counts are the commit's
+    progress state), for a partition whose commit Dagster has to be told about again."""
+    progress = item.progress or {}
+    return PartitionOutcome(
+        item.partition_key,
+        outcome,
+        item.epoch,
+        rows_read=int(progress.get("rows_read", 0)),
+        rows_written=int(progress.get("rows_written", 0)),
+        rows_quarantined=int(progress.get("rows_quarantined", 0)),
+        message=message,
+    )
 
 
 @dataclass(frozen=True)
@@ -253,11 +268,8 @@ class IngestionRunner:
             cur = exc.current
             if cur.status is PartitionStatus.COMPLETED and cur.dead_letter_reason is None:
                 log.info("%s: %r already committed (epoch %d)", self.stream, key, cur.epoch)
-                return PartitionOutcome(
-                    key,
-                    ALREADY_COMPLETE,
-                    cur.epoch,
-                    message=f"already committed (epoch {cur.epoch}); nothing to do",
+                return committed_outcome(
+                    cur, ALREADY_COMPLETE, f"already committed (epoch {cur.epoch}); nothing to do"
                 )
             if cur.status is PartitionStatus.COMPLETED:
                 outcome = PartitionOutcome(

@@ -2,30 +2,43 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from dagster import (
+    DagsterRun,
+    DagsterRunStatus,
     PartitionKeyRange,
+    RunRequest,
     SensorResult,
     build_sensor_context,
     materialize,
     partition_loading_context,
 )
+from dagster._core.utils import make_new_run_id
 
 from coordination_assets.ingestion import (
-    EXPECTED_COUNT,
-    RANGE_END,
-    RANGE_START,
     build_discovery_sensor,
     build_ingestion_asset,
     main_job_cursor_key,
     partitions_for,
 )
 from resources.coordination.items import PartitionStatus
+from resources.dagster_resources.discovery_tick import SensorCursor
+from resources.dagster_resources.runs import (
+    EXPECTED_COUNT,
+    PROCESS_TAG,
+    RANGE_END,
+    RANGE_START,
+    RETRY_TAG,
+    STREAM_TAG,
+    process_identity,
+)
 from resources.errors import ConfigError
-from resources.ingestion.partition_keys import from_partition_key, to_partition_key
+from resources.ingestion.partition_keys import from_partition_key
 from resources.ingestion.sample_data import write_sample_sources
 from tests.ingestion.test_discovery import CountingStore
 from tests.support.pipeline_env import STREAM, PipelineEnv, write_streams
@@ -56,6 +69,19 @@ def tick(env: PipelineEnv, instance, resources, cursor: str | None):
     return result
 
 
+def queue(instance, request: RunRequest, status=DagsterRunStatus.NOT_STARTED) -> DagsterRun:
+    """What the daemon does with a tick's run request: a run in the run storage."""
+    return instance.add_run(
+        DagsterRun(
+            job_name="__ASSET_JOB", run_id=make_new_run_id(), tags=request.tags, status=status
+        )
+    )
+
+
+def discovery_cursor(result) -> str | None:
+    return SensorCursor.parse(result.cursor).discovery
+
+
 def test_a_tick_over_ten_thousand_objects(env: PipelineEnv) -> None:
     sources = env.root / "sources"
     for i in range(10_000):
@@ -82,13 +108,16 @@ def test_a_tick_over_ten_thousand_objects(env: PipelineEnv) -> None:
     assert covered == 10_000
     store = env.store()
     assert len(list(store.iter_items(store.source_identifier(STREAM)))) == 10_000
-    assert result.cursor == "2026/01/03/obj-09999.jsonl"
+    assert discovery_cursor(result) == "2026/01/03/obj-09999.jsonl"
 
 
 def test_nothing_new_is_constant_store_work(env: PipelineEnv) -> None:
     write_sample_sources(env.root / "sources", objects=50, records_per_object=1)
     instance, resources = env.instance(), env.resources()
-    cursor = tick(env, instance, resources, None).cursor
+    first = tick(env, instance, resources, None)
+    for run in first.run_requests:
+        queue(instance, run)
+    cursor = first.cursor
     counting = CountingStore(resources["coordination"].store)
     resources["coordination"]._store = counting
     calls = []
@@ -98,7 +127,7 @@ def test_nothing_new_is_constant_store_work(env: PipelineEnv) -> None:
         assert not result.run_requests and result.cursor == cursor
         calls.append(list(counting.calls))
     # supplier lease (get + acquire), release, and the bounded look for work to retry
-    assert calls[0] == calls[1] == calls[2] and len(calls[0]) <= 4
+    assert calls[0] == calls[1] == calls[2] and len(calls[0]) <= 4, calls[0]
 
 
 AWKWARD = [
@@ -139,59 +168,133 @@ def test_awkward_keys_round_trip_through_ingestion(env: PipelineEnv, spark) -> N
     assert sorted(r["event_id"] for r in env.table_rows()) == [f"e{i}" for i in range(7)]
 
 
-def test_work_left_behind_is_requested_again(env: PipelineEnv) -> None:
-    write_sample_sources(env.root / "sources", objects=4, records_per_object=1)
+def test_work_left_behind_is_requested_at_once_in_one_range(env: PipelineEnv) -> None:
+    write_sample_sources(env.root / "sources", objects=5, records_per_object=1)
     instance, resources = env.instance(), env.resources()
     first = tick(env, instance, resources, None)
+    (planned,) = first.run_requests
     store = env.store()
     sid = store.source_identifier(STREAM)
-    crashed, unreadable, done, _ = (i.partition_key for i in store.iter_items(sid))
-    store.acquire(sid, crashed, "dead-run", 0.001)  # its run died holding the lease
+    crashed, unreadable, done, handed_back, untouched = (
+        i.partition_key for i in store.iter_items(sid)
+    )
+    run = queue(instance, planned, DagsterRunStatus.STARTED)
+    store.acquire(sid, crashed, "dead-run", 0.001)  # its owner died holding the lease
     bad = store.acquire(sid, unreadable, "run", 60)
     store.close(bad.token, reopen_after_s=0.001, max_closed_count=5, reason="404")
     store.complete(store.acquire(sid, done, "run", 60).token)
+    store.give_up(store.acquire(sid, handed_back, "run", 60).token)
     time.sleep(0.05)
-    again = tick(env, instance, resources, first.cursor)
-    retried = {r.partition_key: r.run_key for r in again.run_requests}
-    assert {from_partition_key(k) for k in retried} == {crashed, unreadable}
-    # run key: ...:epoch:closed count:retry window
-    assert retried[to_partition_key(crashed)].split(":")[-3:-1] == ["1", "0"]  # never closed
-    assert retried[to_partition_key(unreadable)].split(":")[-3:-1] == ["1", "1"]  # closed once
-    assert not again.dynamic_partitions_requests  # nothing new was discovered
-
-
-def test_a_partition_no_run_took_is_requested_again(env: PipelineEnv, spark) -> None:
-    """The run a tick asked for failed before it acquired anything (or was canceled while
-    queued): its partitions stay UNASSIGNED behind the cursor, and must not stay forever."""
-    env.unassigned_retry_after_s = 1.0
-    write_sample_sources(env.root / "sources", objects=2, records_per_object=1)
-    instance, resources = env.instance(), env.resources()
-    first = tick(env, instance, resources, None)  # its range run never starts
-    keys = instance.get_dynamic_partitions(partitions_for(STREAM).name)
-    assert not tick(env, instance, resources, first.cursor).run_requests  # a run may be coming
-    time.sleep(1.1)
-    assert len(env.coordination().lease_health(STREAM).waiting) == 2
-    again = tick(env, instance, resources, first.cursor)
-    assert sorted(r.partition_key for r in again.run_requests) == sorted(keys)
-    time.sleep(1.1)  # that retry run failed before taking its lease too: asked for again
-    later = tick(env, instance, resources, first.cursor)
-    assert {r.run_key for r in later.run_requests}.isdisjoint(r.run_key for r in again.run_requests)
-
-    run = next(r for r in later.run_requests if r.partition_key == keys[0])
-    outcome = materialize(
-        [build_ingestion_asset(STREAM)],
-        instance=instance,
-        resources=resources,
-        partition_key=run.partition_key,
-    )
-    assert outcome.success
-    time.sleep(1.1)
-    last = tick(env, instance, resources, first.cursor)
-    assert [r.partition_key for r in last.run_requests] == [keys[1]]
-    assert env.coordination().lease_health(STREAM).waiting == [
-        f"{env.store().source_identifier(STREAM)} / {from_partition_key(keys[1])} "
-        "(UNASSIGNED, no run took it)"
+    # The run is still going: it reaches the UNASSIGNED partitions itself, but an expired
+    # lease and a reopened CLOSED item are behind it.
+    (again,) = tick(env, instance, resources, first.cursor).run_requests
+    assert again.tags[RETRY_TAG] == "true" and again.tags[STREAM_TAG] == STREAM
+    assert [from_partition_key(again.tags[k]) for k in (RANGE_START, RANGE_END)] == [
+        crashed,
+        unreadable,
     ]
+    # The run was canceled: everything not complete is requested at once, in ONE range
+    # (the complete partition inside it costs the asset one refused acquisition).
+    instance.report_run_canceled(run)
+    (after_cancel,) = tick(env, instance, resources, first.cursor).run_requests
+    assert [from_partition_key(after_cancel.tags[k]) for k in (RANGE_START, RANGE_END)] == [
+        crashed,
+        untouched,
+    ]
+    assert after_cancel.tags[EXPECTED_COUNT] == "5"
+    assert after_cancel.run_key != again.run_key
+    # Asked again while nothing changed: the same run key (the daemon runs a key once) ...
+    assert tick(env, instance, resources, first.cursor).run_requests[0].run_key == (
+        after_cancel.run_key
+    )
+    # ... and once that run is queued, not asked for at all.
+    queue(instance, after_cancel)
+    assert not tick(env, instance, resources, first.cursor).run_requests
+
+
+def test_a_dead_runs_partitions_are_retried_and_it_is_marked_failed(env: PipelineEnv) -> None:
+    write_sample_sources(env.root / "sources", objects=3, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)
+    (planned,) = first.run_requests
+    dead = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from resources.dagster_resources.runs import process_identity;"
+            "print(process_identity())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    run = queue(instance, planned, DagsterRunStatus.STARTED)
+    instance.add_run_tags(run.run_id, {PROCESS_TAG: dead})
+    alive = queue(instance, planned, DagsterRunStatus.STARTED)
+    instance.add_run_tags(alive.run_id, {PROCESS_TAG: process_identity()})
+    result = tick(env, instance, resources, first.cursor)
+    assert instance.get_run_by_id(run.run_id).status is DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(alive.run_id).status is DagsterRunStatus.STARTED
+    # the live run still covers the partitions
+    assert not result.run_requests
+    instance.report_run_failed(instance.get_run_by_id(alive.run_id))
+    (retry,) = tick(env, instance, resources, first.cursor).run_requests
+    assert retry.tags[EXPECTED_COUNT] == "3"
+
+
+def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> None:
+    """A run canceled after the store committed some partitions, before Dagster recorded
+    them: the next tick records them, with the commit's counts, exactly once."""
+    write_sample_sources(env.root / "sources", objects=3, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)
+    (planned,) = first.run_requests
+    store = env.store()
+    sid = store.source_identifier(STREAM)
+    committed = [i.partition_key for i in store.iter_items(sid)][:2]
+    for key in committed:
+        token = store.acquire(sid, key, "run", 60).token
+        store.commit(
+            token,
+            [],
+            progress_state='{"rows_read": 7, "rows_written": 6, '
+            '"rows_quarantined": 1, "attempt": "a"}',
+        )
+    instance.report_run_canceled(queue(instance, planned, DagsterRunStatus.STARTED))
+    result = tick(env, instance, resources, first.cursor)
+    assert sorted(from_partition_key(e.partition) for e in result.asset_events) == sorted(committed)
+    assert {e.metadata["rows_written"].value for e in result.asset_events} == {6}
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    assert {
+        from_partition_key(k)
+        for k in instance.get_materialized_partitions(build_ingestion_asset(STREAM).key)
+    } == set(committed)
+    (retry,) = result.run_requests  # the third partition is work left behind
+    later = tick(env, instance, resources, result.cursor)
+    assert not later.asset_events
+
+
+def test_a_late_object_behind_the_cursor_is_found_by_reconciliation(env: PipelineEnv) -> None:
+    env.reconcile_interval_s = 0.5
+    sources = env.root / "sources"
+    write_sample_sources(sources, objects=4, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)
+    for run in first.run_requests:
+        queue(instance, run)
+    late = sorted(p.relative_to(sources).as_posix() for p in sources.rglob("*.jsonl"))[0]
+    late = late.rsplit("/", 1)[0] + "/0-late.jsonl"  # sorts before every listed key
+    (sources / late).write_text('{"event_id": "late"}\n')
+    quiet = tick(env, instance, resources, first.cursor)  # the pass in progress ended
+    assert not quiet.run_requests
+    time.sleep(0.6)
+    found = tick(env, instance, resources, quiet.cursor)
+    (added,) = found.dynamic_partitions_requests
+    assert [from_partition_key(k) for k in added.partition_keys] == [late]
+    (run,) = found.run_requests
+    assert run.tags[EXPECTED_COUNT] == "1" and from_partition_key(run.tags[RANGE_START]) == late
+    assert discovery_cursor(found) == discovery_cursor(first)  # discovery's cursor never moved
 
 
 def test_a_first_tick_starts_where_leasehold_run_left_off(env: PipelineEnv) -> None:
@@ -212,7 +315,9 @@ def test_a_first_tick_starts_where_leasehold_run_left_off(env: PipelineEnv) -> N
         "2026/01/03/late-a.jsonl",
         "2026/01/03/late-b.jsonl",
     ]
-    assert [r.tags[EXPECTED_COUNT] for r in first.run_requests] == ["2"]
+    # (the two `leasehold run` ticked but never ran are work left behind: a retry run)
+    new = [r for r in first.run_requests if RETRY_TAG not in r.tags]
+    assert [r.tags[EXPECTED_COUNT] for r in new] == ["2"]
 
 
 def test_a_bad_retry_window_fails_the_tick_naming_the_field(env: PipelineEnv) -> None:

@@ -47,7 +47,7 @@ def test_the_code_location_reads_its_streams_file_from_the_environment(
     from coordination_assets.definitions import build_definitions
 
     defs = build_definitions()
-    assert [s.name for s in defs.sensors or []] == ["clicks_discovery"]
+    assert [s.name for s in defs.sensors or []] == ["clicks_discovery", "clicks_checks"]
     with build_resources(defs.resources or {}) as resources:
         assert sorted(resources.lake.streams()) == ["clicks"]
         assert resources.lake.s3_endpoint_url == "http://127.0.0.1:9"

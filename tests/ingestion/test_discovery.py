@@ -6,7 +6,8 @@ import pytest
 
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
-from resources.ingestion.discovery import Discovery, plan_runs
+from resources.ingestion.discovery import Discovery
+from resources.ingestion.run_planner import plan_runs
 from tests.support.fakes import StoreFactory
 
 

@@ -33,6 +33,7 @@ class PipelineEnv:
     s3_endpoint_url: str | None = None
     ownership_timeout_s: float = 60.0
     unassigned_retry_after_s: float = 1800.0
+    reconcile_interval_s: float = 900.0
 
     @property
     def dagster_home(self) -> Path:
@@ -56,6 +57,7 @@ class PipelineEnv:
             streams_path=str(self.streams_path),
             s3_endpoint_url=self.s3_endpoint_url,
             work_dir=str(self.root / "work"),
+            reconcile_interval_seconds=self.reconcile_interval_s,
         )
 
     def resources(self) -> dict[str, Any]:

@@ -1,0 +1,280 @@
+"""One tick of a stream's discovery sensor: what to add, what to run, what to record.
+
+The store is the truth; a tick brings Dagster up to it (ARCHITECTURE §8):
+1. runs whose process died are marked failed (`runs.fail_dead_runs`), so they stop holding
+   queue slots and stop looking like they still cover their partitions;
+2. new objects after the discovery cursor, and (a bounded step of the reconciliation pass) objects
+   behind it with no lease item, become lease items and dynamic partitions, and range runs;
+3. work left behind — ASSIGNED leases whose owner stopped renewing (one lease timeout after its
+   last renewal), CLOSED items whose reopen time passed, UNASSIGNED items that no run in flight
+   covers (handed back by a stopping run, or their run failed or was canceled before taking
+   them) — is requested at once, in as few range runs as the run size allows;
+4. partitions COMPLETED in the store that Dagster has no materialization for (their run was
+   canceled or killed after the commit, before Dagster recorded it) get one, carrying the
+   commit's counts, without a run — looked for when a run ended badly and after each
+   reconciliation pass.
+
+`leasehold run` evaluates the same tick and executes exactly the runs it requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    DynamicPartitionsDefinition,
+    RunRequest,
+    SensorResult,
+    SkipReason,
+)
+
+from resources.coordination.items import PartitionStatus, to_millis
+from resources.coordination.lease_store import LeaseStore
+from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.lake import LakeResource
+from resources.dagster_resources.runs import (
+    ENDED_BADLY,
+    EXPECTED_COUNT,
+    RANGE_END,
+    RANGE_START,
+    RETRY_TAG,
+    STREAM_TAG,
+    ended_since,
+    fail_dead_runs,
+    in_flight_spans,
+)
+from resources.ingestion.discovery import Discovery
+from resources.ingestion.partition_keys import from_partition_key, to_partition_key
+from resources.ingestion.reconciliation import ReconcileState, Reconciliation
+from resources.ingestion.run_planner import RunPlan, plan_retry_runs, plan_runs
+from resources.ingestion.runner import COMMITTED, committed_outcome
+
+log = logging.getLogger(__name__)
+
+# Runless materializations one tick records at most; the rest in the following ticks.
+MAX_RECORDED_PER_TICK = 5000
+
+
+@dataclass(frozen=True)
+class SensorCursor:
+    """The sensor's cursor: discovery's listing cursor, the reconciliation pass, and the newest
+    badly ended run already looked at. A plain string is a cursor of an earlier version (the
+    listing cursor alone)."""
+
+    discovery: str | None = None
+    reconcile: ReconcileState = field(default_factory=ReconcileState)
+    runs_seen_s: float = 0.0
+
+    @classmethod
+    def parse(cls, raw: str | None) -> SensorCursor:
+        if not raw:
+            return cls()
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or "discovery" not in value:
+            return cls(discovery=raw)
+        return cls(
+            value["discovery"],
+            ReconcileState.from_json(value.get("reconcile")),
+            float(value.get("runs_seen_s", 0.0)),
+        )
+
+    def dump(self) -> str:
+        return json.dumps(
+            {
+                "discovery": self.discovery,
+                "reconcile": self.reconcile.to_json(),
+                "runs_seen_s": self.runs_seen_s,
+            }
+        )
+
+
+@dataclass
+class Coverage:
+    """Positions of the dynamic partitions, and which runs in flight cover which."""
+
+    order: list[str]
+    position: dict[str, int]
+    pending: set[int]
+    """Covered by a run not started yet: it will take them."""
+    started: set[int]
+    """Covered by a started run: it will take those still UNASSIGNED."""
+
+    @classmethod
+    def of(cls, instance: DagsterInstance, partitions_name: str, stream: str) -> Coverage:
+        order = list(instance.get_dynamic_partitions(partitions_name))
+        position = {k: i for i, k in enumerate(order)}
+        pending: set[int] = set()
+        started: set[int] = set()
+        for span in in_flight_spans(instance, stream):
+            first, last = position.get(span.first), position.get(span.last)
+            if first is not None and last is not None:
+                (started if span.started else pending).update(range(first, last + 1))
+        return cls(order, position, pending, started)
+
+
+class DiscoveryTick:
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        stream: str,
+        partitions: DynamicPartitionsDefinition,
+        asset_key: AssetKey,
+        coordination: CoordinationResource,
+        lake: LakeResource,
+    ) -> None:
+        self.instance = instance
+        self.stream = stream
+        self.partitions = partitions
+        self.asset_key = asset_key
+        self.coordination = coordination
+        self.lake = lake
+        self.store: LeaseStore = coordination.store
+        self.sid = coordination.source_identifier(stream)
+
+    def evaluate(self, raw_cursor: str | None) -> SensorResult | SkipReason:
+        cursor = SensorCursor.parse(raw_cursor)
+        dead = fail_dead_runs(self.instance, self.stream)
+        lister = self.lake.lister(self.stream)
+        found = Discovery(
+            self.store,
+            self.stream,
+            lister,
+            owner=self.coordination.owner,
+            timeout_s=self.coordination.ownership_timeout_seconds,
+            max_objects_per_tick=self.lake.max_objects_per_tick,
+        ).discover(cursor.discovery)
+        if found.skipped_reason:
+            return SkipReason(found.skipped_reason)
+        coverage = Coverage.of(self.instance, str(self.partitions.name), self.stream)
+        reconciled = Reconciliation(
+            self.store,
+            self.stream,
+            lister,
+            interval_s=self.lake.reconcile_interval_seconds,
+            max_objects=self.lake.max_objects_per_tick,
+        ).step(cursor.reconcile, cursor.discovery)  # what discovery just listed is known
+        added = list(
+            dict.fromkeys(
+                pk
+                for k in [*found.source_keys, *reconciled.created]
+                if (pk := to_partition_key(k)) not in coverage.position
+            )
+        )
+        runs = [self._request(plan) for plan in self._retry_plans(coverage)]
+        runs += [
+            self._request(plan)
+            for plan in plan_runs(self.stream, added, self.lake.max_partitions_per_run)
+        ]
+        ended, runs_seen_s = ended_since(
+            self.instance, self.stream, cursor.runs_seen_s, ENDED_BADLY
+        )
+        events: list[AssetMaterialization] = []
+        if ended or reconciled.finished_pass:
+            events = self._unrecorded_commits(coverage)
+            if len(events) > MAX_RECORDED_PER_TICK:
+                events, runs_seen_s = events[:MAX_RECORDED_PER_TICK], cursor.runs_seen_s
+        flush_or_keep(self.store)
+        next_cursor = SensorCursor(found.cursor, reconciled.state, runs_seen_s).dump()
+        summary = (
+            f"{len(found.source_keys)} listed, {len(reconciled.created)} late objects found "
+            f"({reconciled.listed} reconciled), {len(added)} partitions added, {len(runs)} runs "
+            f"requested, {len(events)} commits recorded, {len(dead)} dead runs marked failed"
+        )
+        log.info("%s: discovery tick: %s", self.stream, summary)
+        if not runs and not added and not events:
+            return SensorResult(skip_reason=f"nothing to do: {summary}", cursor=next_cursor)
+        return SensorResult(
+            run_requests=runs,
+            dynamic_partitions_requests=[self.partitions.build_add_request(added)] if added else [],
+            asset_events=events,
+            cursor=next_cursor,
+        )
+
+    def _request(self, plan: RunPlan) -> RunRequest:
+        tags = {
+            STREAM_TAG: self.stream,
+            RANGE_START: plan.first,
+            RANGE_END: plan.last,
+            EXPECTED_COUNT: str(plan.count),
+        }
+        if ":retry:" in plan.run_key:
+            tags[RETRY_TAG] = "true"
+        return RunRequest(run_key=plan.run_key, asset_selection=[self.asset_key], tags=tags)
+
+    def _retry_plans(self, coverage: Coverage) -> list[RunPlan]:
+        max_runs = self.lake.max_retries_per_tick
+        if max_runs == 0:
+            return []
+        items = self.store.due_for_retry(
+            self.sid, max_runs * self.lake.max_partitions_per_run, unassigned_for_s=0
+        )
+        due, fingerprint = [], []
+        for item in items:
+            pk = to_partition_key(item.partition_key)
+            p = coverage.position.get(pk)
+            if p is None or p in coverage.pending:
+                continue  # not a partition yet (discovery adds it), or a queued run takes it
+            if item.status is PartitionStatus.UNASSIGNED and p in coverage.started:
+                continue  # a started run will reach it
+            due.append(pk)
+            fingerprint.append(f"{pk}:{item.status.value}:{item.epoch}:{item.closed_count}")
+        if not due:
+            return []
+        # The same work, unchanged, is asked for again once per lease timeout: a run that
+        # failed before it took its leases left the items as they were.
+        window = self.store.now_ms() // to_millis(self.coordination.ownership_timeout_seconds)
+        key = f"{window}|" + "|".join(sorted(fingerprint))
+        unleased: set[str] = set()
+        while True:
+            plans = plan_retry_runs(
+                self.stream,
+                coverage.order,
+                due,
+                max_partitions_per_run=self.lake.max_partitions_per_run,
+                max_runs=max_runs,
+                unleased=unleased,
+                fingerprint=key,
+            )
+            spanned = [
+                from_partition_key(k)
+                for plan in plans
+                for k in coverage.order[
+                    coverage.position[plan.first] : coverage.position[plan.last] + 1
+                ]
+            ]
+            missing = {to_partition_key(k) for k in self.store.missing_keys(self.sid, spanned)}
+            if not missing - unleased:
+                return plans
+            unleased |= missing
+
+    def _unrecorded_commits(self, coverage: Coverage) -> list[AssetMaterialization]:
+        materialized = self.instance.get_materialized_partitions(self.asset_key)
+        events = []
+        for item in self.store.iter_items(self.sid):
+            if item.status is not PartitionStatus.COMPLETED or item.dead_letter_reason:
+                continue
+            pk = to_partition_key(item.partition_key)
+            p = coverage.position.get(pk)
+            if p is None or pk in materialized or p in coverage.pending or p in coverage.started:
+                continue
+            outcome = committed_outcome(
+                item,
+                COMMITTED,
+                "recorded by the discovery sensor: committed in the store, but its run ended "
+                "before Dagster recorded it",
+            )
+            events.append(
+                AssetMaterialization(
+                    asset_key=self.asset_key, partition=pk, metadata=outcome.metadata()
+                )
+            )
+        return events

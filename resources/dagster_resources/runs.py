@@ -1,0 +1,151 @@
+"""What Dagster knows about a stream's runs: which are in flight, which died, which ended.
+
+Every run leasehold requests is tagged with its stream (`STREAM_TAG`) and, once its resources
+are set up, with the process that executes it (`PROCESS_TAG`: host, pid and the process's
+start time, so a reused pid is not mistaken for the run). Dagster's run monitoring cannot tell
+that the process of a run launched by the default launcher (or executed in process by
+`leasehold run`) was SIGKILLed — such a run would stay STARTED forever, holding a queue slot
+and looking like it still covers its partitions. The discovery sensor asks `fail_dead_runs` at
+every tick instead: a run whose process is gone from this host is marked failed (canceled, if
+it was canceling) within one tick. Runs on other hosts are left to Dagster's own monitoring.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+
+log = logging.getLogger(__name__)
+
+STREAM_TAG = "leasehold/stream"
+PROCESS_TAG = "leasehold/process"
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+PARTITION = "dagster/partition"
+EXPECTED_COUNT = "leasehold/partition_count"
+RETRY_TAG = "leasehold/retry"
+
+NOT_STARTED = (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING)
+IN_FLIGHT = (*NOT_STARTED, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING)
+ENDED_BADLY = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+ENDED = (DagsterRunStatus.SUCCESS, *ENDED_BADLY)
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_identity() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or ''}"
+
+
+def process_alive(identity: str) -> bool | None:
+    """True/False for a process of this host; None when it ran elsewhere (we can't tell)."""
+    parts = identity.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    host, pid, started = parts[0], int(parts[1]), parts[2]
+    if host != socket.gethostname():
+        return None
+    if started:
+        return _start_ticks(pid) == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def tag_run_process(instance: DagsterInstance, run: DagsterRun) -> None:
+    """Record which process executes `run`, so a tick can tell when it died."""
+    if run.tags.get(PROCESS_TAG) != process_identity():
+        instance.add_run_tags(run.run_id, {PROCESS_TAG: process_identity()})
+
+
+def _runs(
+    instance: DagsterInstance, stream: str, statuses: Sequence[DagsterRunStatus], **filters
+) -> list[DagsterRun]:
+    return [
+        r.dagster_run
+        for r in instance.get_run_records(
+            RunsFilter(tags={STREAM_TAG: stream}, statuses=list(statuses), **filters)
+        )
+    ]
+
+
+def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
+    """Mark the stream's runs whose process is gone failed (or canceled); their run ids."""
+    dead = []
+    running = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING)
+    for run in _runs(instance, stream, running):
+        identity = run.tags.get(PROCESS_TAG)
+        if identity is None or process_alive(identity) is not False:
+            continue
+        message = f"leasehold: the run's process ({identity}) is gone (killed or crashed)"
+        log.warning("%s: run %s: %s", stream, run.run_id, message)
+        if run.status is DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, message)
+        else:
+            instance.report_run_failed(run, message)
+        dead.append(run.run_id)
+    return dead
+
+
+@dataclass(frozen=True)
+class RunSpan:
+    """The partitions a run covers: a range (positional) or one partition."""
+
+    first: str
+    last: str
+    started: bool
+
+
+def in_flight_spans(instance: DagsterInstance, stream: str) -> list[RunSpan]:
+    spans = []
+    for run in _runs(instance, stream, IN_FLIGHT):
+        span = span_of(run)
+        if span is not None:
+            spans.append(RunSpan(span[0], span[1], run.status not in NOT_STARTED))
+    return spans
+
+
+def span_of(run: DagsterRun) -> tuple[str, str] | None:
+    if RANGE_START in run.tags and RANGE_END in run.tags:
+        return run.tags[RANGE_START], run.tags[RANGE_END]
+    if PARTITION in run.tags:
+        return run.tags[PARTITION], run.tags[PARTITION]
+    return None
+
+
+def ended_since(
+    instance: DagsterInstance,
+    stream: str,
+    after_s: float,
+    statuses: Sequence[DagsterRunStatus] = ENDED,
+) -> tuple[list[DagsterRun], float]:
+    """The stream's runs that ended (with one of `statuses`) after `after_s` (epoch seconds),
+    and the newest update time among them: the caller's next `after_s`."""
+    records = instance.get_run_records(
+        RunsFilter(
+            tags={STREAM_TAG: stream},
+            statuses=list(statuses),
+            updated_after=datetime.fromtimestamp(after_s, tz=timezone.utc),
+        )
+    )
+    newest = max((r.update_timestamp.timestamp() for r in records), default=after_s)
+    return [r.dagster_run for r in records], newest
