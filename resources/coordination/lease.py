@@ -52,10 +52,18 @@ class TimingSettings(Settings):
     config_error = LeaseTimingError
 
     ownership_timeout_seconds: float = setting(
-        60.0, doc="how long an acquired lease is ours without a renewal", check=positive
+        60.0,
+        env="LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS",
+        doc="how long an acquired lease is ours without a renewal: a crashed owner's "
+        "partitions are retried this long after its last renewal",
+        check=positive,
     )
-    renew_interval_seconds: float = setting(
-        15.0, doc="background renewal period; at most a third of the timeout", check=positive
+    renew_interval_seconds: float | None = setting(
+        None,
+        env="LEASEHOLD_RENEW_INTERVAL_SECONDS",
+        doc="background renewal period (default: a quarter of the ownership timeout); at most "
+        "a third of it",
+        check=positive,
     )
     reopen_after_seconds: float = setting(
         60.0, doc="a CLOSED partition (unreadable object) is retried after", check=at_least(0)
@@ -63,18 +71,19 @@ class TimingSettings(Settings):
     max_closed_count: int = setting(
         5, doc="closes before a partition is dead-lettered", check=at_least(0)
     )
-    # A partition UNASSIGNED this long has no run coming for it: its run failed or was canceled
-    # before taking it, or a stopping run handed it back. The discovery sensor then asks for a
-    # run of it again, and `lease_health` reports it. Longer than a busy run queue's wait.
+    # The discovery sensor asks for an UNASSIGNED partition again as soon as no run in flight
+    # covers it; one UNASSIGNED this long means that is not happening (no sensor running, the
+    # run queue stuck), and `lease_health` reports it. Longer than a busy run queue's wait.
     unassigned_retry_after_seconds: float = setting(
         1800.0,
-        doc="an UNASSIGNED partition no run took is asked for again after",
+        env="LEASEHOLD_UNASSIGNED_RETRY_AFTER_SECONDS",
+        doc="lease_health reports a partition UNASSIGNED for longer than this as waiting",
         check=at_least(1),
     )
 
     def validate(self) -> TimingSettings:
         super().validate()
-        if self.renew_interval_seconds > self.ownership_timeout_seconds / 3:
+        if self.renew_interval > self.ownership_timeout_seconds / 3:
             raise LeaseTimingError(
                 "renew_interval_seconds",
                 "must be at most a third of ownership_timeout_seconds "
@@ -83,10 +92,16 @@ class TimingSettings(Settings):
             )
         return self
 
+    @property
+    def renew_interval(self) -> float:
+        if self.renew_interval_seconds is None:
+            return self.ownership_timeout_seconds / 4
+        return self.renew_interval_seconds
+
     def lease_timing(self) -> LeaseTiming:
         return LeaseTiming(
             ownership_timeout_s=self.ownership_timeout_seconds,
-            renew_interval_s=self.renew_interval_seconds,
+            renew_interval_s=self.renew_interval,
             reopen_after_s=self.reopen_after_seconds,
             max_closed_count=self.max_closed_count,
         )
@@ -98,7 +113,7 @@ class LeaseTiming:
     (a `LeaseTimingError` names the resource field, e.g. `renew_interval_seconds`)."""
 
     ownership_timeout_s: float = TimingSettings.ownership_timeout_seconds
-    renew_interval_s: float = TimingSettings.renew_interval_seconds
+    renew_interval_s: float = TimingSettings.ownership_timeout_seconds / 4
     reopen_after_s: float = TimingSettings.reopen_after_seconds
     max_closed_count: int = TimingSettings.max_closed_count
 
