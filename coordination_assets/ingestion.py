@@ -40,7 +40,7 @@ from resources.dagster_resources.runs import EXPECTED_COUNT, ended_since
 from resources.dagster_resources.spark import SparkResource
 from resources.ingestion.checks import find_duplicate_ids, reconcile_rows
 from resources.ingestion.partition_keys import from_partition_key
-from resources.ingestion.runner import ALREADY_COMPLETE, FAILED, LOST_LEASE, PartitionOutcome
+from resources.ingestion.runner import ALREADY_COMPLETE, LOST_LEASE, PartitionOutcome
 
 
 def main_job_cursor_key(stream: str) -> str:
@@ -119,12 +119,9 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
 
 FAILED_PARTITIONS = "failed_partitions"
 
-# When a partition that failed in a run is tried again; an unreadable object's message says
-# when its CLOSED item reopens.
-RETRY_HINTS = {
-    LOST_LEASE: "retried once that lease expires, unless its owner finishes it",
-    FAILED: "retried at the next discovery tick",
-}
+# When a partition that failed in a run is tried again, where the runner's message does not
+# say (an unreadable object's says when its CLOSED item reopens).
+RETRY_HINTS = {LOST_LEASE: "retried once that lease expires, unless its owner finishes it"}
 
 
 def failure_line(key: str, outcome: PartitionOutcome) -> str:

@@ -262,7 +262,13 @@ class IngestionRunner:
             item = self.store.acquire(self.sid, key, self.owner, self.timing.ownership_timeout_s)
         except PartitionNotFoundError:
             return self._not_ingested(
-                PartitionOutcome(key, FAILED, message="no lease item: not discovered yet")
+                PartitionOutcome(
+                    key,
+                    FAILED,
+                    message="no lease item: partitions are created when discovery (or its "
+                    "reconciliation pass, for objects behind the cursor) finds their source "
+                    "object; one added by hand is ingested once its object is found",
+                )
             )
         except PartitionUnavailableError as exc:
             cur = exc.current
@@ -273,7 +279,10 @@ class IngestionRunner:
                 )
             if cur.status is PartitionStatus.COMPLETED:
                 outcome = PartitionOutcome(
-                    key, FAILED, cur.epoch, message=f"dead-lettered: {cur.dead_letter_reason}"
+                    key,
+                    FAILED,
+                    cur.epoch,
+                    message=f"dead-lettered: {cur.dead_letter_reason}; not retried",
                 )
             elif cur.status is PartitionStatus.ASSIGNED:
                 outcome = PartitionOutcome(
@@ -397,7 +406,8 @@ class IngestionRunner:
             outcome.outcome, outcome.message = ALREADY_COMPLETE, str(exc)
             return outcome
         except LeaseStoreError as exc:  # store down: unknown whether it landed; a retry knows
-            outcome.outcome, outcome.message = FAILED, f"commit failed: {exc}"
+            outcome.outcome = FAILED
+            outcome.message = f"commit failed: {exc}; retried at the next discovery tick"
             return self._not_ingested(outcome)
         self.on_step("committed", key)
         outcome.epoch = committed.epoch

@@ -1,0 +1,59 @@
+"""`leasehold run` as a user runs it: what it prints and its exit status when some partitions
+fail, and that the next run retries them without redoing the rest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from resources.ingestion.sample_data import write_sample_sources
+from tests.support.pipeline_env import write_streams
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def leasehold(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+    env.update(
+        PYTHONPATH=str(REPO),
+        SPARK_LOCAL_IP="127.0.0.1",
+        LEASEHOLD_DATA_DIR=str(tmp_path / "data"),
+        LEASEHOLD_STREAMS=str(tmp_path / "streams.yaml"),
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        **extra,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "resources.cli.main", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_run_with_an_unreadable_object_lists_it_and_exits_3(tmp_path: Path) -> None:
+    sources = tmp_path / "sources"
+    write_sample_sources(sources, objects=3, records_per_object=20, days=1)
+    (sources / "2026/01/01/zz-broken.jsonl.gz").write_text("not gzip at all\n")
+    write_streams(tmp_path / "streams.yaml", f"file://{sources}", f"file://{tmp_path / 'lake'}")
+
+    done = leasehold(tmp_path, "run")
+    assert done.returncode == 3, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("leasehold:")]
+    (failed,) = [line for line in lines if "not ingested" in line]
+    assert failed.startswith("leasehold: not ingested: 2026/01/01/zz-broken.jsonl.gz: unreadable")
+    assert "named .gz but is not gzip data" in failed and "retr" in failed
+    assert "Traceback" not in done.stderr
+    assert "materialized: 3" in done.stdout
+
+    again = leasehold(tmp_path, "run")
+    # Its CLOSED item reopens only after its backoff: nothing is redone, nothing new fails.
+    assert again.returncode == 0, again.stderr
+    assert "runs: 0" in again.stdout
