@@ -115,6 +115,15 @@ class LeaseStore(ABC):
         cost. Read-only: the acquisition decides."""
 
     @abstractmethod
+    def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
+        """The keys of `partition_keys` with no lease item, in input order, each once.
+
+        Reads by key in batches — O(len(partition_keys)), never a scan of the source
+        identifier — because its callers hold a listing, not the store's contents: discovery
+        asking which objects behind its cursor it never leased, and the completeness check
+        asking it of every source object. Read-only."""
+
+    @abstractmethod
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         """Every item (of one source identifier, or all). For status and checks, not hot paths."""
 

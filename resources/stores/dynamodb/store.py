@@ -175,6 +175,20 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             items += self._by_status(sid, PartitionStatus.UNASSIGNED, "<", waited, limit)
         return sorted(items, key=lambda i: i.priority)[:limit]
 
+    def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
+        keys = list(dict.fromkeys(partition_keys))
+        # The key and the status only: an item without a status is no lease item (as in `get`).
+        found = {
+            raw[ATTR["key"]]["S"]
+            for raw in self.dynamodb.batch_get(
+                "missing_keys",
+                [codec.key(source_identifier, key) for key in keys],
+                attributes=(ATTR["key"], ATTR["status"]),
+            )
+            if ATTR["status"] in raw
+        }
+        return [key for key in keys if key not in found]
+
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         if source_identifier is None:
 

@@ -164,6 +164,16 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         )
         return [schema.row_to_item(r[:-1]) for r in rows.fetchall()]  # less `_range`
 
+    def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
+        keys = list(dict.fromkeys(partition_keys))
+        db = self._connection()
+        found: set[str] = set()
+        for start in range(0, len(keys), schema.KEYS_PER_LOOKUP):
+            batch = keys[start : start + schema.KEYS_PER_LOOKUP]
+            rows = db.execute(schema.existing_keys(len(batch)), (source_identifier, *batch))
+            found.update(row[0] for row in rows)
+        return [key for key in keys if key not in found]
+
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         db = self._connection()
         if source_identifier is None:
