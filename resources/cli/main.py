@@ -17,7 +17,7 @@ from pathlib import Path
 from resources.coordination.status import status_json, status_text  # noqa: E402
 from resources.errors import ConfigError, LeaseholdError
 from resources.settings import default_data_dir
-from resources.stores import build_store
+from resources.stores import build_store, open_existing_store
 from resources.stores.settings import StoreSettings, settings_from_env
 
 
@@ -31,7 +31,7 @@ def print_status(settings: StoreSettings) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    store = build_store(settings_from_env())
+    store = open_existing_store(settings_from_env())
     try:
         summaries = store.status()
     finally:
@@ -44,13 +44,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    store = build_store(settings_from_env())
-    purge = getattr(store, "purge_expired", None)
-    if purge is None:
-        print(f"the {store.backend} backend expires items itself (DynamoDB TTL)")
+    store = open_existing_store(settings_from_env(), read_only=False)
+    try:
+        purge = getattr(store, "purge_expired", None)
+        if purge is None:
+            print(f"the {store.backend} backend expires items itself (DynamoDB TTL)")
+            return 0
+        print(f"deleted {purge()} expired items")
         return 0
-    print(f"deleted {purge()} expired items")
-    return 0
+    finally:
+        store.close_store()
 
 
 def cmd_run(args: argparse.Namespace) -> int:

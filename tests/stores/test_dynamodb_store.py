@@ -8,9 +8,14 @@ import uuid
 import boto3
 import pytest
 
-from resources.coordination.errors import StoreConfigError, StoreUnavailableError
+from resources.coordination.errors import (
+    StoreConfigError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from resources.coordination.items import ATTR
 from resources.retry import RetryPolicy
+from resources.stores import open_existing_store
 from resources.stores.dynamodb.store import GSI, DynamoDbLeaseStore
 from resources.stores.settings import StoreSettings
 from tests.support.aws_server import LocalAwsServer
@@ -170,3 +175,19 @@ def test_missing_keys_asks_again_for_unprocessed_keys(aws_server: LocalAwsServer
         message = str(err.value)
         assert "missing_keys" in message and "4 attempts" in message
         assert "left unprocessed" in message
+
+
+def test_opening_an_existing_table_never_creates_one(aws_server: LocalAwsServer) -> None:
+    s = settings(aws_server.endpoint_url)
+    with pytest.raises(StoreNotFoundError) as err:
+        open_existing_store(s)
+    assert str(err.value) == (
+        f"no lease store: DynamoDB table {s.table_name!r} in us-east-1 at "
+        f"{aws_server.endpoint_url} (LEASEHOLD_DYNAMODB_TABLE, LEASEHOLD_DYNAMODB_REGION, "
+        "LEASEHOLD_DYNAMODB_ENDPOINT_URL); `leasehold run` creates it"
+    )
+    assert s.table_name not in client(aws_server.endpoint_url).list_tables()["TableNames"]
+    created = DynamoDbLeaseStore(s)
+    sid = created.source_identifier("events")
+    created.create_partitions(sid, ["a"])
+    assert open_existing_store(s).missing_keys(sid, ["a", "b"]) == ["b"]

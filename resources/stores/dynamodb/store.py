@@ -31,7 +31,8 @@ from resources.stores.base import CoordinationStore
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import DynamoDbClient, cancellation_reasons, error_code
 from resources.stores.dynamodb.ledger import DynamoDbLedger
-from resources.stores.dynamodb.table import GSI, check_table, create_table
+from resources.stores.dynamodb.table import GSI, check_table, create_table, require_table
+from resources.stores.opening import Opening
 from resources.stores.settings import StoreSettings
 
 METRICS_SID = "__leasehold__|metrics"
@@ -47,7 +48,10 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         clock: Clock = time.time,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        opening: Opening = Opening.CREATE,
     ) -> None:
+        """Without `Opening.CREATE` the table must exist: DescribeTable, never CreateTable
+        (DynamoDB has no read-only client: `READ_ONLY` is the caller's promise)."""
         settings.validate()
         super().__init__(
             partition_prefix=settings.partition_prefix,
@@ -59,7 +63,9 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         self.dynamodb = DynamoDbClient(settings, retry=retry, sleep=sleep)
         self.client = self.dynamodb.client
         self._call = self.dynamodb.call
-        if settings.skip_table_creation:
+        if opening is not Opening.CREATE:
+            require_table(self.dynamodb, settings)
+        elif settings.skip_table_creation:
             check_table(self.dynamodb, settings)
         else:
             create_table(self.dynamodb, settings)

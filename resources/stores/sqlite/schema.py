@@ -30,6 +30,7 @@ SELECT = ", ".join(ATTR[c] for c in COLUMNS)
 INSERT_ABSENT = f"INSERT OR IGNORE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
 UPSERT = f"INSERT OR REPLACE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
 FETCH = f"SELECT {SELECT} FROM lease_items WHERE {ATTR['sid']} = ? AND {ATTR['key']} = ?"
+HAS_LEASE_ITEMS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lease_items'"
 # Keys per `IN (...)` lookup: SQLite before 3.32 allows 999 parameters per statement.
 KEYS_PER_LOOKUP = 500
 
