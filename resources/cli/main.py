@@ -1,4 +1,5 @@
-"""`leasehold` command line: run the main job, show coordination status, purge expired items.
+"""`leasehold` command line: run the main job, show coordination status, check the streams,
+purge expired items.
 
 The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
 resource (`resources.stores.settings`); with none set it is the embedded SQLite file.
@@ -92,15 +93,77 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every check of every stream (or of --stream), read-only: exit 4 when one fails."""
+    from resources.coordination.lease import TimingSettings
+    from resources.ingestion.check_suite import CheckOutcome, run_all
+    from resources.ingestion.source_listing import source_lister
+    from resources.objects.base import ObjectStore, object_store_for
+    from resources.streams import LakeSettings
+
+    settings = settings_from_env()
+    timing = TimingSettings.from_env()
+    lake = LakeSettings.from_env()
+    streams = lake.streams()
+    if args.stream is not None and args.stream not in streams:
+        raise ConfigError(
+            "--stream", f"{args.stream!r} is not a stream; the streams file has {sorted(streams)}"
+        )
+
+    def objects(url: str) -> ObjectStore:
+        return object_store_for(url, endpoint_url=lake.s3_endpoint_url, region=lake.region)
+
+    results: list[tuple[str, CheckOutcome]] = []
+    store = open_existing_store(settings)
+    try:
+        for name in [args.stream] if args.stream else sorted(streams):
+            config = streams[name]
+            outcomes = run_all(
+                store,
+                config,
+                table=name,  # a stream's ledger table is named after it
+                lister=source_lister(objects(config.source)),
+                read_column=objects(config.table).read_column,
+                ownership_timeout_s=timing.ownership_timeout_seconds,
+                unassigned_retry_after_s=timing.unassigned_retry_after_seconds,
+            )
+            results += [(name, outcome) for outcome in outcomes]
+    finally:
+        store.close_store()
+    if args.json:
+        rows = [
+            {
+                "stream": stream,
+                "check": o.name,
+                "verdict": o.verdict,
+                "passed": o.passed,
+                "severity": o.severity,
+                "summary": o.summary,
+                "metadata": o.metadata,
+            }
+            for stream, o in results
+        ]
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        width = max(len(stream) for stream, _ in results)
+        for stream, o in results:
+            print(f"{o.verdict}  {stream:<{width}}  {o.name:<19}  {one_line(o.summary)}")
+    return EXIT_CHECK_FAILED if any(o.failed for _, o in results) else 0
+
+
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2  # also argparse's code for a bad command line
+EXIT_PARTITIONS_FAILED = 3  # reserved: `leasehold run` when source partitions were not ingested
+EXIT_CHECK_FAILED = 4
 
 EPILOG = """\
 exit status:
-  0  success
-  1  failure: a store or object store unreachable, a lease lost, partitions not ingested, a
-     check failed
+  0  success (`check`: every check passed or only warned)
+  1  failure: a store or object store unreachable, no store where one was looked for, a lease
+     lost
   2  invalid configuration (the message names the field) or invalid command line
+  3  some source partitions were not ingested (each listed with its reason and retry time)
+  4  `check`: a check failed (one line per check: PASS, WARN or FAIL, stream, check, summary)
 
 An error leasehold expects is printed as one line, `leasehold: <message>`; --debug adds its
 traceback and leasehold's debug logs. Any other error is a bug and prints its traceback.
@@ -147,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(fn=cmd_status)
     purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)
+    check = add(
+        "check",
+        help="run every check of every stream, read-only: rows reconcile, unique record ids, "
+        "lease health, source completeness (exit 4 when one fails)",
+    )
+    check.add_argument("--stream", default=None, help="only this stream of the streams file")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(fn=cmd_check)
     return parser
 
 
