@@ -119,8 +119,9 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
     assert code == EXIT_CHECK_FAILED
     (failed,) = [line for line in lines if line.startswith("FAIL")]
     assert failed.split()[:3] == ["FAIL", STREAM, "source_completeness"]
-    assert failed.endswith(f"1 of 5 source objects have no lease item (0 behind the "
-                           f"discovery cursor): {late}")  # fmt: skip
+    assert failed.endswith(
+        f"1 of 5 source objects have no lease item (0 behind the discovery cursor): {late}"
+    )
     store.create_partitions(store.source_identifier(STREAM), [late])
     assert check(capsys)[0] == 0
 
