@@ -59,8 +59,10 @@ class CheckOutcome:
         return self.verdict == "FAIL"
 
 
-def _first(details: list[str]) -> str:
-    return f": {details[0]}" + (f" (and {len(details) - 1} more)" if len(details) > 1 else "")
+def _first(details: list[str], total: int | None = None) -> str:
+    """`: <the first> (and n more)`, of `total` when `details` holds only the first few."""
+    more = (len(details) if total is None else total) - 1
+    return f": {details[0]}" + (f" (and {more} more)" if more > 0 else "")
 
 
 def rows_reconcile(store: LeaseStore, stream: str, table: str) -> CheckOutcome:
@@ -138,7 +140,8 @@ def source_completeness(store: LeaseStore, stream: str, lister: Lister) -> Check
     if report.unleased:
         summary = (
             f"{report.unleased} of {report.listed} source objects have no lease item "
-            f"({report.behind_cursor} behind the discovery cursor){_first(report.first)}"
+            f"({report.behind_cursor} behind the discovery cursor)"
+            f"{_first(report.first, report.unleased)}"
         )
     else:
         summary = f"all {report.listed} source objects have a lease item"

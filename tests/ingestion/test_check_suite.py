@@ -109,3 +109,17 @@ def test_run_all_runs_every_registered_check_read_only(store: LeaseStore, tmp_pa
     assert outcomes[1].summary == "skipped: the stream has no record_id"
     store.flush_metrics()
     assert (list(store.iter_items()), store.read_metrics()) == before
+
+
+def test_completeness_keeps_the_first_keys_and_counts_them_all(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    keys = [f"part-{i:03d}.jsonl" for i in range(60)]
+    lister = source_lister(source(tmp_path, keys))
+    outcome = check_suite.source_completeness(store, STREAM, lister)
+    assert outcome.summary == (
+        "60 of 60 source objects have no lease item (0 behind the discovery cursor): "
+        "part-000.jsonl (and 59 more)"
+    )
+    assert outcome.metadata["first_unleased"].splitlines() == keys[:50]
+    assert outcome.metadata["discovery_cursor"] == "none"
