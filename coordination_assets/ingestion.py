@@ -38,7 +38,8 @@ from resources.dagster_resources.discovery_tick import DiscoveryTick
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.runs import EXPECTED_COUNT, ended_since
 from resources.dagster_resources.spark import SparkResource
-from resources.ingestion.checks import find_duplicate_ids, reconcile_rows
+from resources.ingestion import check_suite as suite
+from resources.ingestion.check_suite import CheckOutcome
 from resources.ingestion.partition_keys import from_partition_key
 from resources.ingestion.runner import ALREADY_COMPLETE, LOST_LEASE, PartitionOutcome
 
@@ -158,51 +159,45 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
 
 
 def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
+    """One asset check per check of `check_suite.CHECKS`: the same code `leasehold check` runs,
+    so the UI and CI can't disagree."""
     asset_key = ingestion_asset_key(stream)
 
-    @asset_check(
-        asset=asset_key,
-        name="rows_reconcile",
-        description="Per committed source partition: ledger rows = rows read - quarantined.",
-    )
-    def rows_reconcile(coordination: CoordinationResource, lake: LakeResource) -> AssetCheckResult:
-        report = reconcile_rows(coordination.store, stream, lake.table_name(stream))
-        return AssetCheckResult(passed=not report.mismatches, metadata=report.metadata())
+    def run_check(
+        name: str, coordination: CoordinationResource, lake: LakeResource
+    ) -> CheckOutcome:
+        config, table = lake.stream(stream), lake.table_name(stream)
+        store = coordination.store
+        if name == "rows_reconcile":
+            return suite.rows_reconcile(store, stream, table)
+        if name == "unique_record_ids":
+            read_column = lake.object_store(config.table).read_column
+            return suite.unique_record_ids(store, table, config.record_id, read_column)
+        if name == "lease_health":
+            return suite.lease_health(
+                store,
+                stream,
+                coordination.ownership_timeout_seconds,
+                coordination.unassigned_retry_after_seconds,
+            )
+        return suite.source_completeness(store, stream, lake.lister(stream))
 
-    @asset_check(
-        asset=asset_key,
-        name="unique_record_ids",
-        description="No record id appears twice in a table partition.",
-    )
-    def unique_record_ids(
-        coordination: CoordinationResource, lake: LakeResource
-    ) -> AssetCheckResult:
-        config = lake.stream(stream)
-        if config.record_id is None:
-            return AssetCheckResult(passed=True, metadata={"skipped": "no record_id configured"})
-        report = find_duplicate_ids(
-            coordination.store,
-            lake.table_name(stream),
-            config.record_id,
-            lake.object_store(config.table).read_column,
-        )
-        return AssetCheckResult(passed=not report.duplicates, metadata=report.metadata())
+    def build(name: str, description: str) -> AssetChecksDefinition:
+        @asset_check(asset=asset_key, name=name, description=description, blocking=False)
+        def check(coordination: CoordinationResource, lake: LakeResource) -> AssetCheckResult:
+            outcome = run_check(name, coordination, lake)
+            return AssetCheckResult(
+                passed=outcome.passed,
+                severity=AssetCheckSeverity.ERROR
+                if outcome.severity == "error"
+                else AssetCheckSeverity.WARN,
+                description=outcome.summary,
+                metadata=outcome.metadata,
+            )
 
-    @asset_check(
-        asset=asset_key,
-        name="lease_health",
-        description="No ASSIGNED lease expired for over twice its timeout, no partition "
-        "UNASSIGNED past the retry window; dead letters reported.",
-    )
-    def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
-        report = coordination.lease_health(stream)
-        return AssetCheckResult(
-            passed=report.healthy,
-            severity=AssetCheckSeverity.ERROR if report.stuck else AssetCheckSeverity.WARN,
-            metadata=report.metadata(),
-        )
+        return check
 
-    return [rows_reconcile, unique_record_ids, lease_health]
+    return [build(name, description) for name, description in suite.CHECKS.items()]
 
 
 CHECKS_TAG = "leasehold/checks"

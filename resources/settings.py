@@ -226,5 +226,8 @@ def _duration_seconds(text: str) -> float:
     )
 
 
+DATA_DIR_ENV = "LEASEHOLD_DATA_DIR"
+
+
 def default_data_dir() -> Path:
-    return Path(os.environ.get("LEASEHOLD_DATA_DIR", "data")).resolve()
+    return Path(os.environ.get(DATA_DIR_ENV, "data")).resolve()

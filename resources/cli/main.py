@@ -1,4 +1,5 @@
-"""`leasehold` command line: run the main job, show coordination status, purge expired items.
+"""`leasehold` command line: run the main job, show coordination status, check the streams,
+purge expired items.
 
 The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
 resource (`resources.stores.settings`); with none set it is the embedded SQLite file.
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from resources.coordination.status import status_json, status_text  # noqa: E402
 from resources.errors import ConfigError, LeaseholdError
 from resources.settings import default_data_dir
-from resources.stores import build_store
+from resources.stores import build_store, open_existing_store
 from resources.stores.settings import StoreSettings, settings_from_env
 
 if TYPE_CHECKING:  # the Dagster side is imported only by the commands that run it
@@ -35,7 +36,7 @@ def print_status(settings: StoreSettings) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    store = build_store(settings_from_env())
+    store = open_existing_store(settings_from_env())
     try:
         summaries = store.status()
     finally:
@@ -48,13 +49,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    store = build_store(settings_from_env())
-    purge = getattr(store, "purge_expired", None)
-    if purge is None:
-        print(f"the {store.backend} backend expires items itself (DynamoDB TTL)")
+    store = open_existing_store(settings_from_env(), read_only=False)
+    try:
+        purge = getattr(store, "purge_expired", None)
+        if purge is None:
+            print(f"the {store.backend} backend expires items itself (DynamoDB TTL)")
+            return 0
+        print(f"deleted {purge()} expired items")
         return 0
-    print(f"deleted {purge()} expired items")
-    return 0
+    finally:
+        store.close_store()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -96,8 +100,8 @@ def run_outcome(reports: Sequence[MainJobReport]) -> int:
     if crashed:
         return EXIT_FAILURE
     if failed:
-        return EXIT_PARTITIONS
-    return EXIT_CHECKS if checks else 0
+        return EXIT_PARTITIONS_FAILED
+    return EXIT_CHECK_FAILED if checks else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -111,19 +115,78 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every check of every stream (or of --stream), read-only: exit 4 when one fails."""
+    from resources.coordination.lease import TimingSettings
+    from resources.ingestion.check_suite import CheckOutcome, run_all
+    from resources.ingestion.source_listing import source_lister
+    from resources.objects.base import ObjectStore, object_store_for
+    from resources.streams import LakeSettings
+
+    settings = settings_from_env()
+    timing = TimingSettings.from_env()
+    lake = LakeSettings.from_env()
+    streams = lake.streams()
+    if args.stream is not None and args.stream not in streams:
+        raise ConfigError(
+            "--stream", f"{args.stream!r} is not a stream; the streams file has {sorted(streams)}"
+        )
+
+    def objects(url: str) -> ObjectStore:
+        return object_store_for(url, endpoint_url=lake.s3_endpoint_url, region=lake.region)
+
+    results: list[tuple[str, CheckOutcome]] = []
+    store = open_existing_store(settings)
+    try:
+        for name in [args.stream] if args.stream else sorted(streams):
+            config = streams[name]
+            outcomes = run_all(
+                store,
+                config,
+                table=name,  # a stream's ledger table is named after it
+                lister=source_lister(objects(config.source)),
+                read_column=objects(config.table).read_column,
+                ownership_timeout_s=timing.ownership_timeout_seconds,
+                unassigned_retry_after_s=timing.unassigned_retry_after_seconds,
+            )
+            results += [(name, outcome) for outcome in outcomes]
+    finally:
+        store.close_store()
+    if args.json:
+        rows = [
+            {
+                "stream": stream,
+                "check": o.name,
+                "verdict": o.verdict,
+                "passed": o.passed,
+                "severity": o.severity,
+                "summary": o.summary,
+                "metadata": o.metadata,
+            }
+            for stream, o in results
+        ]
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        width = max(len(stream) for stream, _ in results)
+        for stream, o in results:
+            print(f"{o.verdict}  {stream:<{width}}  {o.name:<19}  {one_line(o.summary)}")
+    return EXIT_CHECK_FAILED if any(o.failed for _, o in results) else 0
+
+
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2  # also argparse's code for a bad command line
-EXIT_PARTITIONS = 3
-EXIT_CHECKS = 4
+EXIT_PARTITIONS_FAILED = 3
+EXIT_CHECK_FAILED = 4
 
 EPILOG = """\
 exit status:
-  0  success
-  1  failure: a store or object store unreachable, a run that crashed
+  0  success (`check`: every check passed or only warned)
+  1  failure: a store or object store unreachable, no store where one was looked for, a run
+     that crashed
   2  invalid configuration (the message names the field) or invalid command line
-  3  some source partitions were not ingested: each is listed with its reason and when it is
-     retried; the others were ingested
-  4  a check failed (`leasehold check` says which and why)
+  3  `run`: some source partitions were not ingested, each listed with its reason and when it
+     is retried; the others were ingested
+  4  a check failed (`check`: one line per check: PASS, WARN or FAIL, stream, check, summary)
 
 An error leasehold expects is printed as one line, `leasehold: <message>`; --debug adds its
 traceback and leasehold's debug logs. Any other error is a bug and prints its traceback.
@@ -170,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(fn=cmd_status)
     purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)
+    check = add(
+        "check",
+        help="run every check of every stream, read-only: rows reconcile, unique record ids, "
+        "lease health, source completeness (exit 4 when one fails)",
+    )
+    check.add_argument("--stream", default=None, help="only this stream of the streams file")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(fn=cmd_check)
     return parser
 
 

@@ -44,6 +44,16 @@ class StoreUnavailableError(LeaseStoreError):
     """The store could not be reached (or kept throttling) within the retry bound."""
 
 
+class StoreNotFoundError(LeaseStoreError):
+    """The configured store does not exist, and what was asked (a read, a check) must not
+    create it: an empty store in the wrong place would answer "nothing there" instead."""
+
+    def __init__(self, location: str, reason: str = "no lease store") -> None:
+        super().__init__(f"{reason}: {location}; `leasehold run` creates it")
+        self.location = location
+        self.reason = reason
+
+
 class StoreConfigError(ConfigError):
     """Invalid store configuration, detected before any work. `field` names the culprit."""
 

@@ -114,8 +114,14 @@ class LeaseStore(ABC):
         run is coming for them. Bounded by `limit`, so a sensor can ask every tick at constant
         cost. Read-only: the acquisition decides."""
 
-    def missing_keys(self, source_identifier: str, keys: Sequence[str]) -> list[str]:  # TEMP
-        return [k for k in keys if self.get(source_identifier, k) is None]
+    @abstractmethod
+    def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
+        """The keys of `partition_keys` with no lease item, in input order, each once.
+
+        Reads by key in batches — O(len(partition_keys)), never a scan of the source
+        identifier — because its callers hold a listing, not the store's contents: discovery
+        asking which objects behind its cursor it never leased, and the completeness check
+        asking it of every source object. Read-only."""
 
     @abstractmethod
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:

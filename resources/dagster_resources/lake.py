@@ -19,6 +19,7 @@ from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.env import settings_resource
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
+from resources.ingestion.source_listing import source_lister
 from resources.objects.base import ObjectStore, object_store_for
 from resources.streams import LakeSettings, StreamConfig
 
@@ -58,13 +59,7 @@ class LakeResource(settings_resource(LakeSettings)):
         return self.settings_of(LakeSettings).scratch_dir()
 
     def lister(self, stream: str) -> Lister:
-        source = self.object_store(self.stream(stream).source)
-
-        def list_after(after: str | None, limit: int) -> tuple[list[str], str | None]:
-            keys = [o.key for o in source.list_after(after, limit)]
-            return keys, keys[-1] if keys else after
-
-        return list_after
+        return source_lister(self.object_store(self.stream(stream).source))
 
     def ingestion_runner(
         self,

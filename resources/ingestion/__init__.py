@@ -5,8 +5,9 @@ Holds `discovery` (list after a cursor, create lease items, plan range runs), `r
 `source_reader` (one Spark read per chunk) and what it is built from: `read_plan` (the Spark
 expressions), `source_files` (local objects before Spark sees them), `table_objects` (Arrow
 rows cut into one Parquet object per source and date) and `quarantine` (bad records);
-`checks` (rows reconcile, unique ids), `partition_keys` (source key <-> Dagster partition key)
-and `sample_data`.
+`checks` (rows reconcile, unique ids, unleased source objects) and `check_suite` (every check
+as one registry, for Dagster and `leasehold check`), `source_listing` (a source listed as lease
+partition keys), `partition_keys` (source key <-> Dagster partition key) and `sample_data`.
 May import: `resources.coordination`, `resources.ledger`, `resources.stores`,
 `resources.objects`, `resources.spark`, the shared modules; pyspark and pyarrow. Never Dagster.
 """

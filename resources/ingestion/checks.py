@@ -1,7 +1,9 @@
 """The checks behind the ingestion asset's asset checks, runnable without Dagster (and in CI).
 
-They read what readers read — the ledger and the objects it names — never a prefix listing,
-so an orphan of a failed attempt can't make them pass or fail.
+They read what readers read — the ledger and the objects it names — never a prefix listing of
+the table, so an orphan of a failed attempt can't make them pass or fail. Only completeness
+lists, and it lists the source: every object there must have a lease item. `check_suite` runs
+them all.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
+from resources.ingestion.discovery import SUPPLIER_STATE, Lister
 from resources.ingestion.runner import quarantine_table
+from resources.ingestion.source_listing import listing_pages
 
 
 @dataclass
@@ -98,4 +102,42 @@ def find_duplicate_ids(
         repeated = [str(i) for i, n in Counter(ids).items() if n > 1]
         if repeated:
             report.duplicates[dt] = sorted(repeated)
+    return report
+
+
+@dataclass
+class UnleasedReport:
+    listed: int = 0
+    unleased: int = 0
+    behind_cursor: int = 0
+    """Unleased keys discovery's cursor has passed: listed once, never leased (not late)."""
+    cursor: str | None = None
+    first: list[str] = field(default_factory=list)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "objects_listed": self.listed,
+            "unleased": self.unleased,
+            "unleased_behind_discovery_cursor": self.behind_cursor,
+            "discovery_cursor": self.cursor or "none",
+            "first_unleased": "\n".join(self.first) or "none",
+        }
+
+
+def find_unleased_objects(
+    store: LeaseStore, stream: str, lister: Lister, page_size: int = 1000, keep: int = 50
+) -> UnleasedReport:
+    """Every source object has a lease item: else no run will ever ingest it. Lists the
+    whole source through discovery's own lister (same keys), asking the store per page which
+    keys it lacks: O(objects), memory O(page). An object after discovery's cursor may simply
+    not be discovered yet; one behind it was listed and lost."""
+    sid = store.source_identifier(stream)
+    report = UnleasedReport(cursor=store.read_global_state(stream, SUPPLIER_STATE).get("cursor"))
+    for keys in listing_pages(lister, page_size):
+        report.listed += len(keys)
+        missing = store.missing_keys(sid, keys)
+        report.unleased += len(missing)
+        if report.cursor is not None:
+            report.behind_cursor += sum(1 for key in missing if key <= report.cursor)
+        report.first.extend(missing[: keep - len(report.first)])
     return report

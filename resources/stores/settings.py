@@ -8,6 +8,7 @@ declarations, the CLI reads the same variables (`settings_from_env`). The embedd
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from resources.coordination.errors import StoreConfigError
 from resources.settings import (
+    DATA_DIR_ENV,
     Settings,
     default_data_dir,
     from_env,
@@ -118,6 +120,25 @@ class StoreSettings(Settings):
 
     def resolved_sqlite_path(self) -> Path:
         return Path(self.sqlite_path) if self.sqlite_path else default_data_dir() / "leasehold.db"
+
+    def location(self) -> str:
+        """Where the store is and which variables say so, on one line: what an operator needs
+        when a command finds no store where it looked (say, run from another directory)."""
+        if self.backend == "sqlite":
+            path = self.resolved_sqlite_path().resolve()
+            if self.sqlite_path:
+                return f"SQLite file {path} (LEASEHOLD_SQLITE_PATH)"
+            if DATA_DIR_ENV in os.environ:
+                return f"SQLite file {path} ({DATA_DIR_ENV}; LEASEHOLD_SQLITE_PATH unset)"
+            return (
+                f"SQLite file {path} (the default under the working directory: "
+                f"LEASEHOLD_SQLITE_PATH and {DATA_DIR_ENV} unset)"
+            )
+        return (
+            f"DynamoDB table {self.table_name!r} in {self.region} at "
+            f"{self.endpoint_url or 'the AWS endpoint'} (LEASEHOLD_DYNAMODB_TABLE, "
+            "LEASEHOLD_DYNAMODB_REGION, LEASEHOLD_DYNAMODB_ENDPOINT_URL)"
+        )
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> StoreSettings:

@@ -46,6 +46,36 @@ def test_create_is_idempotent_and_batched(store: LeaseStore) -> None:
     assert all(i.epoch == 0 and i.owner is None and i.closed_count == 0 for i in items)
 
 
+def test_missing_keys_in_input_order_across_batches(store: LeaseStore) -> None:
+    s = sid(store)
+    keys = [f"src/{i:04d}.jsonl" for i in range(1100)]  # several batches of either backend
+    present = keys[::3]
+    store.create_partitions(s, present)
+    done = store.acquire(s, present[0], "w1", T)
+    store.complete(done.token)  # any status counts as leased
+    asked = [*reversed(keys), keys[1], "odd | key, [with] spaces/ü"]  # a repeat, an odd key
+    present_set = set(present)
+    assert store.missing_keys(s, asked) == [
+        k for k in [*reversed(keys), "odd | key, [with] spaces/ü"] if k not in present_set
+    ]
+    assert store.missing_keys(s, present) == []
+    assert store.missing_keys(s, []) == []
+    # Items of another source identifier do not count.
+    assert store.missing_keys(store.source_identifier("other"), present[:3]) == present[:3]
+
+
+def test_missing_keys_sees_items_just_created(
+    make_store: StoreFactory, settings_for, backend
+) -> None:
+    """Another node's creation is seen at once (DynamoDB: strongly consistent reads)."""
+    settings = settings_for(backend)
+    first, second = make_store(settings), make_store(settings)
+    s = sid(first)
+    assert second.missing_keys(s, ["a", "b"]) == ["a", "b"]
+    first.create_partitions(s, ["b"])
+    assert second.missing_keys(s, ["a", "b"]) == ["a"]
+
+
 def test_create_keeps_existing_state(store: LeaseStore) -> None:
     store.create_partitions(sid(store), ["a"])
     lease = store.acquire(sid(store), "a", "w1", T)

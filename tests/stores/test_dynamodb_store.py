@@ -8,9 +8,14 @@ import uuid
 import boto3
 import pytest
 
-from resources.coordination.errors import StoreConfigError, StoreUnavailableError
+from resources.coordination.errors import (
+    StoreConfigError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from resources.coordination.items import ATTR
 from resources.retry import RetryPolicy
+from resources.stores import open_existing_store
 from resources.stores.dynamodb.store import GSI, DynamoDbLeaseStore
 from resources.stores.settings import StoreSettings
 from tests.support.aws_server import LocalAwsServer
@@ -147,3 +152,42 @@ def test_retry_delays_are_bounded_full_jitter() -> None:
     for attempt in range(1, 10):
         for _ in range(50):
             assert 0 <= policy.delay(attempt) <= min(2.0, 0.05 * 2**attempt)
+
+
+def test_missing_keys_asks_again_for_unprocessed_keys(aws_server: LocalAwsServer) -> None:
+    """A throttled BatchGetItem answers in part: the rest is asked again, with backoff, and an
+    answer that never completes ends in a clear, bounded error — never a key reported missing
+    because DynamoDB did not get to it."""
+    policy = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.1)
+    with ThrottlingProxy(aws_server.endpoint_url) as proxy:
+        sleeps: list[float] = []
+        store = DynamoDbLeaseStore(settings(proxy.endpoint_url), retry=policy, sleep=sleeps.append)
+        sid = store.source_identifier("events")
+        keys = [f"k{i:03d}" for i in range(150)]
+        store.create_partitions(sid, keys[::2])
+        proxy.defer_batch_gets = 3  # batch 1: 50 of 100 keys answered, 25 of 50, 12 of 25
+        assert store.missing_keys(sid, keys) == keys[1::2]
+        assert proxy.deferred_keys == 50 + 25 + 13
+        assert len(sleeps) == 3 and all(0 <= s <= policy.max_delay_s for s in sleeps)
+        proxy.defer_batch_gets = 100
+        with pytest.raises(StoreUnavailableError) as err:
+            store.missing_keys(sid, keys)
+        message = str(err.value)
+        assert "missing_keys" in message and "4 attempts" in message
+        assert "left unprocessed" in message
+
+
+def test_opening_an_existing_table_never_creates_one(aws_server: LocalAwsServer) -> None:
+    s = settings(aws_server.endpoint_url)
+    with pytest.raises(StoreNotFoundError) as err:
+        open_existing_store(s)
+    assert str(err.value) == (
+        f"no lease store: DynamoDB table {s.table_name!r} in us-east-1 at "
+        f"{aws_server.endpoint_url} (LEASEHOLD_DYNAMODB_TABLE, LEASEHOLD_DYNAMODB_REGION, "
+        "LEASEHOLD_DYNAMODB_ENDPOINT_URL); `leasehold run` creates it"
+    )
+    assert s.table_name not in client(aws_server.endpoint_url).list_tables()["TableNames"]
+    created = DynamoDbLeaseStore(s)
+    sid = created.source_identifier("events")
+    created.create_partitions(sid, ["a"])
+    assert open_existing_store(s).missing_keys(sid, ["a", "b"]) == ["b"]

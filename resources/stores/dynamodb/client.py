@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -57,12 +57,19 @@ RETRYABLE_CODES = {
     "TransactionInProgressException",
     "Throttling",  # STS's code, when assuming the role (again) is throttled
 }
+# BatchGetItem's limit: keys per call.
+BATCH_GET_KEYS = 100
 CONNECTION_ERRORS = (
     EndpointConnectionError,
     ConnectionClosedError,
     ConnectTimeoutError,
     ReadTimeoutError,
 )
+
+
+class UnprocessedKeysError(Exception):
+    """BatchGetItem left keys unprocessed (throttled, or over its 16 MB response): AWS asks
+    for those to be asked again with backoff, so it is retried like throttling."""
 
 
 def error_code(exc: BaseException) -> str:
@@ -74,7 +81,7 @@ def cancellation_reasons(exc: ClientError) -> list[str]:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, CONNECTION_ERRORS):
+    if isinstance(exc, (UnprocessedKeysError, *CONNECTION_ERRORS)):
         return True
     if error_code(exc) in RETRYABLE_CODES:
         return True
@@ -195,3 +202,41 @@ class DynamoDbClient:
             sleep=self._sleep,
             on_retry=retrying,
         )
+
+    def batch_get(
+        self, action: str, keys: Sequence[dict[str, Any]], attributes: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
+        """The items of `keys` (distinct: DynamoDB refuses a batch that repeats one) that
+        exist, strongly consistent, only `attributes` when given, `BATCH_GET_KEYS` per call.
+        Keys left unprocessed are asked again, and only those, with the same bounded, jittered
+        backoff as any throttled call."""
+        request: dict[str, Any] = {"ConsistentRead": True}
+        if attributes:
+            placeholders = {f"#a{i}": name for i, name in enumerate(attributes)}
+            request["ProjectionExpression"] = ", ".join(placeholders)
+            request["ExpressionAttributeNames"] = placeholders
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(keys), BATCH_GET_KEYS):
+            batch = list(keys[start : start + BATCH_GET_KEYS])
+            self.call(action, self._batch_attempt(request, batch, found))
+        return found
+
+    def _batch_attempt(
+        self, request: dict[str, Any], keys: list[dict[str, Any]], found: list[dict[str, Any]]
+    ) -> Callable[[], None]:
+        """One batch as a retryable call: each attempt asks for the keys still unprocessed and
+        adds what it got to `found`."""
+        pending = keys
+
+        def attempt() -> None:
+            nonlocal pending
+            out = self.client.batch_get_item(
+                RequestItems={self.table_name: {**request, "Keys": pending}}
+            )
+            found.extend(out.get("Responses", {}).get(self.table_name, []))
+            asked = len(pending)
+            pending = out.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+            if pending:
+                raise UnprocessedKeysError(f"{len(pending)} of {asked} keys left unprocessed")
+
+        return attempt

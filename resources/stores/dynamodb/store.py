@@ -31,7 +31,8 @@ from resources.stores.base import CoordinationStore
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import DynamoDbClient, cancellation_reasons, error_code
 from resources.stores.dynamodb.ledger import DynamoDbLedger
-from resources.stores.dynamodb.table import GSI, check_table, create_table
+from resources.stores.dynamodb.table import GSI, check_table, create_table, require_table
+from resources.stores.opening import Opening
 from resources.stores.settings import StoreSettings
 
 METRICS_SID = "__leasehold__|metrics"
@@ -47,7 +48,10 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         clock: Clock = time.time,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        opening: Opening = Opening.CREATE,
     ) -> None:
+        """Without `Opening.CREATE` the table must exist: DescribeTable, never CreateTable
+        (DynamoDB has no read-only client: `READ_ONLY` is the caller's promise)."""
         settings.validate()
         super().__init__(
             partition_prefix=settings.partition_prefix,
@@ -59,7 +63,9 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         self.dynamodb = DynamoDbClient(settings, retry=retry, sleep=sleep)
         self.client = self.dynamodb.client
         self._call = self.dynamodb.call
-        if settings.skip_table_creation:
+        if opening is not Opening.CREATE:
+            require_table(self.dynamodb, settings)
+        elif settings.skip_table_creation:
             check_table(self.dynamodb, settings)
         else:
             create_table(self.dynamodb, settings)
@@ -174,6 +180,20 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             waited = priority_at(now - to_millis(unassigned_for_s))
             items += self._by_status(sid, PartitionStatus.UNASSIGNED, "<", waited, limit)
         return sorted(items, key=lambda i: i.priority)[:limit]
+
+    def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
+        keys = list(dict.fromkeys(partition_keys))
+        # The key and the status only: an item without a status is no lease item (as in `get`).
+        found = {
+            raw[ATTR["key"]]["S"]
+            for raw in self.dynamodb.batch_get(
+                "missing_keys",
+                [codec.key(source_identifier, key) for key in keys],
+                attributes=(ATTR["key"], ATTR["status"]),
+            )
+            if ATTR["status"] in raw
+        }
+        return [key for key in keys if key not in found]
 
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         if source_identifier is None:

@@ -1,6 +1,7 @@
 """The DynamoDB table: created on start (keys, the `source-status` GSI, TTL) unless
 `skip_table_creation`, and checked either way, so a table that does not fit fails before any
-work with a message naming the setting.
+work with a message naming the setting. A command that only looks (`require_table`) never
+creates it: a missing table is a `StoreNotFoundError` naming table, region and endpoint.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from resources.coordination.errors import StoreConfigError
+from resources.coordination.errors import StoreConfigError, StoreNotFoundError
 from resources.coordination.items import ATTR
 from resources.stores.dynamodb.client import DynamoDbClient, error_code
 from resources.stores.settings import StoreSettings
@@ -79,20 +80,39 @@ def create_table(client: DynamoDbClient, settings: StoreSettings) -> None:
     check_table(client, settings)
 
 
-def check_table(client: DynamoDbClient, settings: StoreSettings) -> None:
-    """An existing table must have our keys, the `source-status` index and (with a TTL
-    configured) TTL on `expirationTime`; anything else fails here, before any work."""
+def describe_table(client: DynamoDbClient, settings: StoreSettings) -> dict[str, Any] | None:
+    """The table's description, None if there is no such table."""
     try:
-        table = client.call(
+        return client.call(
             "DescribeTable", lambda: client.client.describe_table(TableName=settings.table_name)
         )["Table"]
     except ClientError as exc:
         if error_code(exc) == "ResourceNotFoundException":
-            raise StoreConfigError(
-                "table_name",
-                f"table {settings.table_name!r} does not exist and skip_table_creation is set",
-            ) from None
+            return None
         raise
+
+
+def require_table(client: DynamoDbClient, settings: StoreSettings) -> None:
+    """The table must exist (never created here) and fit, as `check_table` checks."""
+    table = describe_table(client, settings)
+    if table is None:
+        raise StoreNotFoundError(settings.location())
+    _check_fit(client, settings, table)
+
+
+def check_table(client: DynamoDbClient, settings: StoreSettings) -> None:
+    """An existing table must have our keys, the `source-status` index and (with a TTL
+    configured) TTL on `expirationTime`; anything else fails here, before any work."""
+    table = describe_table(client, settings)
+    if table is None:
+        raise StoreConfigError(
+            "table_name",
+            f"table {settings.table_name!r} does not exist and skip_table_creation is set",
+        )
+    _check_fit(client, settings, table)
+
+
+def _check_fit(client: DynamoDbClient, settings: StoreSettings, table: dict[str, Any]) -> None:
     keys = {k["AttributeName"]: k["KeyType"] for k in table["KeySchema"]}
     want = {ATTR["sid"]: "HASH", ATTR["key"]: "RANGE"}
     if keys != want:

@@ -30,6 +30,18 @@ SELECT = ", ".join(ATTR[c] for c in COLUMNS)
 INSERT_ABSENT = f"INSERT OR IGNORE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
 UPSERT = f"INSERT OR REPLACE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
 FETCH = f"SELECT {SELECT} FROM lease_items WHERE {ATTR['sid']} = ? AND {ATTR['key']} = ?"
+HAS_LEASE_ITEMS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lease_items'"
+# Keys per `IN (...)` lookup: SQLite before 3.32 allows 999 parameters per statement.
+KEYS_PER_LOOKUP = 500
+
+
+def existing_keys(count: int) -> str:
+    """Which of `count` keys of one source identifier have an item: primary-key lookups."""
+    return (
+        f"SELECT {ATTR['key']} FROM lease_items WHERE {ATTR['sid']} = ? "
+        f"AND {ATTR['key']} IN ({', '.join('?' * count)})"
+    )
+
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS lease_items (

@@ -5,6 +5,11 @@ SQLite file in WAL mode can. Every write is one short `BEGIN IMMEDIATE` transact
 lock is taken up front, so reading an item, checking a transition's guard and writing the result
 inside it is as good as a conditional write, and two processes can never both acquire the same
 item. The lease operations are here; the ledger's are in `ledger.py`, on the same connections.
+
+Opened without `Opening.CREATE` it creates nothing: no directory, no file, no schema (a
+`mode=ro` or `mode=rw` URI). A read-only connection reads a WAL database another process is
+writing, committed data included; it leaves the `-wal` and `-shm` files it needed behind (it
+may not delete them), and the next writer tidies them up.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
-from resources.coordination.errors import StoreUnavailableError
+from resources.coordination.errors import StoreNotFoundError, StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, priority_at, to_millis
 from resources.coordination.transitions import Transition
 from resources.retry import RetryPolicy, call_with_retries
 from resources.stores.base import CoordinationStore
+from resources.stores.opening import Opening
 from resources.stores.sqlite import schema
 from resources.stores.sqlite.ledger import SqliteLedger
 
@@ -35,27 +42,54 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         *,
         retry: RetryPolicy | None = None,
         busy_timeout_s: float = 10.0,
+        opening: Opening = Opening.CREATE,
+        location: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """`location` describes the file in a `StoreNotFoundError` (which variable set it)."""
         super().__init__(**kwargs)
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.opening = opening
         self.retry = retry or RetryPolicy()
         self.busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        # executescript manages its own transaction; CREATE ... IF NOT EXISTS is idempotent.
-        self._connection().executescript(schema.SCHEMA)
+        if opening is Opening.CREATE:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # executescript manages its own transaction; CREATE ... IF NOT EXISTS is idempotent.
+            self._connection().executescript(schema.SCHEMA)
+        else:
+            self._check_exists(location or f"SQLite file {self.path.resolve()}")
 
     # -- plumbing --------------------------------------------------------------------------------
+
+    def _check_exists(self, location: str) -> None:
+        """The file must exist and hold a lease store; nothing is created to find out."""
+        if not self.path.is_file():
+            raise StoreNotFoundError(location)
+        try:
+            found = self._connection().execute(schema.HAS_LEASE_ITEMS).fetchone()
+        except sqlite3.DatabaseError as exc:  # not a database, or unreadable
+            self.close_store()
+            raise StoreNotFoundError(location, f"not a lease store ({exc})") from exc
+        if found is None:
+            self.close_store()
+            raise StoreNotFoundError(location, "not a lease store (no lease_items table)")
 
     def _connection(self) -> sqlite3.Connection:
         """One connection per thread: the lease renewer runs beside the work."""
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            if self.opening is Opening.CREATE:
+                db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+            else:  # never creates the file; the journal mode is the file's already
+                mode = "ro" if self.opening is Opening.READ_ONLY else "rw"
+                uri = f"file:{quote(str(self.path.resolve()))}?mode={mode}"
+                db = sqlite3.connect(
+                    uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None
+                )
             db.execute("PRAGMA synchronous=NORMAL")
             self._local.db = db
             with self._lock:
@@ -163,6 +197,16 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
             },
         )
         return [schema.row_to_item(r[:-1]) for r in rows.fetchall()]  # less `_range`
+
+    def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
+        keys = list(dict.fromkeys(partition_keys))
+        db = self._connection()
+        found: set[str] = set()
+        for start in range(0, len(keys), schema.KEYS_PER_LOOKUP):
+            batch = keys[start : start + schema.KEYS_PER_LOOKUP]
+            rows = db.execute(schema.existing_keys(len(batch)), (source_identifier, *batch))
+            found.update(row[0] for row in rows)
+        return [key for key in keys if key not in found]
 
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         db = self._connection()

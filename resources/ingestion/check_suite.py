@@ -1,0 +1,175 @@
+"""Every check of a stream, in one registry, runnable without Dagster.
+
+The Dagster asset checks and `leasehold check` (hence CI and the tests) must judge a stream by
+the same code, or one of them will drift into passing what the other fails. So each check is
+one function here taking plain arguments and returning a `CheckOutcome`, and `run_all` runs
+them all; a Dagster asset check only turns an outcome into its result. What each check
+computes lives in `checks` (ledger and source) and `resources.coordination.health` (leases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from resources.coordination.health import lease_health_report
+from resources.coordination.lease_store import LeaseStore
+from resources.ingestion.checks import (
+    ReadColumn,
+    find_duplicate_ids,
+    find_unleased_objects,
+    reconcile_rows,
+)
+from resources.ingestion.discovery import Lister
+from resources.streams import StreamConfig
+
+Severity = Literal["error", "warn"]
+
+CHECKS: dict[str, str] = {
+    "rows_reconcile": "Per committed source partition: ledger rows = rows read - quarantined.",
+    "unique_record_ids": "No record id appears twice in a table partition.",
+    "lease_health": "No ASSIGNED lease expired for over twice its timeout, no partition "
+    "UNASSIGNED past the retry window; dead letters reported.",
+    "source_completeness": "Every object of the source has a lease item: one behind the "
+    "discovery cursor without one fails (no run would ever ingest it before reconciliation "
+    "finds it), one after the cursor only warns (the next tick discovers it).",
+}
+"""Check name -> description, in the order `run_all` runs them."""
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    passed: bool
+    severity: Severity
+    """How much a failure matters: "error" fails CI; "warn" (say, a dead letter: a human
+    must look, but nothing is wrong with what was ingested) is reported and does not."""
+    summary: str
+    """One line: what was found, with the first offender when there is one."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """PASS, WARN (failed, severity "warn") or FAIL."""
+        if self.passed:
+            return "PASS"
+        return "WARN" if self.severity == "warn" else "FAIL"
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "FAIL"
+
+
+def _first(details: list[str], total: int | None = None) -> str:
+    """`: <the first> (and n more)`, of `total` when `details` holds only the first few."""
+    more = (len(details) if total is None else total) - 1
+    return f": {details[0]}" + (f" (and {more} more)" if more > 0 else "")
+
+
+def rows_reconcile(store: LeaseStore, stream: str, table: str) -> CheckOutcome:
+    report = reconcile_rows(store, stream, table)
+    unverifiable = f", {report.unverifiable} without row counts" if report.unverifiable else ""
+    if report.mismatches:
+        summary = (
+            f"{len(report.mismatches)} of {report.checked} committed partitions do not "
+            f"reconcile{_first(report.mismatches)}"
+        )
+    else:
+        summary = f"{report.checked} committed partitions reconcile{unverifiable}"
+    return CheckOutcome(
+        "rows_reconcile", not report.mismatches, "error", summary, report.metadata()
+    )
+
+
+def unique_record_ids(
+    store: LeaseStore, table: str, record_id: str | None, read_column: ReadColumn
+) -> CheckOutcome:
+    if record_id is None:
+        return CheckOutcome(
+            "unique_record_ids",
+            True,
+            "error",
+            "skipped: the stream has no record_id",
+            {"skipped": "no record_id configured"},
+        )
+    report = find_duplicate_ids(store, table, record_id, read_column)
+    if report.duplicates:
+        ids = sum(len(v) for v in report.duplicates.values())
+        found = [f"dt={dt}: {sorted(v)[:5]}" for dt, v in report.duplicates.items()]
+        summary = (
+            f"{ids} {record_id} values appear more than once in {len(report.duplicates)} "
+            f"table partitions{_first(found)}"
+        )
+    else:
+        summary = (
+            f"no {record_id} twice in {report.partitions_checked} table partitions "
+            f"({report.rows_checked} rows)"
+        )
+    return CheckOutcome(
+        "unique_record_ids", not report.duplicates, "error", summary, report.metadata()
+    )
+
+
+def lease_health(
+    store: LeaseStore,
+    stream: str | None,
+    ownership_timeout_s: float,
+    unassigned_retry_after_s: float,
+) -> CheckOutcome:
+    """A stuck lease is an error (no worker is picking partitions up); partitions waiting for
+    a run and dead letters are warnings: they need a look, not a failed build."""
+    report = lease_health_report(store, stream, ownership_timeout_s, unassigned_retry_after_s)
+    if report.healthy:
+        summary = "no stuck lease, no partition waiting, no dead letter"
+    else:
+        counts = (
+            f"{len(report.stuck)} stuck, {len(report.waiting)} waiting, "
+            f"{len(report.dead_letters)} dead-lettered"
+        )
+        summary = counts + _first(report.stuck + report.waiting + report.dead_letters)
+    return CheckOutcome(
+        "lease_health",
+        report.healthy,
+        "error" if report.stuck else "warn",
+        summary,
+        report.metadata(),
+    )
+
+
+def source_completeness(store: LeaseStore, stream: str, lister: Lister) -> CheckOutcome:
+    report = find_unleased_objects(store, stream, lister)
+    if report.unleased:
+        summary = (
+            f"{report.unleased} of {report.listed} source objects have no lease item "
+            f"({report.behind_cursor} behind the discovery cursor)"
+            f"{_first(report.first, report.unleased)}"
+        )
+    else:
+        summary = f"all {report.listed} source objects have a lease item"
+    # Behind the cursor, an object without a lease item was missed (a late object, until the
+    # next reconciliation pass); after it, one is only waiting for the next discovery tick.
+    severity: Severity = "error" if report.behind_cursor else "warn"
+    return CheckOutcome(
+        "source_completeness", not report.unleased, severity, summary, report.metadata()
+    )
+
+
+def run_all(
+    store: LeaseStore,
+    config: StreamConfig,
+    *,
+    table: str,
+    lister: Lister,
+    read_column: ReadColumn,
+    ownership_timeout_s: float,
+    unassigned_retry_after_s: float,
+) -> list[CheckOutcome]:
+    """Every check of `CHECKS` for one stream, in that order. `table` is the stream's ledger
+    table, `lister` lists its source (`source_listing.source_lister`), `read_column` reads its
+    table objects. Read-only: nothing is created or written, metrics included."""
+    return [
+        rows_reconcile(store, config.name, table),
+        unique_record_ids(store, table, config.record_id, read_column),
+        lease_health(store, config.name, ownership_timeout_s, unassigned_retry_after_s),
+        source_completeness(store, config.name, lister),
+    ]
