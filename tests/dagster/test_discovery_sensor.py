@@ -23,6 +23,7 @@ from coordination_assets.ingestion import (
     main_job_cursor_key,
     partitions_for,
 )
+from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import PartitionStatus
 from resources.errors import ConfigError
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
@@ -148,7 +149,7 @@ def test_work_left_behind_is_requested_again(env: PipelineEnv) -> None:
     crashed, unreadable, done, _ = (i.partition_key for i in store.iter_items(sid))
     store.acquire(sid, crashed, "dead-run", 0.001)  # its run died holding the lease
     bad = store.acquire(sid, unreadable, "run", 60)
-    store.close(bad.token, reopen_after_s=0.001, max_closed_count=5, reason="404")
+    store.close(bad.token, ReopenBackoff.fixed(0.001), max_closed_count=5, reason="404")
     store.complete(store.acquire(sid, done, "run", 60).token)
     time.sleep(0.05)
     again = tick(env, instance, resources, first.cursor)
