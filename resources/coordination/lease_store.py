@@ -9,6 +9,7 @@ clock believes.
 
 from __future__ import annotations
 
+import heapq
 import json
 import threading
 import time
@@ -35,7 +36,7 @@ from resources.coordination.items import (
     to_millis,
 )
 from resources.coordination.metrics import CoordinatorMetrics
-from resources.coordination.status import StatusSummary
+from resources.coordination.status import CLOSED_SHOWN, StatusSummary
 from resources.coordination.transitions import Refusal, Transition
 
 
@@ -374,10 +375,13 @@ class LeaseStore(ABC):
             counts = {s.value: 0 for s in PartitionStatus}
             oldest: LeaseItem | None = None
             dead: list[LeaseItem] = []
+            closed: list[LeaseItem] = []
             for item in self.iter_items(sid):
                 counts[item.status.value] += 1
                 if item.dead_letter_reason is not None:
                     dead.append(item)
+                if item.status is PartitionStatus.CLOSED:
+                    closed.append(item)
                 if (
                     item.status is PartitionStatus.ASSIGNED
                     and item.ownership_timeout_ms is not None
@@ -387,6 +391,18 @@ class LeaseStore(ABC):
                     oldest = item
             counts["DEAD_LETTERED"] = len(dead)
             summaries.append(
-                StatusSummary(sid, counts, oldest, dead, dict(sorted(metrics.get(sid, {}).items())))
+                StatusSummary(
+                    sid,
+                    counts,
+                    oldest,
+                    dead,
+                    dict(sorted(metrics.get(sid, {}).items())),
+                    closed=heapq.nsmallest(CLOSED_SHOWN, closed, key=_reopen_order),
+                    closed_due=sum(1 for c in closed if c.is_available(now)),
+                )
             )
         return summaries
+
+
+def _reopen_order(item: LeaseItem) -> tuple[int, str]:
+    return (item.reopen_at_ms or 0, item.partition_key)

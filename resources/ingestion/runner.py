@@ -34,7 +34,7 @@ from resources.coordination.errors import (
     PartitionNotFoundError,
     PartitionUnavailableError,
 )
-from resources.coordination.items import PartitionStatus
+from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
@@ -275,7 +275,8 @@ class IngestionRunner:
                     key,
                     UNREADABLE,
                     cur.epoch,
-                    message=f"CLOSED after {cur.closed_count} failed reads; reopens later",
+                    message=f"CLOSED after {cur.closed_count} failed reads; reopens at "
+                    f"{iso_utc(cur.reopen_at_ms)}",
                 )
             return self._not_ingested(outcome)
         return Lease(self.store, item, self.timing)
@@ -334,7 +335,10 @@ class IngestionRunner:
         if item.dead_letter_reason is not None:
             message = f"dead-lettered after {item.closed_count} failed reads: {reason}"
         else:
-            message = f"unreadable (closed {item.closed_count} times, will retry): {reason}"
+            message = (
+                f"unreadable (closed {item.closed_count} times, will retry at "
+                f"{iso_utc(item.reopen_at_ms)}): {reason}"
+            )
         return self._not_ingested(
             PartitionOutcome(key, UNREADABLE, lease.epoch, message=message), exc
         )

@@ -18,8 +18,9 @@ from resources.coordination.errors import (
     PartitionNotOwnedError,
     PartitionUnavailableError,
 )
-from resources.coordination.items import PartitionStatus
+from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.status import CLOSED_SHOWN, status_json, status_text
 from tests.support.fakes import FakeClock, StoreFactory
 from tests.support.ttl_sweep import sweep_expired
 
@@ -299,6 +300,43 @@ def test_metrics_flush_and_status(make_store: StoreFactory, settings_for, backen
     assert [d.partition_key for d in summary.dead_letters] == ["c"]
     assert summary.oldest_expired.partition_key == "b"
     assert summary.metrics == dict(sorted(totals.items()))
+
+
+def test_status_shows_closed_items_with_count_and_reopen_time(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    s = sid(store)
+    keys = [f"k{i:02d}" for i in range(CLOSED_SHOWN + 3)]
+    store.create_partitions(s, keys)
+    for _ in range(2):  # k00: closed twice, reopens first
+        store.close(store.acquire(s, "k00", "w", T).token, ReopenBackoff.fixed(1), 5)
+        clock.advance(1)
+    for i, key in enumerate(keys[1:], start=1):  # then the highest key first
+        store.close(store.acquire(s, key, "w", T).token, ReopenBackoff.fixed(100 - i), 5)
+    clock.advance(90)  # k00 and k10..k22 are due
+    (summary,) = [x for x in store.status() if x.source_identifier == s]
+    assert summary.counts["CLOSED"] == len(keys) and summary.closed_due == 14
+    shown = ["k00", *keys[:0:-1]][:CLOSED_SHOWN]
+    assert [c.partition_key for c in summary.closed] == shown
+    first = summary.closed[0]
+    assert first.closed_count == 2 and first.reopen_at_ms == store.now_ms() - 90_000
+    text = status_text([summary])
+    assert f"{s}: {len(keys)} CLOSED (14 due for a retry run), soonest reopen first:" in text
+    assert (
+        f"{s}: CLOSED 'k00' after 2 failed reads, reopens at {iso_utc(first.reopen_at_ms)}" in text
+    )
+    assert f"{s}: ... and 3 more CLOSED" in text
+    (rendered,) = status_json([summary])
+    assert (rendered["closed"]["count"], rendered["closed"]["due"]) == (len(keys), 14)
+    assert len(rendered["closed"]["soonest"]) == CLOSED_SHOWN
+    assert {
+        k: rendered["closed"]["soonest"][0][k]
+        for k in ("sourcePartitionKey", "closedCount", "reOpenAt")
+    } == {
+        "sourcePartitionKey": "k00",
+        "closedCount": 2,
+        "reOpenAt": iso_utc(first.reopen_at_ms),
+    }
 
 
 def test_due_for_retry_lists_what_attempts_left_behind(store: LeaseStore, clock: FakeClock) -> None:
