@@ -1,5 +1,5 @@
-"""`leasehold` command line: run the main job, show coordination status, check the streams,
-purge expired items.
+"""`leasehold` command line: run the main job, check the streams, show coordination status and
+the configuration, purge expired items.
 
 The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
 resource (`resources.stores.settings`); with none set it is the embedded SQLite file.
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from resources.cli.config import configuration_text, effective_configuration
 from resources.coordination.status import status_json, status_text  # noqa: E402
 from resources.errors import ConfigError, LeaseholdError
 from resources.settings import default_data_dir
@@ -45,6 +46,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status_json(summaries), indent=2))
     else:
         print(status_text(summaries))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    config = effective_configuration()
+    if args.json:
+        print(json.dumps(config.as_json(), indent=2))
+    else:
+        print(configuration_text(config))
     return 0
 
 
@@ -183,7 +193,8 @@ exit status:
   0  success (`check`: every check passed or only warned)
   1  failure: a store or object store unreachable, no store where one was looked for, a run
      that crashed
-  2  invalid configuration (the message names the field) or invalid command line
+  2  invalid configuration (the message names the field; `leasehold config` checks it all
+     and shows what each setting is and where it came from) or invalid command line
   3  `run`: some source partitions were not ingested, each listed with its reason and when it
      is retried; the others were ingested
   4  a check failed (`check`: one line per check: PASS, WARN or FAIL, stream, check, summary)
@@ -231,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     status = add("status", help="lease counts, expired leases, dead letters, metrics")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(fn=cmd_status)
+    config = add(
+        "config",
+        help="every setting: its variable, value and whether the environment set it; "
+        "validates them all",
+    )
+    config.add_argument("--json", action="store_true", help="machine-readable output")
+    config.set_defaults(fn=cmd_config)
     purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)
     check = add(

@@ -11,6 +11,7 @@ import enum
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 Clock = Callable[[], float]
@@ -55,6 +56,14 @@ NOT_GIVEN: Any = object()
 
 def to_millis(seconds: float) -> int:
     return int(round(seconds * 1000))
+
+
+def iso_utc(millis: int | None) -> str:
+    """A time attribute (epoch milliseconds) as people read it: `2027-01-15T08:00:00Z`, "-"
+    when absent. One rendering for status output and log messages, so they can be compared."""
+    if millis is None:
+        return "-"
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def priority_at(millis: int, seq: int = 0) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.errors import LeaseStoreError, PartitionNotOwnedError
 from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
 from resources.coordination.lease_store import LeaseStore
@@ -65,11 +66,28 @@ class TimingSettings(Settings):
         "a third of it",
         check=positive,
     )
+    # A CLOSED partition waits `reopen_after_seconds` after its first close, twice as long
+    # after each further one, at most `reopen_max_seconds`; jittered down by up to half
+    # (`resources.coordination.backoff`). With the defaults the five closes before the dead
+    # letter wait 1, 2, 4, 8 and 16 minutes; the cap matters once `max_closed_count` is raised:
+    # an object fixed by hand is then picked up again within the hour, never days later.
     reopen_after_seconds: float = setting(
-        60.0, doc="a CLOSED partition (unreadable object) is retried after", check=at_least(0)
+        60.0,
+        env="LEASEHOLD_REOPEN_AFTER_SECONDS",
+        doc="a CLOSED partition (unreadable object) is retried after, doubled per close",
+        check=at_least(0),
+    )
+    reopen_max_seconds: float = setting(
+        3600.0,
+        env="LEASEHOLD_REOPEN_MAX_SECONDS",
+        doc="the longest a CLOSED partition waits, however often it was closed",
+        check=at_least(0),
     )
     max_closed_count: int = setting(
-        5, doc="closes before a partition is dead-lettered", check=at_least(0)
+        5,
+        env="LEASEHOLD_MAX_CLOSED_COUNT",
+        doc="closes before a partition is dead-lettered",
+        check=at_least(0),
     )
     # The discovery sensor asks for an UNASSIGNED partition again as soon as no run in flight
     # covers it; one UNASSIGNED this long means that is not happening (no sensor running, the
@@ -90,6 +108,12 @@ class TimingSettings(Settings):
                 f"(got {self.renew_interval_seconds} for a {self.ownership_timeout_seconds} s "
                 "timeout)",
             )
+        if self.reopen_max_seconds < self.reopen_after_seconds:
+            raise LeaseTimingError(
+                "reopen_max_seconds",
+                f"must be at least reopen_after_seconds (got {self.reopen_max_seconds} for "
+                f"{self.reopen_after_seconds})",
+            )
         return self
 
     @property
@@ -103,6 +127,7 @@ class TimingSettings(Settings):
             ownership_timeout_s=self.ownership_timeout_seconds,
             renew_interval_s=self.renew_interval,
             reopen_after_s=self.reopen_after_seconds,
+            reopen_max_s=self.reopen_max_seconds,
             max_closed_count=self.max_closed_count,
         )
 
@@ -115,6 +140,7 @@ class LeaseTiming:
     ownership_timeout_s: float = TimingSettings.ownership_timeout_seconds
     renew_interval_s: float = TimingSettings.ownership_timeout_seconds / 4
     reopen_after_s: float = TimingSettings.reopen_after_seconds
+    reopen_max_s: float = TimingSettings.reopen_max_seconds
     max_closed_count: int = TimingSettings.max_closed_count
 
     def __post_init__(self) -> None:
@@ -122,8 +148,13 @@ class LeaseTiming:
             ownership_timeout_seconds=self.ownership_timeout_s,
             renew_interval_seconds=self.renew_interval_s,
             reopen_after_seconds=self.reopen_after_s,
+            reopen_max_seconds=self.reopen_max_s,
             max_closed_count=self.max_closed_count,
         ).validate()
+
+    @property
+    def reopen_backoff(self) -> ReopenBackoff:
+        return ReopenBackoff(self.reopen_after_s, self.reopen_max_s)
 
 
 def new_owner_id() -> str:
@@ -243,7 +274,7 @@ class Lease:
         state = progress if progress is NOT_GIVEN else json.dumps(progress)
         return self._owner_write(
             lambda t: self.store.close(
-                t, self.timing.reopen_after_s, self.timing.max_closed_count, reason, state
+                t, self.timing.reopen_backoff, self.timing.max_closed_count, reason, state
             ),
             final=True,
         )

@@ -9,6 +9,7 @@ clock believes.
 
 from __future__ import annotations
 
+import heapq
 import json
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 from resources.coordination import metrics as m
 from resources.coordination import transitions
+from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.errors import (
     PartitionNotFoundError,
     PartitionNotOwnedError,
@@ -34,7 +36,7 @@ from resources.coordination.items import (
     to_millis,
 )
 from resources.coordination.metrics import CoordinatorMetrics
-from resources.coordination.status import StatusSummary
+from resources.coordination.status import CLOSED_SHOWN, StatusSummary
 from resources.coordination.transitions import Refusal, Transition
 
 
@@ -224,19 +226,28 @@ class LeaseStore(ABC):
     def close(
         self,
         token: LeaseToken,
-        reopen_after_s: float,
+        backoff: ReopenBackoff,
         max_closed_count: int,
         reason: str = "",
         progress_state: str | None = NOT_GIVEN,
     ) -> LeaseItem:
-        """CLOSED until `reopen_after_s` from now, `closedCount`+1. Past `max_closed_count`
-        closes, the item is dead-lettered instead: COMPLETED with `deadLetterReason`, so it is
-        never acquired again but stays visible in status and checks. Fenced."""
+        """CLOSED, `closedCount`+1, until `backoff` says for that many closes. Past
+        `max_closed_count` closes, the item is dead-lettered instead: COMPLETED with
+        `deadLetterReason`, so it is never acquired again but stays visible in status and
+        checks. Fenced.
+
+        The delay depends on the stored `closedCount`, which the token does not carry, so the
+        item is read first. The read only sizes the delay; the fenced write still decides. It
+        cannot be stale where it matters: only a close changes `closedCount`, and a close ends
+        ownership, so while `token` holds the count stays as read. Closes are rare (an
+        unreadable object), so the extra read costs nothing on the per-partition path."""
         now = self.now_ms()
+        current = self.get(token.source_identifier, token.partition_key)
+        closes = (0 if current is None else current.closed_count) + 1
         closing = transitions.close(
             token,
             now_ms=now,
-            reopen_after_ms=to_millis(reopen_after_s),
+            reopen_after_ms=to_millis(backoff.delay_s(closes)),
             max_closed_count=max_closed_count,
             progress_state=progress_state,
             expiration_time=self.expiration_at(now),
@@ -373,10 +384,13 @@ class LeaseStore(ABC):
             counts = {s.value: 0 for s in PartitionStatus}
             oldest: LeaseItem | None = None
             dead: list[LeaseItem] = []
+            closed: list[LeaseItem] = []
             for item in self.iter_items(sid):
                 counts[item.status.value] += 1
                 if item.dead_letter_reason is not None:
                     dead.append(item)
+                if item.status is PartitionStatus.CLOSED:
+                    closed.append(item)
                 if (
                     item.status is PartitionStatus.ASSIGNED
                     and item.ownership_timeout_ms is not None
@@ -386,6 +400,18 @@ class LeaseStore(ABC):
                     oldest = item
             counts["DEAD_LETTERED"] = len(dead)
             summaries.append(
-                StatusSummary(sid, counts, oldest, dead, dict(sorted(metrics.get(sid, {}).items())))
+                StatusSummary(
+                    sid,
+                    counts,
+                    oldest,
+                    dead,
+                    dict(sorted(metrics.get(sid, {}).items())),
+                    closed=heapq.nsmallest(CLOSED_SHOWN, closed, key=_reopen_order),
+                    closed_due=sum(1 for c in closed if c.is_available(now)),
+                )
             )
         return summaries
+
+
+def _reopen_order(item: LeaseItem) -> tuple[int, str]:
+    return (item.reopen_at_ms or 0, item.partition_key)

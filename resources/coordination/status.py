@@ -6,11 +6,13 @@ Pure: summaries are built by `LeaseStore.status()`; rendering needs no store and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from typing import Any
 
-from resources.coordination.items import LeaseItem
+from resources.coordination.items import LeaseItem, iso_utc
+
+CLOSED_SHOWN = 20
+"""CLOSED partitions listed one per line, soonest reopen first; the rest are only counted."""
 
 
 @dataclass(frozen=True)
@@ -22,12 +24,11 @@ class StatusSummary:
     oldest_expired: LeaseItem | None
     dead_letters: list[LeaseItem]
     metrics: dict[str, int]
-
-
-def _when(millis: int | None) -> str:
-    if millis is None:
-        return "-"
-    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    closed: list[LeaseItem] = field(default_factory=list)
+    """The first `CLOSED_SHOWN` CLOSED items by `reOpenAt`: when the backoff lets each be
+    retried, and how often it failed (`closedCount`) — what an operator asks of a stuck one."""
+    closed_due: int = 0
+    """CLOSED items whose `reOpenAt` passed: waiting only for the sensor's retry run."""
 
 
 def _item_json(item: LeaseItem | None) -> dict[str, Any] | None:
@@ -36,9 +37,10 @@ def _item_json(item: LeaseItem | None) -> dict[str, Any] | None:
     return {
         "sourcePartitionKey": item.partition_key,
         "partitionOwner": item.owner,
-        "partitionOwnershipTimeout": _when(item.ownership_timeout_ms),
+        "partitionOwnershipTimeout": iso_utc(item.ownership_timeout_ms),
         "sourcePartitionStatus": item.status.value,
         "closedCount": item.closed_count,
+        "reOpenAt": iso_utc(item.reopen_at_ms),
         "epoch": item.epoch,
         "deadLetterReason": item.dead_letter_reason,
     }
@@ -50,6 +52,11 @@ def status_json(summaries: Sequence[StatusSummary]) -> list[dict[str, Any]]:
             "sourceIdentifier": s.source_identifier,
             "counts": s.counts,
             "oldestExpiredLease": _item_json(s.oldest_expired),
+            "closed": {
+                "count": s.counts.get("CLOSED", 0),
+                "due": s.closed_due,
+                "soonest": [_item_json(c) for c in s.closed],
+            },
             "deadLetters": [_item_json(d) for d in s.dead_letters],
             "metrics": s.metrics,
         }
@@ -73,8 +80,21 @@ def status_text(summaries: Sequence[StatusSummary]) -> str:
             o = s.oldest_expired
             lines.append(
                 f"\n{s.source_identifier}: oldest expired lease {o.partition_key!r} held by "
-                f"{o.owner} since expiry at {_when(o.ownership_timeout_ms)}"
+                f"{o.owner} since expiry at {iso_utc(o.ownership_timeout_ms)}"
             )
+        closed = s.counts.get("CLOSED", 0)
+        if closed:
+            lines.append(
+                f"{s.source_identifier}: {closed} CLOSED ({s.closed_due} due for a retry run), "
+                "soonest reopen first:"
+            )
+        for c in s.closed:
+            lines.append(
+                f"{s.source_identifier}: CLOSED {c.partition_key!r} after {c.closed_count} "
+                f"failed reads, reopens at {iso_utc(c.reopen_at_ms)}"
+            )
+        if closed > len(s.closed):
+            lines.append(f"{s.source_identifier}: ... and {closed - len(s.closed)} more CLOSED")
         for d in s.dead_letters:
             lines.append(
                 f"{s.source_identifier}: dead-lettered {d.partition_key!r} after "

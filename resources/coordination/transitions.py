@@ -225,7 +225,8 @@ def close(
 ) -> Transition:
     """CLOSED until `reopen_after_ms` from now, `closedCount` + 1 — while the item has been
     closed fewer than `max_closed_count` times; refused with `CLOSED_TOO_OFTEN` otherwise,
-    and the caller dead-letters it."""
+    and the caller dead-letters it. The delay comes in computed (`backoff.reopen_delay_s`,
+    random jitter included), so this stays a function of its arguments."""
     reopen = now_ms + reopen_after_ms
     transition = _released(
         "close",

@@ -34,10 +34,11 @@ from resources.coordination.errors import (
     PartitionNotFoundError,
     PartitionUnavailableError,
 )
-from resources.coordination.items import LeaseItem, PartitionStatus
+from resources.coordination.items import LeaseItem, PartitionStatus, iso_utc
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
 from resources.ledger.model import AlreadyCommittedError, SmallObject
 
@@ -296,7 +297,8 @@ class IngestionRunner:
                     key,
                     UNREADABLE,
                     cur.epoch,
-                    message=f"CLOSED after {cur.closed_count} failed reads; reopens later",
+                    message=f"CLOSED after {cur.closed_count} failed reads; reopens at "
+                    f"{iso_utc(cur.reopen_at_ms)}",
                 )
             return self._not_ingested(outcome)
         return Lease(self.store, item, self.timing)
@@ -332,6 +334,17 @@ class IngestionRunner:
         return chunk
 
     def _commit_chunk(self, chunk: _ReadChunk) -> Iterator[PartitionOutcome]:
+        """Commit the chunk's partitions, then persist the lease metrics they counted.
+
+        Metrics are flushed once per chunk, before its outcomes reach the caller, so a run
+        killed at any moment loses at most the counts of the chunk in flight: the stored
+        `partitionsCompleted` is short of the COMPLETED items by at most that chunk's commits
+        (`chunk_size`). Not once per commit: a flush is a store write of its own, to one
+        metrics item per source identifier that every worker updates (on DynamoDB all of them
+        share one partition key; on SQLite they take the one write lock), so per commit it
+        would double the writes of the hot path and make that item its bottleneck. Per chunk
+        it is one write in `chunk_size` commits. A failed flush keeps the counts for the next
+        one (`flush_or_keep`): counters never fail the work they count."""
         try:
             results = chunk.staged.result() if chunk.staged is not None else {}
             for key in chunk.local:
@@ -340,6 +353,7 @@ class IngestionRunner:
                 )
         finally:
             chunk.close()
+            flush_or_keep(self.store)
         for key in chunk.keys:
             yield chunk.outcomes[key]
 
@@ -355,7 +369,10 @@ class IngestionRunner:
         if item.dead_letter_reason is not None:
             message = f"dead-lettered after {item.closed_count} failed reads: {reason}"
         else:
-            message = f"unreadable (closed {item.closed_count} times, will retry): {reason}"
+            message = (
+                f"unreadable (closed {item.closed_count} times, will retry at "
+                f"{iso_utc(item.reopen_at_ms)}): {reason}"
+            )
         return self._not_ingested(
             PartitionOutcome(key, UNREADABLE, lease.epoch, message=message), exc
         )

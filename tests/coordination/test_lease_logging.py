@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from resources.coordination.errors import StoreUnavailableError
+from resources.coordination.items import iso_utc
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
@@ -156,7 +157,14 @@ def test_the_runner_logs_a_partition_it_does_not_ingest(store: LeaseStore, tmp_p
     assert [o.outcome for o in outcomes][1] == UNREADABLE
     (record,) = records(caplog, "resources.ingestion.runner")
     assert record.levelno == logging.WARNING
+    (retry_at,) = [item.reopen_at_ms for item in store.iter_items() if item.partition_key == "k1"]
     assert record.getMessage() == (
-        "events: 'k1' not ingested (unreadable): unreadable (closed 1 times, will retry): "
-        "corrupt gzip: test"
+        "events: 'k1' not ingested (unreadable): unreadable (closed 1 times, will retry at "
+        f"{iso_utc(retry_at)}): corrupt gzip: test"
+    )
+    caplog.clear()
+    (again,) = make_runner(store, tmp_path, one_row_each).ingest(["k1"])  # before it reopens
+    assert (again.outcome, again.message) == (
+        UNREADABLE,
+        f"CLOSED after 1 failed reads; reopens at {iso_utc(retry_at)}",
     )

@@ -7,17 +7,20 @@ Time is a `FakeClock` shared by the store and the test, so expiry needs no sleep
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 from resources.coordination import metrics as m
+from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.errors import (
     PartitionNotFoundError,
     PartitionNotOwnedError,
     PartitionUnavailableError,
 )
-from resources.coordination.items import PartitionStatus
+from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.status import CLOSED_SHOWN, status_json, status_text
 from tests.support.fakes import FakeClock, StoreFactory
 from tests.support.ttl_sweep import sweep_expired
 
@@ -115,7 +118,7 @@ def test_acquire_next_order(store: LeaseStore, clock: FakeClock) -> None:
     clock.advance(1)
     store.create_partitions(s, ["closed", "expired", "live"])
     closed = store.acquire(s, "closed", "w", T)
-    store.close(closed.token, reopen_after_s=30, max_closed_count=3)
+    store.close(closed.token, ReopenBackoff.fixed(30), max_closed_count=3)
     store.acquire(s, "expired", "w", 10)
     store.acquire(s, "live", "w", 3600)
     clock.advance(5)
@@ -170,7 +173,7 @@ def test_every_owner_write_is_fenced_by_epoch(
     successor = store.acquire(s, "a", "w2", T)
     writes = {
         "renew": lambda t: store.renew(t, T, progress_state='{"zombie": true}'),
-        "close": lambda t: store.close(t, 10, 3),
+        "close": lambda t: store.close(t, ReopenBackoff.fixed(10), 3),
         "give_up": lambda t: store.give_up(t),
         "complete": lambda t: store.complete(t),
     }
@@ -192,7 +195,7 @@ def test_close_reopen_and_dead_letter(store: LeaseStore, clock: FakeClock) -> No
     store.create_partitions(s, ["a"])
     for n in (1, 2):
         item = store.acquire(s, "a", f"w{n}", T)
-        closed = store.close(item.token, reopen_after_s=100, max_closed_count=2, reason="404")
+        closed = store.close(item.token, ReopenBackoff.fixed(100), max_closed_count=2, reason="404")
         assert closed.status is PartitionStatus.CLOSED and closed.owner is None
         assert closed.closed_count == n
         assert closed.reopen_at_ms == store.now_ms() + 100_000
@@ -201,7 +204,7 @@ def test_close_reopen_and_dead_letter(store: LeaseStore, clock: FakeClock) -> No
         assert store.acquire_next(s, "other", T) is None
         clock.advance(100)
     item = store.acquire(s, "a", "w3", T)
-    dead = store.close(item.token, reopen_after_s=100, max_closed_count=2, reason="404 again")
+    dead = store.close(item.token, ReopenBackoff.fixed(100), max_closed_count=2, reason="404 again")
     assert dead.status is PartitionStatus.COMPLETED
     assert dead.dead_letter_reason == "404 again" and dead.closed_count == 3
     clock.advance(10_000)
@@ -209,6 +212,38 @@ def test_close_reopen_and_dead_letter(store: LeaseStore, clock: FakeClock) -> No
     with pytest.raises(PartitionUnavailableError):
         store.acquire(s, "a", "other", T)
     assert store.metrics.pending()[s][m.PARTITIONS_CLOSED] == 3
+
+
+def test_reopen_backs_off_with_closed_count_and_stays_capped(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    """Both backends size `reOpenAt` by the closes so far: 10, 20, then the cap of 35 s; the
+    item reopens exactly then (its GSI priority is that time), not a millisecond earlier."""
+    s = sid(store)
+    store.create_partitions(s, ["a"])
+    backoff = ReopenBackoff(10, 35, draw=lambda: 0.0)  # no jitter: the ceiling itself
+    delays = []
+    for n in range(1, 6):
+        closed = store.close(store.acquire(s, "a", f"w{n}", T).token, backoff, 10)
+        assert (closed.status, closed.closed_count) == (PartitionStatus.CLOSED, n)
+        assert store.get(s, "a") == closed
+        delays.append((closed.reopen_at_ms - store.now_ms()) / 1000)
+        clock.advance(delays[-1] - 0.001)
+        with pytest.raises(PartitionUnavailableError):
+            store.acquire(s, "a", "early", T)
+        clock.advance(0.001)
+    assert delays == [10, 20, 35, 35, 35]
+
+
+def test_reopen_jitter_stays_in_the_upper_half(store: LeaseStore, clock: FakeClock) -> None:
+    s = sid(store)
+    store.create_partitions(s, ["a"])
+    backoff = ReopenBackoff(10, 35, draw=random.Random(5).random)
+    for n, ceiling in enumerate([10, 20, 35, 35], start=1):
+        closed = store.close(store.acquire(s, "a", f"w{n}", T).token, backoff, 10)
+        delay = (closed.reopen_at_ms - store.now_ms()) / 1000
+        assert ceiling / 2 <= delay <= ceiling, (n, delay)
+        clock.advance(delay)
 
 
 def test_give_up_makes_it_available_at_once_with_progress(store: LeaseStore) -> None:
@@ -279,7 +314,7 @@ def test_metrics_flush_and_status(make_store: StoreFactory, settings_for, backen
     one.create_partitions(s, ["a", "b", "c"])
     one.complete(one.acquire(s, "a", "w1", T).token)
     two.acquire(s, "b", "w2", 10)
-    two.close(two.acquire(s, "c", "w2", T).token, 10, 0, reason="unreadable")
+    two.close(two.acquire(s, "c", "w2", T).token, ReopenBackoff.fixed(10), 0, reason="unreadable")
     one.flush_metrics()
     two.flush_metrics()
     two.flush_metrics()  # nothing pending: adds nothing
@@ -297,12 +332,49 @@ def test_metrics_flush_and_status(make_store: StoreFactory, settings_for, backen
     assert summary.metrics == dict(sorted(totals.items()))
 
 
+def test_status_shows_closed_items_with_count_and_reopen_time(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    s = sid(store)
+    keys = [f"k{i:02d}" for i in range(CLOSED_SHOWN + 3)]
+    store.create_partitions(s, keys)
+    for _ in range(2):  # k00: closed twice, reopens first
+        store.close(store.acquire(s, "k00", "w", T).token, ReopenBackoff.fixed(1), 5)
+        clock.advance(1)
+    for i, key in enumerate(keys[1:], start=1):  # then the highest key first
+        store.close(store.acquire(s, key, "w", T).token, ReopenBackoff.fixed(100 - i), 5)
+    clock.advance(90)  # k00 and k10..k22 are due
+    (summary,) = [x for x in store.status() if x.source_identifier == s]
+    assert summary.counts["CLOSED"] == len(keys) and summary.closed_due == 14
+    shown = ["k00", *keys[:0:-1]][:CLOSED_SHOWN]
+    assert [c.partition_key for c in summary.closed] == shown
+    first = summary.closed[0]
+    assert first.closed_count == 2 and first.reopen_at_ms == store.now_ms() - 90_000
+    text = status_text([summary])
+    assert f"{s}: {len(keys)} CLOSED (14 due for a retry run), soonest reopen first:" in text
+    assert (
+        f"{s}: CLOSED 'k00' after 2 failed reads, reopens at {iso_utc(first.reopen_at_ms)}" in text
+    )
+    assert f"{s}: ... and 3 more CLOSED" in text
+    (rendered,) = status_json([summary])
+    assert (rendered["closed"]["count"], rendered["closed"]["due"]) == (len(keys), 14)
+    assert len(rendered["closed"]["soonest"]) == CLOSED_SHOWN
+    assert {
+        k: rendered["closed"]["soonest"][0][k]
+        for k in ("sourcePartitionKey", "closedCount", "reOpenAt")
+    } == {
+        "sourcePartitionKey": "k00",
+        "closedCount": 2,
+        "reOpenAt": iso_utc(first.reopen_at_ms),
+    }
+
+
 def test_due_for_retry_lists_what_attempts_left_behind(store: LeaseStore, clock: FakeClock) -> None:
     s = sid(store)
     store.create_partitions(s, ["new", "expired", "closed", "held", "done", "later"])
     store.acquire(s, "expired", "dead", 10)
-    store.close(store.acquire(s, "closed", "w", T).token, reopen_after_s=20, max_closed_count=3)
-    store.close(store.acquire(s, "later", "w", T).token, reopen_after_s=3600, max_closed_count=3)
+    store.close(store.acquire(s, "closed", "w", T).token, ReopenBackoff.fixed(20), 3)
+    store.close(store.acquire(s, "later", "w", T).token, ReopenBackoff.fixed(3600), 3)
     store.acquire(s, "held", "alive", 3600)
     store.complete(store.acquire(s, "done", "w", T).token)
     assert store.due_for_retry(s, 10) == []

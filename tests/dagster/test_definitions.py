@@ -10,6 +10,7 @@ from pathlib import Path
 from dagster import materialize
 
 from coordination_assets.coordination_status import coordination_status, lease_health
+from resources.coordination.backoff import ReopenBackoff
 from resources.dagster_resources.coordination import CoordinationResource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,9 @@ def test_coordination_status_asset_and_lease_health(tmp_path: Path) -> None:
     store = coordination.store
     sid = coordination.source_identifier("events")
     store.create_partitions(sid, ["a", "b"])
-    store.close(store.acquire(sid, "b", "w", 60).token, 60, 0, reason="unreadable: 404")
+    store.close(
+        store.acquire(sid, "b", "w", 60).token, ReopenBackoff.fixed(60), 0, reason="unreadable: 404"
+    )
     store.flush_metrics()
     result = materialize(
         [coordination_status, lease_health], resources={"coordination": coordination}

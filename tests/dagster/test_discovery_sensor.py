@@ -26,6 +26,7 @@ from coordination_assets.ingestion import (
     main_job_cursor_key,
     partitions_for,
 )
+from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import PartitionStatus
 from resources.dagster_resources.discovery_tick import SensorCursor
 from resources.dagster_resources.runs import (
@@ -181,7 +182,7 @@ def test_work_left_behind_is_requested_at_once_in_one_range(env: PipelineEnv) ->
     run = queue(instance, planned, DagsterRunStatus.STARTED)
     store.acquire(sid, crashed, "dead-run", 0.001)  # its owner died holding the lease
     bad = store.acquire(sid, unreadable, "run", 60)
-    store.close(bad.token, reopen_after_s=0.001, max_closed_count=5, reason="404")
+    store.close(bad.token, ReopenBackoff.fixed(0.001), max_closed_count=5, reason="404")
     store.complete(store.acquire(sid, done, "run", 60).token)
     store.give_up(store.acquire(sid, handed_back, "run", 60).token)
     time.sleep(0.05)

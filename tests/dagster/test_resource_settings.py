@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
-from dagster import EnvVar, build_resources
+from dagster import Definitions, EnvVar, build_resources
 
 from resources.coordination.errors import StoreConfigError
 from resources.dagster_resources.coordination import CoordinationResource
@@ -14,7 +15,10 @@ from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
 from resources.errors import ConfigError
 from resources.settings import field_types
+from tests.support.settings_samples import Variable, documented_variables, sample
 from tests.test_settings import DECLARATIONS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -152,3 +156,32 @@ def test_setup_validates_through_the_declarations(resource, field: str) -> None:
 def test_an_unresolved_resource_says_to_read_the_environment(clicks_streams: Path) -> None:
     with pytest.raises(RuntimeError, match=r"LEASEHOLD_STREAMS.*LakeSettings\.from_env"):
         LakeResource.from_env().streams()
+
+
+@pytest.mark.parametrize("variable", documented_variables(), ids=str)
+def test_the_code_location_loads_with_each_variable_set(
+    variable: Variable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each documented variable alone, set to a valid non-default value: the definitions load
+    and the resource that declares it is bound to it (`EnvVar` for text and integers)."""
+    from coordination_assets.definitions import build_definitions
+
+    for name in [n for n in os.environ if n.startswith("LEASEHOLD_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(ROOT)  # the project's streams.yaml unless LEASEHOLD_STREAMS says else
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path / "data"))
+    raw, value = sample(variable, tmp_path)
+    monkeypatch.setenv(variable.name, raw)
+    defs = build_definitions()
+    Definitions.validate_loadable(defs)
+    (bound,) = [
+        getattr(resource, variable.field)
+        for resource in (defs.resources or {}).values()
+        if variable.declaration in type(resource).declarations
+    ]
+    if hasattr(bound, "env_var_name"):
+        assert bound.env_var_name == variable.name
+    else:
+        assert bound == value
+    streams = ["clicks"] if variable.name == "LEASEHOLD_STREAMS" else ["events"]
+    assert [s.name for s in defs.sensors or []] == [f"{s}_discovery" for s in streams]

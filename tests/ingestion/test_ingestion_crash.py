@@ -16,12 +16,16 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import materialize
 
 from coordination_assets.ingestion import build_ingestion_asset, partitions_for
+from resources.coordination import metrics as m
+from resources.coordination.items import PartitionStatus
 from resources.ingestion.partition_keys import to_partition_key
+from resources.ingestion.runner import chunk_sizes
 from resources.ingestion.sample_data import write_sample_sources
 from resources.stores.settings import StoreSettings
 from tests.support.pipeline_env import STREAM, PipelineEnv, source_ids, write_streams
@@ -32,29 +36,42 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 4.0
 
 
-@pytest.fixture
-def env(backend: str, settings_for, tmp_path: Path, spark) -> PipelineEnv:
+def pipeline(settings: StoreSettings, tmp_path: Path, objects: int) -> PipelineEnv:
+    """`objects` source objects, discovered: lease items and dynamic partitions (`env.keys`,
+    in order; `env.key` the first)."""
     sources = tmp_path / "sources"
-    write_sample_sources(sources, objects=1, records_per_object=300, days=1)
+    write_sample_sources(sources, objects=objects, records_per_object=300 // objects, days=1)
     streams = write_streams(
         tmp_path / "streams.yaml", f"file://{sources}", f"file://{tmp_path / 'lake'}"
     )
-    env = PipelineEnv(tmp_path, settings_for(backend), streams, ownership_timeout_s=TIMEOUT_S)
+    env = PipelineEnv(tmp_path, settings, streams, ownership_timeout_s=TIMEOUT_S)
     store = env.store()
-    (key,) = [p.relative_to(sources).as_posix() for p in sources.rglob("*.jsonl")]
-    store.create_partitions(store.source_identifier(STREAM), [key])
-    env.instance().add_dynamic_partitions(partitions_for(STREAM).name, [to_partition_key(key)])
-    env.key = key  # type: ignore[attr-defined]
+    keys = sorted(p.relative_to(sources).as_posix() for p in sources.rglob("*.jsonl"))
+    store.create_partitions(store.source_identifier(STREAM), keys)
+    env.instance().add_dynamic_partitions(
+        partitions_for(STREAM).name, [to_partition_key(k) for k in keys]
+    )
+    env.keys, env.key = keys, keys[0]  # type: ignore[attr-defined]
     return env
 
 
-def launch(env: PipelineEnv, marker: Path, pause_at: str, pause_s: float) -> subprocess.Popen:
+@pytest.fixture
+def env(backend: str, settings_for, tmp_path: Path, spark) -> PipelineEnv:
+    return pipeline(settings_for(backend), tmp_path, objects=1)
+
+
+def launch(
+    env: PipelineEnv, marker: Path, pause_at: str, pause_s: float, **extra: Any
+) -> subprocess.Popen:
+    """The child (`tests.support.crash_child`); `extra` goes to it as is (a range run,
+    `chunk_size`, `pause_nth`)."""
     args = json.loads(env.args())
     args.update(
         partition_key=to_partition_key(env.key),  # type: ignore[attr-defined]
         pause_at=pause_at,
         pause_s=pause_s,
         marker=str(marker),
+        **extra,
     )
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.crash_child", json.dumps(args)],
@@ -137,6 +154,34 @@ def test_kill_after_commit_before_dagster_success(env: PipelineEnv, children, tm
     assert metadata["already_complete"] is True and metadata["outcome"] == "already_complete"
     assert "nothing to do" in metadata["message"]
     assert_exactly_once(env)
+
+
+def test_a_killed_run_loses_the_metrics_of_the_chunk_in_flight_only(
+    backend: str, settings_for, tmp_path: Path, spark, children
+) -> None:
+    """The runner flushes the lease metrics after each chunk's commits (`_commit_chunk`), so
+    after a SIGKILL the stored `partitionsCompleted` is short of the COMPLETED items by at most
+    the commits of the chunk in flight (at most `chunk_size`). Here chunks of 2, 2 and 1, killed
+    at the 4th commit: the second chunk is committed but not yet counted, exactly 2 short."""
+    env = pipeline(settings_for(backend), tmp_path, objects=5)
+    keys = [to_partition_key(k) for k in env.keys]  # type: ignore[attr-defined]
+    assert chunk_sizes(len(keys), 2) == [2, 2, 1]
+    marker = tmp_path / "committed"
+    child = launch(
+        env, marker, "committed", 600, partition_range=[keys[0], keys[-1]], chunk_size=2,
+        pause_nth=4,
+    )  # fmt: skip
+    children.append(child)
+    wait_for(marker, child)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(30)
+    store = env.store()
+    sid = store.source_identifier(STREAM)
+    completed = [i for i in store.iter_items(sid) if i.status is PartitionStatus.COMPLETED]
+    counted = store.read_metrics().get(sid, {}).get(m.PARTITIONS_COMPLETED, 0)
+    assert len(completed) == 4
+    assert counted == len(completed) - 2  # the first chunk's, flushed before the second's
+    store.close_store()
 
 
 def test_zombie_commit_is_refused(env: PipelineEnv, children, tmp_path) -> None:

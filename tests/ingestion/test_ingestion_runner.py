@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from resources.coordination import metrics as m
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
@@ -125,6 +126,20 @@ def test_a_caller_that_stops_early_leaves_no_lease_held(store: LeaseStore, tmp_p
     }
     assert len(store.ledger_objects(STREAM)) == 2
     assert not any((tmp_path / "work").iterdir())
+
+
+def test_each_chunks_metrics_are_stored_before_its_outcomes_reach_the_caller(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """A run killed while its caller handles a chunk (Dagster records it) has lost no count
+    of that chunk or an earlier one."""
+    keys = [f"k{i}" for i in range(5)]  # chunks of 2, 2, 1
+    sid = create(store, keys)
+    stored = [
+        store.read_metrics()[sid][m.PARTITIONS_COMPLETED]
+        for _ in make_runner(store, tmp_path, one_row_each).ingest(keys)
+    ]
+    assert stored == [2, 2, 4, 4, 5]
 
 
 def failing_read(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]

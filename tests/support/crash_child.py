@@ -5,6 +5,10 @@ not yet told) makes the runner write `<marker>` and sleep there (until `pause_s`
 test creates `<marker>.release`), so the test can SIGKILL or SIGSTOP the process at exactly
 that moment, or let it go on once another process has done its part. The run's outcome goes
 to `<marker>.result`.
+
+Optional: `partition_range` ([first, last]) runs a range instead of `partition_key`,
+`chunk_size` sets the runner's chunks, and `pause_nth` pauses at that occurrence of the step
+(the n-th partition to reach it) rather than the first.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tests.support.pipeline_env import STREAM, PipelineEnv
 class PausingLake(LakeResource):
     pause_at: str = ""
     pause_s: float = 0.0
+    pause_nth: int = 1
     marker: str = ""
 
     def ingestion_runner(
@@ -39,8 +44,12 @@ class PausingLake(LakeResource):
         owner: str,
         on_step: Callable[[str, str], None] | None = None,
     ) -> IngestionRunner:
+        reached: list[str] = []
+
         def pause(step: str, key: str) -> None:
             if step == self.pause_at:
+                reached.append(key)
+            if step == self.pause_at and len(reached) == self.pause_nth:
                 Path(self.marker).write_text(f"{step} {key}")
                 release = Path(self.marker + ".release")
                 deadline = time.monotonic() + self.pause_s
@@ -65,14 +74,26 @@ def main() -> None:
         work_dir=args["work_dir"],
         pause_at=args["pause_at"],
         pause_s=args["pause_s"],
+        pause_nth=args.get("pause_nth", 1),
         marker=args["marker"],
+        chunk_size=args.get("chunk_size", LakeResource.model_fields["chunk_size"].default),
     )
+    if "partition_range" in args:
+        first, last = args["partition_range"]
+        which = {
+            "tags": {
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+            }
+        }
+    else:
+        which = {"partition_key": args["partition_key"]}
     result = materialize(
         [build_ingestion_asset(STREAM)],
         instance=env.instance(),
         resources={"coordination": env.coordination(), "lake": lake, "spark": SparkResource()},
-        partition_key=args["partition_key"],
         raise_on_error=False,
+        **which,
     )
     failures = [
         e.step_failure_data.error.message
