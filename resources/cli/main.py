@@ -93,7 +93,32 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
     reports = run_main_job(sorted(streams), default_data_dir() / "dagster_home")
     print_status(settings)
+    print_held_elsewhere(settings, sorted(streams))
     return run_outcome(reports)
+
+
+def print_held_elsewhere(settings: StoreSettings, streams: Sequence[str]) -> None:
+    """Partitions still ASSIGNED after this run's work: another owner holds them — a run going
+    on elsewhere, or a killed run whose leases have not expired yet. Say when they are free."""
+    from resources.coordination.items import PartitionStatus, iso_utc
+
+    store = open_existing_store(settings)
+    try:
+        for stream in streams:
+            held = [
+                item
+                for item in store.iter_items(store.source_identifier(stream))
+                if item.status is PartitionStatus.ASSIGNED
+            ]
+            if held:
+                free_by = max(i.ownership_timeout_ms or 0 for i in held)
+                print(
+                    f"{stream}: {len(held)} partitions are held by other owners' leases (a run "
+                    f"elsewhere, or a killed run's: those expire by {iso_utc(free_by)}; the next "
+                    "run after that retries them)"
+                )
+    finally:
+        store.close_store()
 
 
 def run_outcome(reports: Sequence[MainJobReport]) -> int:

@@ -184,4 +184,7 @@ def test_the_code_location_loads_with_each_variable_set(
     else:
         assert bound == value
     streams = ["clicks"] if variable.name == "LEASEHOLD_STREAMS" else ["events"]
-    assert [s.name for s in defs.sensors or []] == [f"{s}_discovery" for s in streams]
+    assert [s.name for s in defs.sensors or []] == [
+        *(f"{s}_discovery" for s in streams),
+        *(f"{s}_checks" for s in streams),
+    ]
