@@ -8,7 +8,9 @@ The store is the truth; a tick brings Dagster up to it (ARCHITECTURE §8):
 3. work left behind — ASSIGNED leases whose owner stopped renewing (one lease timeout after its
    last renewal), CLOSED items whose reopen time passed, UNASSIGNED items that no run in flight
    covers (handed back by a stopping run, or their run failed or was canceled before taking
-   them) — is requested at once, in as few range runs as the run size allows;
+   them) — is requested at once, in as few range runs as the run size allows, unless a run
+   already going will take it: one whose range covers it and that was created after it became
+   free (a run takes each chunk's leases only when it gets there);
 4. partitions COMPLETED in the store that Dagster has no materialization for (their run was
    canceled or killed after the commit, before Dagster recorded it) get one, carrying the
    commit's counts, without a run — looked for when a run ended badly and after each
@@ -33,7 +35,7 @@ from dagster import (
     SkipReason,
 )
 
-from resources.coordination.items import PartitionStatus, to_millis
+from resources.coordination.items import LeaseItem, PartitionStatus, to_millis
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.coordination import CoordinationResource
@@ -105,20 +107,43 @@ class Coverage:
     position: dict[str, int]
     pending: set[int]
     """Covered by a run not started yet: it will take them."""
-    started: set[int]
-    """Covered by a started run: it will take those still UNASSIGNED."""
+    started: dict[int, int]
+    """Covered by a started run -> the newest such run's creation (epoch ms). It will take
+    those still UNASSIGNED, and those that became available (lease expired, CLOSED item
+    reopened) before it was created — it takes each chunk's leases only when it gets there."""
 
     @classmethod
     def of(cls, instance: DagsterInstance, partitions_name: str, stream: str) -> Coverage:
         order = list(instance.get_dynamic_partitions(partitions_name))
         position = {k: i for i, k in enumerate(order)}
         pending: set[int] = set()
-        started: set[int] = set()
+        started: dict[int, int] = {}
         for span in in_flight_spans(instance, stream):
             first, last = position.get(span.first), position.get(span.last)
-            if first is not None and last is not None:
-                (started if span.started else pending).update(range(first, last + 1))
+            if first is None or last is None:
+                continue
+            if not span.started:
+                pending.update(range(first, last + 1))
+                continue
+            for p in range(first, last + 1):
+                started[p] = max(started.get(p, 0), span.created_ms)
         return cls(order, position, pending, started)
+
+    def taken_by_a_started_run(self, p: int, item: LeaseItem) -> bool:
+        """Whether a started run covering position `p` will take `item` (due for retry)."""
+        created_ms = self.started.get(p)
+        if created_ms is None:
+            return False
+        if item.status is PartitionStatus.UNASSIGNED:
+            return True
+        # A lease that expired (or a CLOSED item that reopened) after the run was created
+        # may be the run's own, one it stopped renewing: that is asked for again.
+        available_ms = (
+            item.ownership_timeout_ms
+            if item.status is PartitionStatus.ASSIGNED
+            else item.reopen_at_ms
+        )
+        return available_ms is not None and available_ms < created_ms
 
 
 class DiscoveryTick:
@@ -223,7 +248,7 @@ class DiscoveryTick:
             p = coverage.position.get(pk)
             if p is None or p in coverage.pending:
                 continue  # not a partition yet (discovery adds it), or a queued run takes it
-            if item.status is PartitionStatus.UNASSIGNED and p in coverage.started:
+            if coverage.taken_by_a_started_run(p, item):
                 continue  # a started run will reach it
             due.append(pk)
             fingerprint.append(f"{pk}:{item.status.value}:{item.epoch}:{item.closed_count}")

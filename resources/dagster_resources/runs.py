@@ -113,14 +113,22 @@ class RunSpan:
     first: str
     last: str
     started: bool
+    created_ms: int
+    """When the run was created: it holds no lease taken before, so a lease that expired
+    before then is someone else's, and the run will take it when it gets there."""
 
 
 def in_flight_spans(instance: DagsterInstance, stream: str) -> list[RunSpan]:
     spans = []
-    for run in _runs(instance, stream, IN_FLIGHT):
+    records = instance.get_run_records(
+        RunsFilter(tags={STREAM_TAG: stream}, statuses=list(IN_FLIGHT))
+    )
+    for record in records:
+        run = record.dagster_run
         span = span_of(run)
         if span is not None:
-            spans.append(RunSpan(span[0], span[1], run.status not in NOT_STARTED))
+            created_ms = int(record.create_timestamp.timestamp() * 1000)
+            spans.append(RunSpan(span[0], span[1], run.status not in NOT_STARTED, created_ms))
     return spans
 
 

@@ -243,6 +243,45 @@ def test_a_dead_runs_partitions_are_retried_and_it_is_marked_failed(env: Pipelin
     assert retry.tags[EXPECTED_COUNT] == "3"
 
 
+def test_a_started_retry_run_is_not_doubled_before_it_takes_the_expired_leases(
+    env: PipelineEnv,
+) -> None:
+    """A retry run of expired leases takes them only when its chunk comes up — after its
+    Spark session starts, or after earlier chunks. A tick in between must not request the
+    same partitions again: that second run only finds them held and fails (seen with the real
+    daemon, tests/dagster/test_daemon_recovery.py). A lease that expired before the run was
+    created can't be that run's own, so the run will take it."""
+    # The same work is asked for again under a new run key once per lease timeout: short,
+    # so that a second request would be a second run, not one the daemon drops as a repeat.
+    env.ownership_timeout_s = 0.2
+    write_sample_sources(env.root / "sources", objects=3, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)
+    (planned,) = first.run_requests
+    store = env.store()
+    sid = store.source_identifier(STREAM)
+    dead = queue(instance, planned, DagsterRunStatus.STARTED)
+    for item in list(store.iter_items(sid)):
+        store.acquire(sid, item.partition_key, "dead-run", 0.001)  # died holding them
+    time.sleep(0.05)
+    instance.report_run_failed(dead)
+    (retry,) = tick(env, instance, resources, first.cursor).run_requests
+    assert retry.tags[RETRY_TAG] == "true" and retry.tags[EXPECTED_COUNT] == "3"
+    started = queue(instance, retry, DagsterRunStatus.STARTED)  # not at those chunks yet
+    time.sleep(env.ownership_timeout_s)
+    assert not tick(env, instance, resources, first.cursor).run_requests
+    # A lease that expires after the run was created may be the run's own (it stopped
+    # renewing): that one is asked for again.
+    (late_key, *_) = [i.partition_key for i in store.iter_items(sid)]
+    stale = store.acquire(sid, late_key, "the-run-itself", 0.001)
+    assert stale.epoch > 1
+    time.sleep(0.05)
+    (again,) = tick(env, instance, resources, first.cursor).run_requests
+    assert from_partition_key(again.tags[RANGE_START]) == late_key
+    assert again.tags[EXPECTED_COUNT] == "1"
+    assert instance.get_run_by_id(started.run_id).status is DagsterRunStatus.STARTED
+
+
 def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> None:
     """A run canceled after the store committed some partitions, before Dagster recorded
     them: the next tick records them, with the commit's counts, exactly once."""

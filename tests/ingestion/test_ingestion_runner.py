@@ -161,7 +161,7 @@ def failing_write(files: dict[str, Path], staging: Path, attempt: str):  # type:
     ("read_batch", "error"), [(failing_read, "executor lost"), (failing_write, "disk full")]
 )
 def test_a_failed_chunk_is_released_and_reaches_the_caller(
-    store: LeaseStore, tmp_path: Path, read_batch, error: str
+    store: LeaseStore, tmp_path: Path, read_batch, error: str, caplog: pytest.LogCaptureFixture
 ) -> None:  # type: ignore[no-untyped-def]
     keys = [f"k{i}" for i in range(4)]
     sid = create(store, keys)
@@ -178,6 +178,40 @@ def test_a_failed_chunk_is_released_and_reaches_the_caller(
     assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
     assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
     assert not any((tmp_path / "work").iterdir())
+    assert "could not hand back" not in caplog.text  # they were
+
+
+def test_a_read_ahead_that_fails_after_the_caller_stopped_is_handed_back(
+    store: LeaseStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A canceled Dagster run stops the caller and its SparkSession at once: the chunk read
+    ahead fails under it. `_read_chunk` hands that chunk's leases back as it fails, so the
+    partitions are retried at the next tick — a warning that they wait for their ownership
+    timeout would send an operator looking for a delay that does not happen."""
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+    read_ahead_started, stop_spark = threading.Event(), threading.Event()
+
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in files:
+            read_ahead_started.set()
+            assert stop_spark.wait(timeout=30)
+            raise RuntimeError("Job 1 cancelled because SparkContext was shut down")
+        return one_row_each(files, staging, attempt)
+
+    outcomes = make_runner(store, tmp_path, read_batch).ingest(keys)
+    assert next(outcomes).outcome == COMMITTED
+    assert read_ahead_started.wait(timeout=30)
+    stop_spark.set()
+    outcomes.close()
+
+    assert [store.get(sid, k).status for k in keys] == [
+        PartitionStatus.COMPLETED,
+        PartitionStatus.COMPLETED,
+        PartitionStatus.UNASSIGNED,
+        PartitionStatus.UNASSIGNED,
+    ]
+    assert "could not hand back" not in caplog.text
 
 
 @pytest.mark.parametrize(
