@@ -21,15 +21,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
-import sys
 import time
-import uuid
 import warnings
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -41,17 +38,12 @@ from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.partition_keys import to_partition_key
 from resources.ingestion.runner import quarantine_table
-from resources.ingestion.sample_data import write_sample_sources
 from resources.objects.base import object_store_for
-from resources.stores import build_store
-from resources.stores.settings import StoreSettings
 from resources.streams import load_streams
-from tests.support.aws_server import AWS_TEST_ENV
-from tests.support.pipeline_env import STREAM, source_ids, write_streams
+from tests.support.cli_project import CliProject, cli_project, kill_group
+from tests.support.pipeline_env import STREAM, source_ids
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Per backend, so a run commits many times and five kills, each letting at most a second or
 # so of commits through, all land while there is work left; yet the convergence run, which
@@ -68,7 +60,6 @@ LEASE_TIMEOUT_S = 5.0
 KILLS = 5
 MAX_CHAOS_INVOCATIONS = 12
 CONVERGENCE_INVOCATIONS = 2
-INVOCATION_TIMEOUT_S = 180.0
 POLL_S = 0.2
 
 
@@ -104,114 +95,21 @@ class Kill:
         )
 
 
-@dataclass
-class Project:
-    """A tmp project directory and the environment `leasehold` runs in there."""
-
-    root: Path
-    settings: StoreSettings
-    env: dict[str, str]
-    invocations: int = 0
-    logs: list[Path] = field(default_factory=list)
-    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def sources(self) -> Path:
-        return self.root / "sources"
-
-    @property
-    def streams_path(self) -> Path:
-        return self.root / "streams.yaml"
-
-    @property
-    def dagster_home(self) -> Path:
-        return self.root / "dagster_home"
-
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        """`leasehold <args>` in its own process group (its Spark JVM with it), output to a log
-        file per invocation."""
-        self.invocations += 1
-        log = self.root / "logs" / f"{self.invocations:02d}-{'-'.join(args)}.log"
-        log.parent.mkdir(exist_ok=True)
-        self.logs.append(log)
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "resources.cli.main", *args],
-                cwd=self.root,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.children.append(proc)
-        return proc
-
-    def run(self, *args: str) -> tuple[int, str]:
-        proc = self.start(*args)
-        code = proc.wait(INVOCATION_TIMEOUT_S)
-        return code, self.logs[-1].read_text(errors="replace")
-
-    def store(self) -> LeaseStore:
-        return build_store(self.settings)
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.logs[-1].read_text(errors="replace").splitlines() if self.logs else []
-        return "\n".join(text[-lines:])
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process, then whatever it started that is still there (its Spark JVM exits
-    by itself once its parent's pipe closes, but not always before the next run starts)."""
-    proc.kill()
-    proc.wait(30)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 @pytest.fixture
-def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Project]:
-    root = tmp_path / "project"
-    root.mkdir()
-    write_sample_sources(
-        root / "sources",
+def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[CliProject]:
+    endpoint = request.getfixturevalue("aws_server").endpoint_url if backend == "dynamodb" else None
+    proj = cli_project(
+        tmp_path / "project",
+        backend,
         objects=OBJECTS[backend],
         records_per_object=RECORDS_PER_OBJECT,
-        days=3,
         malformed_every=MALFORMED_EVERY,
+        chunk_size=CHUNK_SIZE[backend],
+        lease_timeout_s=LEASE_TIMEOUT_S,
+        dynamodb_endpoint_url=endpoint,
     )
-    write_streams(root / "streams.yaml", f"file://{root / 'sources'}", f"file://{root / 'lake'}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DAGSTER_"))}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        SPARK_LOCAL_IP="127.0.0.1",
-        DAGSTER_HOME=str(root / "dagster_home"),
-        LEASEHOLD_DATA_DIR=str(root / "data"),
-        LEASEHOLD_STREAMS=str(root / "streams.yaml"),
-        LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS=str(LEASE_TIMEOUT_S),
-        LEASEHOLD_CHUNK_SIZE=str(CHUNK_SIZE[backend]),
-    )
-    if backend == "sqlite":
-        # The command finds its file under LEASEHOLD_DATA_DIR; the test watches the same one.
-        settings = StoreSettings(backend="sqlite", sqlite_path=str(root / "data" / "leasehold.db"))
-    else:
-        server = request.getfixturevalue("aws_server")
-        table = f"leasehold-chaos-{uuid.uuid4().hex[:12]}"
-        settings = StoreSettings(
-            backend="dynamodb", table_name=table, endpoint_url=server.endpoint_url
-        )
-        env.update(
-            AWS_TEST_ENV,
-            LEASEHOLD_STORE_BACKEND="dynamodb",
-            LEASEHOLD_DYNAMODB_ENDPOINT_URL=server.endpoint_url,
-            LEASEHOLD_DYNAMODB_TABLE=table,
-        )
-    proj = Project(root, settings, env)
     yield proj
-    for proc in proj.children:
-        if proc.poll() is None:
-            kill_group(proc)
+    proj.stop_children()
 
 
 def progress(store: LeaseStore) -> Progress:
@@ -222,7 +120,7 @@ def progress(store: LeaseStore) -> Progress:
     )
 
 
-def chaos(project: Project, rng: random.Random) -> list[Kill]:
+def chaos(project: CliProject, rng: random.Random) -> list[Kill]:
     """Start `leasehold run` again and again, each right after the last was killed; kill each
     a random moment after the store shows it ingesting. Half the kills wait for its first
     acquisition (they land while it reads, often before Spark is up), half for its first
@@ -294,7 +192,7 @@ def converged(store: LeaseStore, keys: set[str]) -> tuple[bool, str]:
     return done, f"{len(missing)} source objects without an item; items by status {dict(counts)}"
 
 
-def test_leasehold_run_converges_after_random_kills(project: Project) -> None:
+def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None:
     seed = int(os.environ.get("LEASEHOLD_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
     print(f"chaos seed: {seed} (LEASEHOLD_CHAOS_SEED={seed} replays it)", flush=True)
     started = time.monotonic()
