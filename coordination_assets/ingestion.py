@@ -36,7 +36,7 @@ from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.discovery_tick import DiscoveryTick
 from resources.dagster_resources.lake import LakeResource
-from resources.dagster_resources.runs import EXPECTED_COUNT, ended_since
+from resources.dagster_resources.runs import CHECKS_TAG, EXPECTED_COUNT, ended_since
 from resources.dagster_resources.spark import SparkResource
 from resources.ingestion.checks import find_duplicate_ids, reconcile_rows
 from resources.ingestion.partition_keys import from_partition_key
@@ -206,9 +206,6 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
         )
 
     return [rows_reconcile, unique_record_ids, lease_health]
-
-
-CHECKS_TAG = "leasehold/checks"
 
 
 def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> SensorDefinition:

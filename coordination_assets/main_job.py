@@ -33,7 +33,14 @@ from coordination_assets.ingestion import (
     partitions_for,
 )
 from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
-from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
+from resources.dagster_resources.runs import (
+    CHECKS_TAG,
+    EXPECTED_COUNT,
+    PROCESS_TAG,
+    RANGE_START,
+    RETRY_TAG,
+    process_identity,
+)
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -133,10 +140,18 @@ def run_stream(
         selection=AssetSelection.checks(*checks),
         raise_on_error=False,
         run_config=QUIET,
+        tags={CHECKS_TAG: stream, **in_this_process()},
     )
     for evaluation in check_run.get_asset_check_evaluations():
         report.checks[evaluation.check_name] = evaluation.passed
     return report
+
+
+def in_this_process() -> dict[str, str]:
+    """The tag naming this process, for a run created here to execute here: set from the run's
+    creation, so a tick can tell the run is dead if this process is killed at any moment after
+    it, even before the run starts (`runs.fail_dead_runs`)."""
+    return {PROCESS_TAG: process_identity()}
 
 
 def _execute(
@@ -157,7 +172,7 @@ def _execute(
         [asset_def],
         instance=instance,
         resources=resources,
-        tags=run.tags,
+        tags={**run.tags, **in_this_process()},
         partition_key=run.partition_key,
         raise_on_error=False,
         run_config=QUIET,
