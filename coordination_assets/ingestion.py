@@ -87,7 +87,7 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                 "requests them again"
             )
         runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
-        failed: list[str] = []
+        failed: dict[str, str] = {}  # partition key -> failure line
         recorded: set[str] | None = None
         by_source = {from_partition_key(k): k for k in keys}
         for outcome in runner.ingest(list(by_source)):
@@ -104,20 +104,27 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                     asset_key=context.asset_key, partition=key, metadata=outcome.metadata()
                 )
             else:
-                failed.append(failure_line(key, outcome))
-                context.log.error(failed[-1])
+                failed[key] = failure_line(key, outcome)
+                context.log.error(failed[key])
         flush_or_keep(coordination.store)
         if failed:
+            lines = list(failed.values())
             raise Failure(
                 f"{len(failed)} of {len(keys)} source partitions not ingested:\n"
-                + "\n".join(failed[:20]),
-                metadata={FAILED_PARTITIONS: MetadataValue.json(failed[:1000])},
+                + "\n".join(lines[:20]),
+                metadata={
+                    FAILED_PARTITIONS: MetadataValue.json(lines[:1000]),
+                    FAILED_KEYS: MetadataValue.json(list(failed)[:1000]),
+                },
             )
 
     return ingested
 
 
 FAILED_PARTITIONS = "failed_partitions"
+# Their partition keys, in the same order: a failure line starts with its key, but a key may
+# itself contain ": ", so `leasehold run` matches a later success by these.
+FAILED_KEYS = "failed_partition_keys"
 
 # When a partition that failed in a run is tried again; an unreadable object's message says
 # when its CLOSED item reopens.

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import (
+    AssetMaterialization,
     AssetsDefinition,
     AssetSelection,
     DagsterInstance,
@@ -25,6 +26,7 @@ from dagster import (
 
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import (
+    FAILED_KEYS,
     FAILED_PARTITIONS,
     build_discovery_sensor,
     build_ingestion_asset,
@@ -57,11 +59,18 @@ class MainJobReport:
     rows: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("rows_read", "rows_written", "rows_quarantined"), 0)
     )
-    failed_partitions: list[str] = field(default_factory=list)
-    """One line per source partition not ingested: key, reason, when it is retried."""
+    not_ingested: dict[str, str] = field(default_factory=dict)
+    """Partition key -> its latest failure line (key, reason, when it is retried). A later run
+    of the same invocation that ingests the partition (a retry of work a failed run left
+    behind) takes it out: what is reported is what was still not ingested at the end."""
     crashed_runs: list[str] = field(default_factory=list)
     """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def failed_partitions(self) -> list[str]:
+        """One line per source partition not ingested: key, reason, when it is retried."""
+        return list(self.not_ingested.values())
 
     def describe(self) -> str:
         checks = ", ".join(f"{k}={'pass' if v else 'FAIL'}" for k, v in self.checks.items())
@@ -76,16 +85,18 @@ class MainJobReport:
         )
 
 
-def _failures(result: ExecuteInProcessResult) -> tuple[list[str], list[str]]:
-    """(failed partition lines, other errors) of a failed run."""
-    partitions: list[str] = []
+def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:
+    """(failure line per partition key, other errors) of a failed run."""
+    partitions: dict[str, str] = {}
     errors: list[str] = []
     for event in result.all_events:
         if event.is_step_failure:
             data = event.step_failure_data
             user = data.user_failure_data
             if user is not None and FAILED_PARTITIONS in user.metadata:
-                partitions += list(user.metadata[FAILED_PARTITIONS].value)  # type: ignore[arg-type]
+                lines = user.metadata[FAILED_PARTITIONS].value
+                keys = user.metadata[FAILED_KEYS].value
+                partitions.update(zip(keys, lines, strict=True))
             else:
                 errors.append(data.error.message.strip() if data.error else str(event.message))
         elif event.is_run_failure and not (partitions or errors):
@@ -125,6 +136,8 @@ def run_stream(
         for event in result.asset_events or []:
             instance.report_runless_asset_event(event)
             report.recorded += 1
+            if isinstance(event, AssetMaterialization) and event.partition is not None:
+                report.not_ingested.pop(event.partition, None)
         cursor = result.cursor
         instance.run_storage.set_cursor_values({state_key: cursor or ""})
         runs = [r for r in result.run_requests or [] if r.run_key not in executed]
@@ -179,6 +192,8 @@ def _execute(
     )
     for event in outcome.get_asset_materialization_events():
         report.materialized += 1
+        if event.partition is not None:
+            report.not_ingested.pop(event.partition, None)
         metadata = event.materialization.metadata
         for name in report.rows:
             report.rows[name] += int(metadata[name].value)  # type: ignore[arg-type]
@@ -188,7 +203,7 @@ def _execute(
         log(f"{what}: ok")
         return
     partitions, errors = _failures(outcome)
-    report.failed_partitions += partitions
+    report.not_ingested.update(partitions)
     report.crashed_runs += errors
     log(f"{what}: {len(partitions)} partitions failed" + (f"; {errors[0]}" if errors else ""))
 
