@@ -36,7 +36,7 @@ from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.discovery_tick import DiscoveryTick
 from resources.dagster_resources.lake import LakeResource
-from resources.dagster_resources.runs import EXPECTED_COUNT, ended_since
+from resources.dagster_resources.runs import CHECKS_TAG, EXPECTED_COUNT, ended_since
 from resources.dagster_resources.spark import SparkResource
 from resources.ingestion import check_suite as suite
 from resources.ingestion.check_suite import CheckOutcome
@@ -88,7 +88,7 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                 "requests them again"
             )
         runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
-        failed: list[str] = []
+        failed: dict[str, str] = {}  # partition key -> failure line
         recorded: set[str] | None = None
         by_source = {from_partition_key(k): k for k in keys}
         for outcome in runner.ingest(list(by_source)):
@@ -105,20 +105,27 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                     asset_key=context.asset_key, partition=key, metadata=outcome.metadata()
                 )
             else:
-                failed.append(failure_line(key, outcome))
-                context.log.error(failed[-1])
+                failed[key] = failure_line(key, outcome)
+                context.log.error(failed[key])
         flush_or_keep(coordination.store)
         if failed:
+            lines = list(failed.values())
             raise Failure(
                 f"{len(failed)} of {len(keys)} source partitions not ingested:\n"
-                + "\n".join(failed[:20]),
-                metadata={FAILED_PARTITIONS: MetadataValue.json(failed[:1000])},
+                + "\n".join(lines[:20]),
+                metadata={
+                    FAILED_PARTITIONS: MetadataValue.json(lines[:1000]),
+                    FAILED_KEYS: MetadataValue.json(list(failed)[:1000]),
+                },
             )
 
     return ingested
 
 
 FAILED_PARTITIONS = "failed_partitions"
+# Their partition keys, in the same order: a failure line starts with its key, but a key may
+# itself contain ": ", so `leasehold run` matches a later success by these.
+FAILED_KEYS = "failed_partition_keys"
 
 # When a partition that failed in a run is tried again, where the runner's message does not
 # say (an unreadable object's says when its CLOSED item reopens).
@@ -198,9 +205,6 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
         return check
 
     return [build(name, description) for name, description in suite.CHECKS.items()]
-
-
-CHECKS_TAG = "leasehold/checks"
 
 
 def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> SensorDefinition:

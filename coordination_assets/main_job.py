@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import (
+    AssetMaterialization,
     AssetsDefinition,
     AssetSelection,
     DagsterInstance,
@@ -25,6 +26,7 @@ from dagster import (
 
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import (
+    FAILED_KEYS,
     FAILED_PARTITIONS,
     build_discovery_sensor,
     build_ingestion_asset,
@@ -33,7 +35,14 @@ from coordination_assets.ingestion import (
     partitions_for,
 )
 from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
-from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
+from resources.dagster_resources.runs import (
+    CHECKS_TAG,
+    EXPECTED_COUNT,
+    PROCESS_TAG,
+    RANGE_START,
+    RETRY_TAG,
+    process_identity,
+)
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -50,11 +59,18 @@ class MainJobReport:
     rows: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("rows_read", "rows_written", "rows_quarantined"), 0)
     )
-    failed_partitions: list[str] = field(default_factory=list)
-    """One line per source partition not ingested: key, reason, when it is retried."""
+    not_ingested: dict[str, str] = field(default_factory=dict)
+    """Partition key -> its latest failure line (key, reason, when it is retried). A later run
+    of the same invocation that ingests the partition (a retry of work a failed run left
+    behind) takes it out: what is reported is what was still not ingested at the end."""
     crashed_runs: list[str] = field(default_factory=list)
     """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def failed_partitions(self) -> list[str]:
+        """One line per source partition not ingested: key, reason, when it is retried."""
+        return list(self.not_ingested.values())
 
     def describe(self) -> str:
         checks = ", ".join(f"{k}={'pass' if v else 'FAIL'}" for k, v in self.checks.items())
@@ -69,16 +85,18 @@ class MainJobReport:
         )
 
 
-def _failures(result: ExecuteInProcessResult) -> tuple[list[str], list[str]]:
-    """(failed partition lines, other errors) of a failed run."""
-    partitions: list[str] = []
+def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:
+    """(failure line per partition key, other errors) of a failed run."""
+    partitions: dict[str, str] = {}
     errors: list[str] = []
     for event in result.all_events:
         if event.is_step_failure:
             data = event.step_failure_data
             user = data.user_failure_data
             if user is not None and FAILED_PARTITIONS in user.metadata:
-                partitions += list(user.metadata[FAILED_PARTITIONS].value)  # type: ignore[arg-type]
+                lines = user.metadata[FAILED_PARTITIONS].value
+                keys = user.metadata[FAILED_KEYS].value
+                partitions.update(zip(keys, lines, strict=True))
             else:
                 errors.append(data.error.message.strip() if data.error else str(event.message))
         elif event.is_run_failure and not (partitions or errors):
@@ -118,6 +136,8 @@ def run_stream(
         for event in result.asset_events or []:
             instance.report_runless_asset_event(event)
             report.recorded += 1
+            if isinstance(event, AssetMaterialization) and event.partition is not None:
+                report.not_ingested.pop(event.partition, None)
         cursor = result.cursor
         instance.run_storage.set_cursor_values({state_key: cursor or ""})
         runs = [r for r in result.run_requests or [] if r.run_key not in executed]
@@ -133,10 +153,18 @@ def run_stream(
         selection=AssetSelection.checks(*checks),
         raise_on_error=False,
         run_config=QUIET,
+        tags={CHECKS_TAG: stream, **in_this_process()},
     )
     for evaluation in check_run.get_asset_check_evaluations():
         report.checks[evaluation.check_name] = evaluation.passed
     return report
+
+
+def in_this_process() -> dict[str, str]:
+    """The tag naming this process, for a run created here to execute here: set from the run's
+    creation, so a tick can tell the run is dead if this process is killed at any moment after
+    it, even before the run starts (`runs.fail_dead_runs`)."""
+    return {PROCESS_TAG: process_identity()}
 
 
 def _execute(
@@ -157,13 +185,15 @@ def _execute(
         [asset_def],
         instance=instance,
         resources=resources,
-        tags=run.tags,
+        tags={**run.tags, **in_this_process()},
         partition_key=run.partition_key,
         raise_on_error=False,
         run_config=QUIET,
     )
     for event in outcome.get_asset_materialization_events():
         report.materialized += 1
+        if event.partition is not None:
+            report.not_ingested.pop(event.partition, None)
         metadata = event.materialization.metadata
         for name in report.rows:
             report.rows[name] += int(metadata[name].value)  # type: ignore[arg-type]
@@ -173,7 +203,7 @@ def _execute(
         log(f"{what}: ok")
         return
     partitions, errors = _failures(outcome)
-    report.failed_partitions += partitions
+    report.not_ingested.update(partitions)
     report.crashed_runs += errors
     log(f"{what}: {len(partitions)} partitions failed" + (f"; {errors[0]}" if errors else ""))
 

@@ -1,13 +1,16 @@
 """What Dagster knows about a stream's runs: which are in flight, which died, which ended.
 
-Every run leasehold requests is tagged with its stream (`STREAM_TAG`) and, once its resources
-are set up, with the process that executes it (`PROCESS_TAG`: host, pid and the process's
-start time, so a reused pid is not mistaken for the run). Dagster's run monitoring cannot tell
-that the process of a run launched by the default launcher (or executed in process by
-`leasehold run`) was SIGKILLed — such a run would stay STARTED forever, holding a queue slot
-and looking like it still covers its partitions. The discovery sensor asks `fail_dead_runs` at
-every tick instead: a run whose process is gone from this host is marked failed (canceled, if
-it was canceling) within one tick. Runs on other hosts are left to Dagster's own monitoring.
+Every run leasehold requests is tagged with its stream (`STREAM_TAG`; a run of the stream's
+asset checks with `CHECKS_TAG`) and with the process that executes it (`PROCESS_TAG`: host, pid
+and the process's start time, so a reused pid is not mistaken for the run) — from its creation
+when `leasehold run` executes it in process, else once its resources are set up. Dagster's run
+monitoring cannot tell that the process of a run launched by the default launcher (or executed
+in process by `leasehold run`) was SIGKILLed — such a run would stay STARTED forever, holding a
+queue slot and looking like it still covers its partitions; one `leasehold run` created and
+never started would look queued forever, and no tick would ask for its partitions again. The
+discovery sensor asks `fail_dead_runs` at every tick instead: a run whose process is gone from
+this host is marked failed (canceled, if it was canceling) within one tick. Runs on other hosts
+are left to Dagster's own monitoring.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 log = logging.getLogger(__name__)
 
 STREAM_TAG = "leasehold/stream"
+CHECKS_TAG = "leasehold/checks"
 PROCESS_TAG = "leasehold/process"
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -88,11 +92,30 @@ def _runs(
     ]
 
 
+# Statuses a run whose process died can be left in. NOT_STARTED: `leasehold run` creates its
+# runs tagged with its own process and starts them in that process, so one of those that is
+# NOT_STARTED with its process gone never will start. Not QUEUED: the daemon's queue holds runs
+# no process has taken yet, and a re-executed run carries its parent's tags, process included.
+DIES_IN = (
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+)
+
+
 def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
-    """Mark the stream's runs whose process is gone failed (or canceled); their run ids."""
+    """Mark the stream's runs — ingestion and checks — whose process is gone failed (or
+    canceled); their run ids."""
     dead = []
-    running = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING)
-    for run in _runs(instance, stream, running):
+    runs = {
+        run.run_id: run
+        for tags in ({STREAM_TAG: stream}, {CHECKS_TAG: stream})
+        for run in (
+            r.dagster_run for r in instance.get_run_records(RunsFilter(tags=tags, statuses=DIES_IN))
+        )
+    }
+    for run in runs.values():
         identity = run.tags.get(PROCESS_TAG)
         if identity is None or process_alive(identity) is not False:
             continue

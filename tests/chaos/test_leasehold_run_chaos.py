@@ -1,0 +1,291 @@
+"""Chaos test of `leasehold run` itself, with real processes, on both store backends (issue 12).
+
+The crash tests (`tests/ingestion/test_ingestion_crash.py`) stop one run at a chosen step. Here
+the whole command — discovery tick, range and retry runs, checks, in one process with its own
+Spark — is SIGKILLed at random moments while it ingests, and the next invocation is started
+right away, so each one starts amid what the last left behind: leases still held by a dead
+owner, partitions handed back by no one, Dagster runs STARTED by a process that is gone. Then,
+one lease timeout after the last kill, plain `leasehold run` has to converge within two
+invocations. Nothing in the test process touches the store or the instance while a child runs
+except to watch progress: recovery is entirely the command's own.
+
+The verdict is independent of the store's own bookkeeping: the table as readers see it (the
+objects the ledger names) is compared with the record ids in the source files, and the
+quarantine objects with the malformed lines. The kill moments come from a seeded
+`random.Random`; the seed is printed, and `LEASEHOLD_CHAOS_SEED=<seed>` replays its choices
+(the moments the store is seen to move still depend on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+
+from resources.coordination.items import PartitionStatus
+from resources.coordination.lease_store import LeaseStore
+from resources.ingestion.partition_keys import to_partition_key
+from resources.ingestion.runner import quarantine_table
+from resources.objects.base import object_store_for
+from resources.streams import load_streams
+from tests.support.cli_project import CliProject, cli_project, kill_group
+from tests.support.pipeline_env import STREAM, source_ids
+
+pytestmark = pytest.mark.slow
+
+# Per backend, so a run commits many times and five kills, each letting at most a second or
+# so of commits through, all land while there is work left; yet the convergence run, which
+# ingests most of it, stays short. The local DynamoDB server commits about a tenth as fast as
+# SQLite (a few partitions a second on a busy two-core machine), and renews a chunk's leases
+# one request at a time: fewer objects, smaller chunks.
+OBJECTS = {"sqlite": 300, "dynamodb": 100}
+CHUNK_SIZE = {"sqlite": 25, "dynamodb": 10}
+RECORDS_PER_OBJECT = 40
+MALFORMED_EVERY = 53
+# Short, so the last kill's leases are free soon; a renewal (a quarter of it) survives the
+# stalls of a loaded two-core machine starting a JVM.
+LEASE_TIMEOUT_S = 5.0
+KILLS = 5
+MAX_CHAOS_INVOCATIONS = 12
+CONVERGENCE_INVOCATIONS = 2
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the store shows of the ingestion: acquisitions (every one bumps an epoch) and
+    commits."""
+
+    epochs: int
+    completed: int
+
+
+@dataclass
+class Kill:
+    invocation: int
+    trigger: str
+    delay_s: float
+    before: Progress
+    at_kill: Progress | None = None
+    landed: bool = False
+    exit_code: int | None = None
+    elapsed_s: float = 0.0
+
+    def describe(self) -> str:
+        what = (
+            f"killed at {self.at_kill}"
+            if self.landed
+            else f"exited by itself with {self.exit_code} before the kill"
+        )
+        return (
+            f"invocation {self.invocation}: wait for {self.trigger} after {self.before}, "
+            f"+{self.delay_s:.2f} s: {what} ({self.elapsed_s:.1f} s after its start)"
+        )
+
+
+@pytest.fixture
+def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[CliProject]:
+    endpoint = request.getfixturevalue("aws_server").endpoint_url if backend == "dynamodb" else None
+    proj = cli_project(
+        tmp_path / "project",
+        backend,
+        objects=OBJECTS[backend],
+        records_per_object=RECORDS_PER_OBJECT,
+        malformed_every=MALFORMED_EVERY,
+        chunk_size=CHUNK_SIZE[backend],
+        lease_timeout_s=LEASE_TIMEOUT_S,
+        dynamodb_endpoint_url=endpoint,
+    )
+    yield proj
+    proj.stop_children()
+
+
+def progress(store: LeaseStore) -> Progress:
+    items = list(store.iter_items(store.source_identifier(STREAM)))
+    return Progress(
+        epochs=sum(i.epoch for i in items),
+        completed=sum(i.status is PartitionStatus.COMPLETED for i in items),
+    )
+
+
+def chaos(project: CliProject, rng: random.Random) -> list[Kill]:
+    """Start `leasehold run` again and again, each right after the last was killed; kill each
+    a random moment after the store shows it ingesting. Half the kills wait for its first
+    acquisition (they land while it reads, often before Spark is up), half for its first
+    commit (they land between commits, or among its Dagster events)."""
+    store = project.store()
+    kills: list[Kill] = []
+    try:
+        while sum(k.landed for k in kills) < KILLS:
+            assert project.invocations < MAX_CHAOS_INVOCATIONS, (
+                f"the work ran out before {KILLS} kills landed mid-run:\n"
+                + "\n".join(k.describe() for k in kills)
+            )
+            trigger = rng.choice(["acquisition", "commit"])
+            delay = rng.uniform(0.0, 3.0) if trigger == "acquisition" else rng.uniform(0.0, 1.0)
+            kill = Kill(project.invocations + 1, trigger, delay, progress(store))
+            kills.append(kill)
+            proc = project.start("run")
+            started = time.monotonic()
+            while proc.poll() is None:
+                now = progress(store)
+                if (trigger == "acquisition" and now.epochs > kill.before.epochs) or (
+                    trigger == "commit" and now.completed > kill.before.completed
+                ):
+                    break
+                time.sleep(POLL_S)
+            try:
+                proc.wait(delay)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                kill.landed, kill.at_kill = True, progress(store)
+            kill.elapsed_s = time.monotonic() - started
+            if not kill.landed:
+                kill.exit_code = proc.returncode
+            print(kill.describe(), flush=True)
+    finally:
+        store.close_store()
+    return kills
+
+
+def malformed_lines(sources: Path) -> Counter[tuple[str, int]]:
+    """(source key, line number) of every line that is not a JSON record: the independent
+    account of what must be quarantined."""
+    lines: Counter[tuple[str, int]] = Counter()
+    for path in sources.rglob("*.jsonl"):
+        key = path.relative_to(sources).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            try:
+                json.loads(line)
+            except ValueError:
+                lines[key, number] += 1
+    return lines
+
+
+def read_objects(store: LeaseStore, table: str, root_url: str) -> list[dict]:
+    """Every row of `table` as a reader sees it: the objects the ledger names, nothing listed."""
+    objects = object_store_for(root_url)
+    rows: list[dict] = []
+    for obj in store.ledger_objects(table):
+        data = objects.get_bytes(objects.key_of(obj.url))
+        rows.extend(pq.read_table(pa.BufferReader(data)).to_pylist())
+    return rows
+
+
+def converged(store: LeaseStore, keys: set[str]) -> tuple[bool, str]:
+    items = {i.partition_key: i for i in store.iter_items(store.source_identifier(STREAM))}
+    counts = Counter(i.status.value for i in items.values())
+    missing = keys - set(items)
+    done = not missing and all(i.status is PartitionStatus.COMPLETED for i in items.values())
+    return done, f"{len(missing)} source objects without an item; items by status {dict(counts)}"
+
+
+def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None:
+    seed = int(os.environ.get("LEASEHOLD_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"chaos seed: {seed} (LEASEHOLD_CHAOS_SEED={seed} replays it)", flush=True)
+    started = time.monotonic()
+    kills = chaos(project, random.Random(seed))
+    context = f"seed {seed}\n" + "\n".join(k.describe() for k in kills)
+
+    # One lease timeout after the last kill, every lease it held has expired.
+    time.sleep(LEASE_TIMEOUT_S + 0.5)
+    keys = {p.relative_to(project.sources).as_posix() for p in project.sources.rglob("*.jsonl")}
+    store = project.store()
+    outcomes: list[str] = []
+    try:
+        for _ in range(CONVERGENCE_INVOCATIONS):
+            began = time.monotonic()
+            code, output = project.run("run")
+            done, state = converged(store, keys)
+            outcomes.append(f"exit {code} after {time.monotonic() - began:.1f} s, {state}")
+            if done and code == 0:
+                break
+        assert done and code == 0, (
+            f"{context}\nnot converged after {len(outcomes)} invocations: {outcomes}\n"
+            f"last output:\n{project.tail()}"
+        )
+        context += "\nconvergence: " + "; ".join(outcomes)
+        print(context.splitlines()[-1], flush=True)
+
+        items = list(store.iter_items(store.source_identifier(STREAM)))
+        # A dead letter is COMPLETED with its reason. No object here is unreadable, so any
+        # dead letter would be a partition the recovery gave up on.
+        dead = {i.partition_key: i.dead_letter_reason for i in items if i.dead_letter_reason}
+        assert dead == {}, f"{context}\ndead-lettered: {dead}"
+
+        # No record lost, none twice: the table against the source files.
+        config = load_streams(project.streams_path)[STREAM]
+        expected = source_ids(project.sources)
+        seen = Counter(row["event_id"] for row in read_objects(store, STREAM, config.table))
+        lost, twice = expected - seen, {i: n for i, n in seen.items() if n > 1}
+        extra = set(seen) - set(expected)
+        assert not lost and not twice and not extra, (
+            f"{context}\n{len(lost)} lost (e.g. {sorted(lost)[:5]}), {len(twice)} twice "
+            f"(e.g. {sorted(twice)[:5]}), {len(extra)} not in the sources"
+        )
+        # Quarantined rows are exactly the malformed lines, each once.
+        bad = malformed_lines(project.sources)
+        assert bad, "the sample sources have malformed lines"
+        quarantined = Counter(
+            (row["source_key"], row["line"])
+            for row in read_objects(store, quarantine_table(STREAM), config.quarantine)
+        )
+        assert quarantined == bad, (
+            f"{context}\nquarantine differs from the malformed lines: missing "
+            f"{sorted(bad - quarantined)[:5]}, extra {sorted(quarantined - bad)[:5]}"
+        )
+        completed = {
+            to_partition_key(i.partition_key)
+            for i in items
+            if i.status is PartitionStatus.COMPLETED and not i.dead_letter_reason
+        }
+    finally:
+        store.close_store()
+
+    # Dagster: no run left STARTED by a killed process, every commit known.
+    with DagsterInstance.from_config(str(project.dagster_home)) as instance:
+        in_flight = instance.get_runs(
+            RunsFilter(
+                statuses=[
+                    DagsterRunStatus.STARTING,
+                    DagsterRunStatus.STARTED,
+                    DagsterRunStatus.CANCELING,
+                ]
+            )
+        )
+        assert not in_flight, f"{context}\nruns still in flight after convergence: " + ", ".join(
+            f"{r.run_id} {r.status.value} {dict(r.tags)}" for r in in_flight
+        )
+        failed = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.FAILURE]))
+        assert failed, f"{context}\nno killed run was marked failed"
+        materialized = instance.get_materialized_partitions(AssetKey([STREAM, "ingested"]))
+        unknown = completed - materialized
+        assert not unknown, (
+            f"{context}\n{len(unknown)} committed partitions Dagster has no materialization "
+            f"for, e.g. {sorted(unknown)[:5]}"
+        )
+
+    # `leasehold check` is being written on another branch: asserted once the parser knows it.
+    code, output = project.run("check", "--help")
+    if code == 2:
+        warnings.warn(
+            "`leasehold check` is not a command of this CLI yet: its exit status was not "
+            f"asserted ({output.strip().splitlines()[-1] if output.strip() else 'exit 2'})",
+            stacklevel=1,
+        )
+    else:
+        code, output = project.run("check")
+        assert code == 0, f"{context}\nleasehold check failed:\n{output}"
+    print(f"chaos test: {time.monotonic() - started:.1f} s, {project.invocations} invocations")
