@@ -23,7 +23,6 @@ import os
 import random
 import subprocess
 import time
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -277,15 +276,6 @@ def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None
             f"for, e.g. {sorted(unknown)[:5]}"
         )
 
-    # `leasehold check` is being written on another branch: asserted once the parser knows it.
-    code, output = project.run("check", "--help")
-    if code == 2:
-        warnings.warn(
-            "`leasehold check` is not a command of this CLI yet: its exit status was not "
-            f"asserted ({output.strip().splitlines()[-1] if output.strip() else 'exit 2'})",
-            stacklevel=1,
-        )
-    else:
-        code, output = project.run("check")
-        assert code == 0, f"{context}\nleasehold check failed:\n{output}"
+    code, output = project.run("check")
+    assert code == 0, f"{context}\nleasehold check failed:\n{output}"
     print(f"chaos test: {time.monotonic() - started:.1f} s, {project.invocations} invocations")
