@@ -49,7 +49,7 @@ pytestmark = pytest.mark.slow
 # ingests most of it, stays short. The local DynamoDB server commits about a tenth as fast as
 # SQLite (a few partitions a second on a busy two-core machine), and renews a chunk's leases
 # one request at a time: fewer objects, smaller chunks.
-OBJECTS = {"sqlite": 300, "dynamodb": 100}
+OBJECTS = {"sqlite": 300, "dynamodb": 80}
 CHUNK_SIZE = {"sqlite": 25, "dynamodb": 10}
 RECORDS_PER_OBJECT = 40
 MALFORMED_EVERY = 53
