@@ -231,7 +231,7 @@ class DiscoveryTick:
             RANGE_END: plan.last,
             EXPECTED_COUNT: str(plan.count),
         }
-        if ":retry:" in plan.run_key:
+        if plan.retry:
             tags[RETRY_TAG] = "true"
         return RunRequest(run_key=plan.run_key, asset_selection=[self.asset_key], tags=tags)
 

@@ -28,6 +28,8 @@ class RunPlan:
     last: str
     count: int
     run_key: str
+    retry: bool = False
+    """Work left behind (not partitions added for this run)."""
 
 
 def _checked(max_partitions_per_run: int) -> int:
@@ -94,5 +96,5 @@ def plan_retry_runs(
             i += 1
         first, last, count = order[start], order[end], end - start + 1
         digest = hashlib.sha1(f"{fingerprint}|{first}|{last}|{count}".encode()).hexdigest()[:16]
-        plans.append(RunPlan(first, last, count, f"{stream}:retry:{digest}"))
+        plans.append(RunPlan(first, last, count, f"{stream}:retry:{digest}", retry=True))
     return plans

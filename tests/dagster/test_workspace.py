@@ -39,5 +39,5 @@ def test_the_code_location_loads_from_another_directory(tmp_path: Path) -> None:
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Validation successful for code location leasehold" in done.stderr
+    assert "Validation successful for code location leasehold" in done.stdout + done.stderr
     assert not (tmp_path / "streams.yaml").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion import check_suite
 from resources.ingestion.checks import find_unleased_objects
@@ -72,7 +73,7 @@ def test_a_dead_letter_warns_and_a_stuck_lease_fails(store: LeaseStore, clock) -
     sid = store.source_identifier(STREAM)
     store.create_partitions(sid, ["bad", "held"])
     bad = store.acquire(sid, "bad", "w1", 60)
-    store.close(bad.token, reopen_after_s=0, max_closed_count=0, reason="unreadable")
+    store.close(bad.token, ReopenBackoff.fixed(0), max_closed_count=0, reason="unreadable")
     warned = check_suite.lease_health(store, STREAM, 60, 1800)
     assert warned.verdict == "WARN" and not warned.failed
     assert warned.summary == (
