@@ -224,20 +224,32 @@ class IngestionRunner:
             pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, chunks[0])
             try:
                 for following in [*chunks[1:], None]:
-                    chunk = pending.result()
+                    try:
+                        chunk = pending.result()
+                    except Exception:
+                        # The read failed and `_read_chunk` closed its chunk. Anything else
+                        # (a canceled run's interrupt, raised in this wait) leaves it pending:
+                        # it is handed back below once its read ends.
+                        pending = None
+                        raise
                     pending = pool.submit(self._read_chunk, following) if following else None
                     yield from self._commit_chunk(chunk)
             finally:
                 if pending is not None:  # the caller stopped early: hand that chunk back
-                    try:
-                        pending.result().close()
-                    except Exception:  # noqa: BLE001 - its leases expire regardless
-                        log.warning(
-                            "%s: could not hand back the leases of a chunk read ahead; they "
-                            "are free once their ownership timeout passes",
-                            self.stream,
-                            exc_info=True,
-                        )
+                    self._hand_back(pending)
+
+    def _hand_back(self, pending: Future[_ReadChunk]) -> None:
+        """Close the chunk read ahead for a caller that stopped. A read that failed — in a
+        canceled Dagster run, Spark is stopped under it — closed its chunk itself: its leases
+        are back already (the keeper logs any it could not hand back)."""
+        try:
+            chunk = pending.result()
+        except Exception as exc:  # noqa: BLE001 - nothing left to do but say why
+            log.info(
+                "%s: the chunk read ahead failed after the caller stopped: %s", self.stream, exc
+            )
+            return
+        chunk.close()
 
     # -- steps ---------------------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ its back and leaves no lease held.
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -146,7 +148,7 @@ def failing_write(files: dict[str, Path], staging: Path, attempt: str):  # type:
     ("read_batch", "error"), [(failing_read, "executor lost"), (failing_write, "disk full")]
 )
 def test_a_failed_chunk_is_released_and_reaches_the_caller(
-    store: LeaseStore, tmp_path: Path, read_batch, error: str
+    store: LeaseStore, tmp_path: Path, read_batch, error: str, caplog: pytest.LogCaptureFixture
 ) -> None:  # type: ignore[no-untyped-def]
     keys = [f"k{i}" for i in range(4)]
     sid = create(store, keys)
@@ -163,6 +165,93 @@ def test_a_failed_chunk_is_released_and_reaches_the_caller(
     assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
     assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
     assert not any((tmp_path / "work").iterdir())
+    assert "could not hand back" not in caplog.text  # they were
+
+
+def test_a_read_ahead_that_fails_after_the_caller_stopped_is_handed_back(
+    store: LeaseStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A canceled Dagster run stops the caller and its SparkSession at once: the chunk read
+    ahead fails under it. `_read_chunk` hands that chunk's leases back as it fails, so the
+    partitions are retried at the next tick — a warning that they wait for their ownership
+    timeout would send an operator looking for a delay that does not happen."""
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+    read_ahead_started, stop_spark = threading.Event(), threading.Event()
+
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in files:
+            read_ahead_started.set()
+            assert stop_spark.wait(timeout=30)
+            raise RuntimeError("Job 1 cancelled because SparkContext was shut down")
+        return one_row_each(files, staging, attempt)
+
+    outcomes = make_runner(store, tmp_path, read_batch).ingest(keys)
+    assert next(outcomes).outcome == COMMITTED
+    assert read_ahead_started.wait(timeout=30)
+    stop_spark.set()
+    outcomes.close()
+
+    assert [store.get(sid, k).status for k in keys] == [
+        PartitionStatus.COMPLETED,
+        PartitionStatus.COMPLETED,
+        PartitionStatus.UNASSIGNED,
+        PartitionStatus.UNASSIGNED,
+    ]
+    assert "could not hand back" not in caplog.text
+
+
+class Interrupted(BaseException):
+    """What Dagster raises in a run's main thread when the run is canceled (its
+    DagsterExecutionInterruptedError): not an Exception, anywhere, even inside a wait."""
+
+
+def test_an_interrupt_while_waiting_for_the_read_ahead_hands_it_back(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """A canceled run is interrupted wherever its main thread is — often waiting for the
+    chunk read ahead (the daemon test's cancel hit exactly that). That chunk's leases are
+    handed back once its read ends, not left to expire."""
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+    read_ahead_started, read_ahead_may_end = threading.Event(), threading.Event()
+
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in files:
+            read_ahead_started.set()
+            assert read_ahead_may_end.wait(timeout=30)
+        return one_row_each(files, staging, attempt)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def cancel_while_waiting() -> None:
+        assert read_ahead_started.wait(timeout=30)
+        time.sleep(0.3)  # the main thread is handed k0 and k1, then waits for the read ahead
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        time.sleep(0.3)
+        read_ahead_may_end.set()
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    canceller = threading.Thread(target=cancel_while_waiting)
+    seen = []
+    try:
+        canceller.start()
+        with pytest.raises(Interrupted):
+            for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
+                seen.append(outcome.source_key)
+    finally:
+        read_ahead_may_end.set()
+        canceller.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+    assert seen == ["k0", "k1"]
+    assert [store.get(sid, k).status for k in keys] == [
+        PartitionStatus.COMPLETED,
+        PartitionStatus.COMPLETED,
+        PartitionStatus.UNASSIGNED,
+        PartitionStatus.UNASSIGNED,
+    ]
 
 
 @pytest.mark.parametrize(
