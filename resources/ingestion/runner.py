@@ -225,9 +225,14 @@ class IngestionRunner:
             pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, chunks[0])
             try:
                 for following in [*chunks[1:], None]:
-                    # Out of `pending` before its result: a read that failed closed its chunk.
-                    reading, pending = pending, None
-                    chunk = reading.result()
+                    try:
+                        chunk = pending.result()
+                    except Exception:
+                        # The read failed and `_read_chunk` closed its chunk. Anything else
+                        # (a canceled run's interrupt, raised in this wait) leaves it pending:
+                        # it is handed back below once its read ends.
+                        pending = None
+                        raise
                     pending = pool.submit(self._read_chunk, following) if following else None
                     yield from self._commit_chunk(chunk)
             finally:

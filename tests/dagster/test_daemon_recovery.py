@@ -258,9 +258,17 @@ def test_a_canceled_runs_partitions_are_retried_and_its_commits_recorded(daemon:
         lambda: status_of(d, run_id) is DagsterRunStatus.CANCELED,
         timeout_s=60,
     )
-    after = d.counts()
-    handed_back = discovered - after[PartitionStatus.COMPLETED]
-    d.note(f"run {run_id[:8]} CANCELED; store: {shown(after)}; {handed_back} not done")
+    d.note(f"run {run_id[:8]} CANCELED; store: {shown(d.counts())}")
+    # A stopping run hands back what it did not commit — the chunk it was committing and the
+    # one it read ahead — so the next tick can ask for them at once; its leases would only
+    # expire (still ASSIGNED) after LEASE_TIMEOUT_S.
+    after = d.wait_for(
+        "hand-back of every lease the canceled run held",
+        lambda: (c := d.counts())[PartitionStatus.ASSIGNED] == 0 and c,
+        timeout_s=LEASE_TIMEOUT_S / 2,
+    )
+    handed_back = after[PartitionStatus.UNASSIGNED]
+    d.note(f"{handed_back} partitions handed back; store: {shown(after)}")
     assert handed_back >= HANDED_BACK_AT_LEAST, d.report()
 
     d.wait_for(

@@ -8,7 +8,9 @@ its back and leaves no lease held.
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -212,6 +214,59 @@ def test_a_read_ahead_that_fails_after_the_caller_stopped_is_handed_back(
         PartitionStatus.UNASSIGNED,
     ]
     assert "could not hand back" not in caplog.text
+
+
+class Interrupted(BaseException):
+    """What Dagster raises in a run's main thread when the run is canceled (its
+    DagsterExecutionInterruptedError): not an Exception, anywhere, even inside a wait."""
+
+
+def test_an_interrupt_while_waiting_for_the_read_ahead_hands_it_back(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """A canceled run is interrupted wherever its main thread is — often waiting for the
+    chunk read ahead (the daemon test's cancel hit exactly that). That chunk's leases are
+    handed back once its read ends, not left to expire."""
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+    read_ahead_started, read_ahead_may_end = threading.Event(), threading.Event()
+
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in files:
+            read_ahead_started.set()
+            assert read_ahead_may_end.wait(timeout=30)
+        return one_row_each(files, staging, attempt)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def cancel_while_waiting() -> None:
+        assert read_ahead_started.wait(timeout=30)
+        time.sleep(0.3)  # the main thread is handed k0 and k1, then waits for the read ahead
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        time.sleep(0.3)
+        read_ahead_may_end.set()
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    canceller = threading.Thread(target=cancel_while_waiting)
+    seen = []
+    try:
+        canceller.start()
+        with pytest.raises(Interrupted):
+            for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
+                seen.append(outcome.source_key)
+    finally:
+        read_ahead_may_end.set()
+        canceller.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+    assert seen == ["k0", "k1"]
+    assert [store.get(sid, k).status for k in keys] == [
+        PartitionStatus.COMPLETED,
+        PartitionStatus.COMPLETED,
+        PartitionStatus.UNASSIGNED,
+        PartitionStatus.UNASSIGNED,
+    ]
 
 
 @pytest.mark.parametrize(
