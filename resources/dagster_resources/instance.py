@@ -90,8 +90,9 @@ python_logs:
   managed_python_loggers:
     - resources
 # A run stuck starting or canceling is failed by Dagster's run monitoring (in the daemon) after
-# 3 minutes. A STARTED run whose process died is not: the default launcher can't tell, so the
-# discovery sensor marks it failed at its next tick (resources/dagster_resources/runs.py).
+# 3 minutes. A STARTED run whose worker died is failed by the code server that launched it; one
+# `leasehold run` executed in process, or whose code server died too, by the discovery sensor at
+# its next tick (resources/dagster_resources/runs.py).
 run_monitoring:
   enabled: true
   start_timeout_seconds: 180

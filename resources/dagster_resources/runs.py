@@ -3,15 +3,15 @@
 Every run leasehold requests is tagged with its stream (`STREAM_TAG`; a run of the stream's
 asset checks with `CHECKS_TAG`) and with the process that executes it (`PROCESS_TAG`: host, pid
 and the process's start time, so a reused pid is not mistaken for the run) — from its creation
-when `leasehold run` executes it in process, else once its resources are set up. Dagster's run
-monitoring cannot tell that the process of a run launched by the default launcher (or executed
-in process by `leasehold run`) was SIGKILLed — such a run would stay STARTED forever, holding a
-queue slot and looking like it still covers its partitions; one `leasehold run` created and
-never started would look queued forever, and no tick would ask for its partitions again. The
-discovery sensor asks `fail_dead_runs` at every tick instead: a run whose process is gone from
-this host is marked failed (canceled, if it was canceling) within one tick. Runs on other hosts
-are left to Dagster's own monitoring.
-"""
+when `leasehold run` executes it in process, else once its resources are set up. A run worker
+the daemon's code server launched is failed by that server when it exits; but nothing in Dagster
+notices that a run `leasehold run` executes in its own process was SIGKILLed, or a run whose
+code server died with it — such a run would stay STARTED forever, holding a queue slot and
+looking like it still covers its partitions; one `leasehold run` created and never started would
+look queued forever, and no tick would ask for its partitions again. The discovery sensor asks
+`fail_dead_runs` at every tick: a run whose process is gone from this host is marked failed
+(canceled, if it was canceling) within one tick. Runs on other hosts are left to Dagster's own
+monitoring."""
 
 from __future__ import annotations
 
