@@ -30,14 +30,15 @@ from resources.ingestion.discovery import Lister
 class ReconcileState:
     after: str | None = None
     """Where the pass in progress continues (None: at the beginning of the source)."""
-    next_pass_at_ms: int = 0
-    """When the next pass may start; a pass in progress continues at every tick."""
+    last_finished_ms: int = 0
+    """When the last pass ended: the next starts `interval_s` later — the interval configured
+    now, so shortening it takes effect at once. A pass in progress continues at every tick."""
     in_pass: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "after": self.after,
-            "next_pass_at_ms": self.next_pass_at_ms,
+            "last_finished_ms": self.last_finished_ms,
             "in_pass": self.in_pass,
         }
 
@@ -45,7 +46,7 @@ class ReconcileState:
     def from_json(cls, value: dict[str, Any] | None) -> ReconcileState:
         value = value or {}
         return cls(
-            value.get("after"), int(value.get("next_pass_at_ms", 0)), bool(value.get("in_pass"))
+            value.get("after"), int(value.get("last_finished_ms", 0)), bool(value.get("in_pass"))
         )
 
 
@@ -78,9 +79,9 @@ class Reconciliation:
         """One bounded step of the pass in progress (or of a new one, if it is due)."""
         now = self.store.now_ms()
         if not state.in_pass:
-            if now < state.next_pass_at_ms:
+            if now < state.last_finished_ms + self.interval_ms:
                 return ReconcileStep([], 0, state)
-            state = ReconcileState(None, state.next_pass_at_ms, in_pass=True)
+            state = ReconcileState(None, state.last_finished_ms, in_pass=True)
         keys: list[str] = []
         done = discovery_cursor is None  # nothing listed yet: nothing lies before the cursor
         if not done:
@@ -93,7 +94,5 @@ class Reconciliation:
             created = self.store.missing_keys(self.sid, keys)
             self.store.create_partitions(self.sid, created)
         if done:
-            return ReconcileStep(
-                created, len(keys), ReconcileState(None, now + self.interval_ms), True
-            )
+            return ReconcileStep(created, len(keys), ReconcileState(None, now), True)
         return ReconcileStep(created, len(keys), replace(state, after=keys[-1]))

@@ -57,3 +57,30 @@ def test_a_run_with_an_unreadable_object_lists_it_and_exits_3(tmp_path: Path) ->
     # Its CLOSED item reopens only after its backoff: nothing is redone, nothing new fails.
     assert again.returncode == 0, again.stderr
     assert "runs: 0" in again.stdout
+
+
+def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path) -> None:
+    """A file that lands behind the discovery cursor (yesterday's folder, after today's was
+    listed): `leasehold check` fails on it, the next reconciliation pass ingests it, and then
+    the check passes."""
+    sources = tmp_path / "sources"
+    write_sample_sources(sources, objects=3, records_per_object=20, days=1)
+    write_streams(tmp_path / "streams.yaml", f"file://{sources}", f"file://{tmp_path / 'lake'}")
+    assert leasehold(tmp_path, "run").returncode == 0
+    assert leasehold(tmp_path, "check").returncode == 0
+
+    late = "2026/01/01/0-late.jsonl"  # sorts before every key already listed
+    (sources / late).write_text(
+        '{"event_id": "late-1", "user_id": "u", "amount": 1, '
+        '"event_time": "2026-01-01T01:00:00Z"}\n'
+    )
+    before = leasehold(tmp_path, "check")
+    assert before.returncode == 4
+    assert "FAIL" in before.stdout and late in before.stdout
+
+    # The pass of the first run ended; with the default interval the next one is 15 min away.
+    done = leasehold(tmp_path, "run", LEASEHOLD_RECONCILE_INTERVAL_SECONDS="0")
+    assert done.returncode == 0, done.stderr
+    assert "materialized: 1" in done.stdout
+    after = leasehold(tmp_path, "check")
+    assert after.returncode == 0, after.stdout

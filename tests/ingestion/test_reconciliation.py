@@ -54,6 +54,10 @@ def test_a_pass_finds_late_objects_in_bounded_resumable_steps(
     step = reconcile.step(state, known[-1])
     assert step.state.in_pass and source.calls == calls + 1 and step.created == []
 
+    # A shorter interval configured later counts from the end of the last pass, at once.
+    hurry = Reconciliation(store, STREAM, source, interval_s=0, max_objects=5)
+    assert hurry.step(state, known[-1]).state.in_pass
+
 
 @pytest.mark.contract
 def test_before_anything_is_discovered_a_pass_lists_nothing(make_store: StoreFactory) -> None:
