@@ -1,8 +1,9 @@
-"""Per stream: the dynamic partitions, the ingestion asset, its discovery sensor and checks.
+"""Per stream: the dynamic partitions, the ingestion asset, its sensors and its checks.
 
-Thin on purpose: the sensor is `resources.discovery`, the asset is `resources.ingestion`, the
-checks are `resources.ingestion_checks`. What lives here is the Dagster mapping of ARCHITECTURE
-§8: one dynamic partition per source partition, one run per range of many partitions.
+Thin on purpose: a discovery tick is `resources.dagster_resources.discovery_tick`, the asset's
+work is `resources.ingestion.runner`, the checks are `resources.ingestion.check_suite`. What
+lives here is the Dagster mapping of ARCHITECTURE §8: one dynamic partition per source
+partition, one run per range of many partitions, checks in runs of their own.
 """
 
 import json

@@ -1,8 +1,9 @@
 """The main job, end to end in one process: what the daemon would do, without the daemon.
 
-`leasehold run` uses it: evaluate the discovery sensor, apply its dynamic-partition request,
-execute each requested range run, run the asset checks, until discovery finds nothing new.
-The same sensor, asset and checks that `dagster dev` runs — only the scheduling differs.
+`leasehold run` uses it: evaluate the discovery sensor, apply its dynamic-partition request and
+the commits it records, execute each run it requests (new ranges and work left behind), until
+it asks for nothing new; then run the asset checks. The same sensor, asset and checks that
+`dagster dev` runs — only the scheduling differs.
 """
 
 import os
