@@ -168,6 +168,42 @@ def created_after(records: list[RunRecord], at: float) -> list[RunRecord]:
     return [r for r in records if r.create_timestamp.timestamp() > at]
 
 
+def assert_recovered_in_time(
+    d: Daemon, *, runs_after: float, since: float, completed_at: float, what: str
+) -> None:
+    """The retry runs created after `runs_after` ended, few and all successful; everything was
+    COMPLETED within one lease timeout + two ticks + those runs' own time of `since`; Dagster
+    shows every COMPLETED partition materialized and no run in flight."""
+    retries = d.wait_for(
+        "end of the retry runs",
+        lambda: (
+            (rs := created_after(d.ingestion_runs(**{RETRY_TAG: "true"}), runs_after))
+            and all(r.dagster_run.is_finished for r in rs)
+            and rs
+        ),
+        timeout_s=60,
+    )
+    for r in retries:
+        d.note(f"retry run {r.dagster_run.run_id[:8]} created", r.create_timestamp.timestamp())
+        d.note(f"retry run {r.dagster_run.run_id[:8]} {r.dagster_run.status.value}", r.end_time)
+    assert 1 <= len(retries) <= MAX_RETRY_RUNS, d.report()
+    # Each asks for work nobody else holds or will take: none finds it held and fails.
+    assert {r.dagster_run.status for r in retries} == {DagsterRunStatus.SUCCESS}, d.report()
+    allowed = LEASE_TIMEOUT_S + 2 * TICK_S + run_time(retries) + MARGIN_S
+    took = completed_at - since
+    d.note(f"{what} COMPLETED: {took:.1f} s (allowed {allowed:.1f} s)")
+    assert took <= allowed, d.report()
+
+    expected = {to_partition_key(k) for k, s in d.items().items() if s is PartitionStatus.COMPLETED}
+    d.wait_for(
+        "materialization of every COMPLETED partition",
+        lambda: d.instance.get_materialized_partitions(ingestion_asset_key(STREAM)) == expected,
+        timeout_s=TICK_S + MARGIN_S,
+    )
+    d.note("every COMPLETED partition materialized in Dagster")
+    assert not [r for r in d.ingestion_runs() if r.dagster_run.status in IN_FLIGHT], d.report()
+
+
 def status_of(daemon: Daemon, run_id: str) -> DagsterRunStatus:
     run = daemon.instance.get_run_by_id(run_id)
     assert run is not None
@@ -278,35 +314,9 @@ def test_a_canceled_runs_partitions_are_retried_and_its_commits_recorded(daemon:
     )
     completed_at = time.time()
     d.note("every partition COMPLETED")
-    retries = d.wait_for(
-        "end of the retry runs",
-        lambda: (
-            (rs := d.ingestion_runs(**{RETRY_TAG: "true"}))
-            and all(r.dagster_run.is_finished for r in rs)
-            and rs
-        ),
-        timeout_s=60,
+    assert_recovered_in_time(
+        d, runs_after=0.0, since=canceled_at, completed_at=completed_at, what="cancel -> all"
     )
-    for r in retries:
-        d.note(f"retry run {r.dagster_run.run_id[:8]} created", r.create_timestamp.timestamp())
-        d.note(f"retry run {r.dagster_run.run_id[:8]} {r.dagster_run.status.value}", r.end_time)
-    assert 1 <= len(retries) <= MAX_RETRY_RUNS, d.report()
-    # Each asks for work nobody else holds or will take: none finds it held and fails.
-    assert {r.dagster_run.status for r in retries} == {DagsterRunStatus.SUCCESS}, d.report()
-    allowed = LEASE_TIMEOUT_S + 2 * TICK_S + run_time(retries) + MARGIN_S
-    took = completed_at - canceled_at
-    d.note(f"cancel -> all COMPLETED: {took:.1f} s (allowed {allowed:.1f} s)")
-    assert took <= allowed, d.report()
-
-    expected = {to_partition_key(k) for k, s in d.items().items() if s is PartitionStatus.COMPLETED}
-    asset_key = ingestion_asset_key(STREAM)
-    d.wait_for(
-        "materialization of every COMPLETED partition",
-        lambda: d.instance.get_materialized_partitions(asset_key) == expected,
-        timeout_s=TICK_S + MARGIN_S,
-    )
-    d.note("every COMPLETED partition materialized in Dagster")
-    assert not [r for r in d.ingestion_runs() if r.dagster_run.status in IN_FLIGHT], d.report()
 
 
 def test_a_killed_runs_partitions_are_retried_after_its_leases_expire(daemon: Daemon) -> None:
@@ -382,34 +392,9 @@ def test_a_killed_runs_partitions_are_retried_after_its_leases_expire(daemon: Da
         f"the {len(held)} leases it held were taken again from "
         f"{min(taken_at.values()) - killed_at:.1f} s after the kill"
     )
-    retries = d.wait_for(
-        "end of the retry runs",
-        lambda: (
-            (rs := created_after(d.ingestion_runs(**{RETRY_TAG: "true"}), killed_at))
-            and all(r.dagster_run.is_finished for r in rs)
-            and rs
-        ),
-        timeout_s=60,
+    assert_recovered_in_time(
+        d, runs_after=killed_at, since=killed_at, completed_at=completed_at, what="kill -> all late"
     )
-    for r in retries:
-        d.note(f"retry run {r.dagster_run.run_id[:8]} created", r.create_timestamp.timestamp())
-        d.note(f"retry run {r.dagster_run.run_id[:8]} {r.dagster_run.status.value}", r.end_time)
-    assert 1 <= len(retries) <= MAX_RETRY_RUNS, d.report()
-    # Each asks for work nobody else holds or will take: none finds it held and fails.
-    assert {r.dagster_run.status for r in retries} == {DagsterRunStatus.SUCCESS}, d.report()
-    allowed = LEASE_TIMEOUT_S + 2 * TICK_S + run_time(retries) + MARGIN_S
-    took = completed_at - killed_at
-    d.note(f"kill -> all late COMPLETED: {took:.1f} s (allowed {allowed:.1f} s)")
-    assert took <= allowed, d.report()
-
-    expected = {to_partition_key(k) for k, s in d.items().items() if s is PartitionStatus.COMPLETED}
-    d.wait_for(
-        "materialization of every COMPLETED partition",
-        lambda: d.instance.get_materialized_partitions(ingestion_asset_key(STREAM)) == expected,
-        timeout_s=TICK_S + MARGIN_S,
-    )
-    d.note("every COMPLETED partition materialized in Dagster")
-    assert not [r for r in d.ingestion_runs() if r.dagster_run.status in IN_FLIGHT], d.report()
 
 
 def failure_reason(daemon: Daemon, run_id: str) -> str:
