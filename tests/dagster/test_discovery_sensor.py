@@ -79,6 +79,15 @@ def queue(instance, request: RunRequest, status=DagsterRunStatus.NOT_STARTED) ->
     )
 
 
+def first_tick(env: PipelineEnv, objects: int):
+    """`objects` one-record sources, discovered by a first tick that plans one range run."""
+    write_sample_sources(env.root / "sources", objects=objects, records_per_object=1)
+    instance, resources = env.instance(), env.resources()
+    first = tick(env, instance, resources, None)
+    (planned,) = first.run_requests
+    return instance, resources, first, planned
+
+
 def discovery_cursor(result) -> str | None:
     return SensorCursor.parse(result.cursor).discovery
 
@@ -170,10 +179,7 @@ def test_awkward_keys_round_trip_through_ingestion(env: PipelineEnv, spark) -> N
 
 
 def test_work_left_behind_is_requested_at_once_in_one_range(env: PipelineEnv) -> None:
-    write_sample_sources(env.root / "sources", objects=5, records_per_object=1)
-    instance, resources = env.instance(), env.resources()
-    first = tick(env, instance, resources, None)
-    (planned,) = first.run_requests
+    instance, resources, first, planned = first_tick(env, objects=5)
     store = env.store()
     sid = store.source_identifier(STREAM)
     crashed, unreadable, done, handed_back, untouched = (
@@ -254,10 +260,7 @@ def test_a_started_retry_run_is_not_doubled_before_it_takes_the_expired_leases(
     # The same work is asked for again under a new run key once per lease timeout: short,
     # so that a second request would be a second run, not one the daemon drops as a repeat.
     env.ownership_timeout_s = 0.2
-    write_sample_sources(env.root / "sources", objects=3, records_per_object=1)
-    instance, resources = env.instance(), env.resources()
-    first = tick(env, instance, resources, None)
-    (planned,) = first.run_requests
+    instance, resources, first, planned = first_tick(env, objects=3)
     store = env.store()
     sid = store.source_identifier(STREAM)
     dead = queue(instance, planned, DagsterRunStatus.STARTED)
@@ -285,10 +288,7 @@ def test_a_started_retry_run_is_not_doubled_before_it_takes_the_expired_leases(
 def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> None:
     """A run canceled after the store committed some partitions, before Dagster recorded
     them: the next tick records them, with the commit's counts, exactly once."""
-    write_sample_sources(env.root / "sources", objects=3, records_per_object=1)
-    instance, resources = env.instance(), env.resources()
-    first = tick(env, instance, resources, None)
-    (planned,) = first.run_requests
+    instance, resources, first, planned = first_tick(env, objects=3)
     store = env.store()
     sid = store.source_identifier(STREAM)
     committed = [i.partition_key for i in store.iter_items(sid)][:2]
