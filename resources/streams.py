@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -45,9 +45,27 @@ class ColumnSpec:
 
 @dataclass(frozen=True)
 class MergeSettings:
+    """Compaction of a table partition (ARCHITECTURE §6; README "Compaction").
+
+    `max_bytes` is the merged object's target size and a merge's byte budget; `max_objects`
+    bounds one merge's inputs (Prism's 2,000); `interval` is how long after the first unmerged
+    object lands its merge job is due; `close_grace` how long after the day ends (in the
+    stream's time zone) the partition closes; `sort_by` the column rows are sorted by inside a
+    merged object (default: the event-time column), so row-group statistics prune filters."""
+
     max_objects: int = 2000
     max_bytes: int = 128 * 1024 * 1024
     close_grace: str = "PT1H"
+    interval: str = "PT1H"
+    sort_by: str | None = None
+
+    @property
+    def interval_s(self) -> float:
+        return parse_iso_duration(self.interval, "merge.interval")
+
+    @property
+    def close_grace_s(self) -> float:
+        return parse_iso_duration(self.close_grace, "merge.close_grace")
 
 
 @dataclass(frozen=True)
@@ -136,10 +154,19 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         value = getattr(merge, key)
         if not isinstance(value, int) or value < 1:
             raise StreamConfigError(name, f"merge.{key}", f"{value!r} must be a positive integer")
-    try:
-        parse_iso_duration(merge.close_grace, "merge.close_grace")
-    except ValueError as exc:
-        raise StreamConfigError(name, "merge.close_grace", str(exc)) from None
+    for key in ("close_grace", "interval"):
+        try:
+            parse_iso_duration(getattr(merge, key), f"merge.{key}")
+        except (ValueError, ConfigError) as exc:
+            raise StreamConfigError(name, f"merge.{key}", str(exc)) from None
+    for key in merge_raw:
+        if key not in MergeSettings.__annotations__:
+            known = ", ".join(MergeSettings.__annotations__)
+            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {known}")
+    if merge.sort_by is None:
+        merge = replace(merge, sort_by=event_time)
+    elif merge.sort_by not in names:
+        raise StreamConfigError(name, "merge.sort_by", f"{merge.sort_by!r} is not a schema column")
     return StreamConfig(
         name=name,
         source=_url(raw.get("source"), base, name, "source"),

@@ -30,6 +30,8 @@ class ItemType(str, enum.Enum):
 
     PARTITION = "partition"
     GLOBAL = "global"
+    MERGE_JOB = "mergeJob"
+    """A table partition's running merge job (key = dt): the lease is its heartbeat."""
 
 
 # Data Prepper's attribute names, plus ours. One place, so both backends agree.

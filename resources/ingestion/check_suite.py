@@ -9,9 +9,7 @@ computes lives in `checks` (ledger and source) and `resources.coordination.healt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
-
+from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.health import lease_health_report
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.checks import (
@@ -23,8 +21,6 @@ from resources.ingestion.checks import (
 from resources.ingestion.discovery import Lister
 from resources.streams import StreamConfig
 
-Severity = Literal["error", "warn"]
-
 CHECKS: dict[str, str] = {
     "rows_reconcile": "Per committed source partition: ledger rows = rows read - quarantined.",
     "unique_record_ids": "No record id appears twice in a table partition.",
@@ -35,29 +31,6 @@ CHECKS: dict[str, str] = {
     "finds it), one after the cursor only warns (the next tick discovers it).",
 }
 """Check name -> description, in the order `run_all` runs them."""
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    name: str
-    passed: bool
-    severity: Severity
-    """How much a failure matters: "error" fails CI; "warn" (say, a dead letter: a human
-    must look, but nothing is wrong with what was ingested) is reported and does not."""
-    summary: str
-    """One line: what was found, with the first offender when there is one."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def verdict(self) -> str:
-        """PASS, WARN (failed, severity "warn") or FAIL."""
-        if self.passed:
-            return "PASS"
-        return "WARN" if self.severity == "warn" else "FAIL"
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "FAIL"
 
 
 def _first(details: list[str], total: int | None = None) -> str:

@@ -7,9 +7,10 @@ writes the ledger and the lease item in one transaction.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from resources.coordination.items import NOT_GIVEN, LeaseToken
+from resources.ledger.merge import MergeCommit, MergeCommitResult, MergeRange
 from resources.ledger.model import (
     CommitRecord,
     CommitResult,
@@ -31,12 +32,16 @@ class Ledger(ABC):
         progress_state: str | None = NOT_GIVEN,
         complete: bool = True,
         timeout_s: float = 60.0,
+        merge_after_s: Mapping[str, float] | None = None,
     ) -> CommitResult:
         """In ONE transaction, conditional on `token` still holding: register `objects` in the
         ledger (dense per-table-partition ids assigned here), save progress, and mark the
         partition COMPLETED with a TTL-free commit record (or, with `complete=False`, keep the
-        lease for the next chunk, ownership extended by `timeout_s`). Raises
-        `PartitionNotOwnedError` (fenced: nothing written) or `AlreadyCommittedError`."""
+        lease for the next chunk, ownership extended by `timeout_s`). For each table named in
+        `merge_after_s`, a table partition that got objects and has no pending merge job gets
+        one, due that many seconds from now (an existing one is kept: later commits ride
+        along). Raises `PartitionNotOwnedError` (fenced: nothing written) or
+        `AlreadyCommittedError`."""
 
     @abstractmethod
     def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None: ...
@@ -47,3 +52,29 @@ class Ledger(ABC):
 
     @abstractmethod
     def table_partitions(self, table: str) -> list[TablePartition]: ...
+
+    @abstractmethod
+    def table_partition(self, table: str, dt: str) -> TablePartition | None:
+        """One table partition's row, strongly consistent; None if nothing was committed to it."""
+
+    @abstractmethod
+    def merge_ranges(self, table: str, dt: str) -> list[MergeRange]:
+        """The partition's chain, sentinel first, by `upper`; empty if it was never merged."""
+
+    @abstractmethod
+    def close_partition(self, table: str, dt: str) -> TablePartition | None:
+        """Close the table partition, idempotently: if it is open, `last_live_object_id` becomes
+        the last committed id and its merge job is due now, in one conditional write, so a
+        racing ingestion commit lands either before it (live) or after it (delayed). A closed
+        partition is left as it is. Returns the partition as stored (None if it has no row)."""
+
+    @abstractmethod
+    def commit_merge(self, token: LeaseToken, merge: MergeCommit) -> MergeCommitResult:
+        """In ONE transaction, conditional on `token` (the partition's merge job lease, type
+        `ItemType.MERGE_JOB`, key = dt) still holding and on the chain (`check_merge`, against
+        the stored ranges and `next_object_id`): write the range (the sentinel too on the first
+        merge; the open range replaced when rewritten), set `desired_manifest_version` and
+        `merged_upper` to its `upper`, set `merge_due_at_ms` to `next_merge_due` of what is
+        still unmerged at that moment, and hand the job lease back (UNASSIGNED: the next merge
+        acquires it with a new epoch). With `merged=None` only the last two happen. Raises
+        `PartitionNotOwnedError` (fenced: nothing written) or `MergeChainError`."""

@@ -55,7 +55,20 @@ class TablePartition:
     last_live_object_id: int | None = None
     current_manifest_version: int = -1
     desired_manifest_version: int = -1
+    """Raised by every merge commit to the chain's new `upper` (Prism's rule)."""
     switched: bool = False
+    merged_upper: int = 0
+    """The last merge range's `upper`: ids above it and below `next_object_id` are unmerged."""
+    merge_due_at_ms: int | None = None
+    """When the partition's one pending merge job is due; None: no pending job."""
+
+    @property
+    def closed(self) -> bool:
+        return self.last_live_object_id is not None
+
+    @property
+    def unmerged(self) -> int:
+        return self.next_object_id - 1 - self.merged_upper
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ and what a refusal means. A backend only writes it all as one transaction (`_com
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from resources.coordination import metrics as m
 from resources.coordination.errors import StoreUnavailableError
@@ -35,11 +35,13 @@ class CoordinationStore(LeaseStore, Ledger, ABC):
         groups: TablePartitionObjects,
         lease_change: Transition,
         record: bool,
+        merge_due_at_ms: Mapping[str, int],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
         """In ONE transaction, if `lease_change`'s guard holds: register the objects with ids
         from `assign_ids`, write a commit record when `record` (raising `AlreadyCommittedError`
-        if there is one) and apply `lease_change`. `(result, None)`, or `(None, the lease item
-        as stored)` when the guard refused: then nothing was written."""
+        if there is one), set `merge_due_at_ms[table]` on each of that table's partitions in
+        `groups` that has none, and apply `lease_change`. `(result, None)`, or `(None, the
+        lease item as stored)` when the guard refused: then nothing was written."""
 
     def commit(
         self,
@@ -49,15 +51,20 @@ class CoordinationStore(LeaseStore, Ledger, ABC):
         progress_state: str | None = NOT_GIVEN,
         complete: bool = True,
         timeout_s: float = 60.0,
+        merge_after_s: Mapping[str, float] | None = None,
     ) -> CommitResult:
         objects = list(objects)
+        now = self.now_ms()
+        due = {t: now + int(round(s * 1000)) for t, s in (merge_after_s or {}).items()}
         check_commit_size(objects)
         if complete:
             change = self.completion(token, progress_state)
         else:
             change = self.renewal(token, timeout_s, progress_state)
         try:
-            result, current = self._commit(token, group_by_partition(objects), change, complete)
+            result, current = self._commit(
+                token, group_by_partition(objects), change, complete, due
+            )
         except StoreUnavailableError:
             self.metrics.incr(token.source_identifier, m.update_errors(change.action))
             raise
