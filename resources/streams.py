@@ -265,6 +265,14 @@ class LakeSettings(Settings):
     chunk_size: int = setting(
         250, env="LEASEHOLD_CHUNK_SIZE", doc="source partitions per Spark read", check=at_least(1)
     )
+    # A merge is one Spark job of up to `merge.max_bytes`; a run of many merges pays Dagster's
+    # launch and the SparkSession once. Bounded so one run's failure delays few partitions.
+    max_merges_per_run: int = setting(
+        100,
+        env="LEASEHOLD_MAX_MERGES_PER_RUN",
+        doc="table partitions one merge run the merge sensor requests covers at most",
+        check=at_least(1),
+    )
 
     def streams(self) -> dict[str, StreamConfig]:
         return load_streams(self.streams_path)

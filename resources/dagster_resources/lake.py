@@ -1,8 +1,8 @@
 """The lake resource: where streams read from and write to.
 
-`LakeResource` turns a stream's configuration into the callables `IngestionRunner` and
-`Discovery` need (list, fetch, read, publish), so both stay free of Dagster and of any one
-object store. The run's one SparkSession is `SparkResource`'s (`spark.py`).
+`LakeResource` turns a stream's configuration into the callables `IngestionRunner`,
+`Discovery` and `MergeRunner` need (list, fetch, read, publish, merge), so they stay free of
+Dagster and of any one object store. The run's one SparkSession is `SparkResource`'s (`spark.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
+from resources.compaction.merge_runner import MergeRunner
+from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.env import settings_resource
 from resources.ingestion.discovery import Lister
@@ -24,6 +26,7 @@ from resources.objects.base import ObjectStore, object_store_for
 from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:
+    from resources.compaction.merge_writer import MergeWriter
     from resources.dagster_resources.spark import SparkResource
     from resources.ingestion.source_reader import SourceReader
 
@@ -98,5 +101,37 @@ class LakeResource(settings_resource(LakeSettings)):
             publish_quarantine=publisher(quarantine),
             work_dir=self.scratch_dir(),
             chunk_size=self.chunk_size,
+            on_step=on_step,
+            merge_after_s=config.merge.interval_s,
+        )
+
+    def merge_schedule(self, stream: str, coordination: CoordinationResource) -> MergeSchedule:
+        return MergeSchedule(coordination.store, self.stream(stream), self.table_name(stream))
+
+    def merge_runner(
+        self,
+        stream: str,
+        coordination: CoordinationResource,
+        spark: SparkResource,
+        owner: str,
+        on_step: Callable[[str, str], None] | None = None,
+    ) -> MergeRunner:
+        config = self.stream(stream)
+
+        @functools.cache
+        def writer() -> MergeWriter:  # Spark starts only if something is merged
+            from resources.compaction.merge_writer import MergeWriter
+
+            return MergeWriter(spark.session(), config)
+
+        return MergeRunner(
+            config=config,
+            table=self.table_name(stream),
+            store=coordination.store,
+            objects=self.object_store(config.table),
+            owner=owner,
+            timing=coordination.timing(),
+            write=lambda inputs, target: writer().write(inputs, target),
+            work_dir=self.scratch_dir(),
             on_step=on_step,
         )

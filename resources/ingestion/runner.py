@@ -190,6 +190,7 @@ class IngestionRunner:
         chunk_size: int = 500,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         on_step: Callable[[str, str], None] | None = None,
+        merge_after_s: float | None = None,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -207,6 +208,9 @@ class IngestionRunner:
         # moments a crash matters. Used for progress logging and by the crash tests.
         self.on_step = on_step or (lambda step, key: None)
         self.sid = store.source_identifier(stream)
+        # The table's merge job is scheduled by the commit that lands its first unmerged object
+        # (`merge.interval` later); quarantine objects are never merged.
+        self.merge_after_s = {} if merge_after_s is None else {table: merge_after_s}
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
         """One outcome per key, in order; never raises for a single partition's failure.
@@ -424,7 +428,12 @@ class IngestionRunner:
         try:
             committed = lease.commit(
                 lambda token: (
-                    self.store.commit(token, objects, progress_state=json.dumps(progress)).item
+                    self.store.commit(
+                        token,
+                        objects,
+                        progress_state=json.dumps(progress),
+                        merge_after_s=self.merge_after_s,
+                    ).item
                 )
             )
         except LeaseLostError as exc:

@@ -1,0 +1,267 @@
+"""`MergeRunner`: closing due table partitions and merging them, exactly once per range.
+
+One merge of one table partition, the protocol the concurrency tests kill at every step:
+1. Acquire the partition's merge job lease (`ItemType.MERGE_JOB`, key = dt; a new epoch). A job
+   held by a live merge is left alone (`BUSY`); one whose holder died is taken over once its
+   ownership timeout passed. While the merge runs, the lease's background renewer heartbeats.
+2. Read the partition, its chain and its small objects from the ledger, and plan
+   (`MergePlanner`): the ids above the chain's last `upper`, within the limits.
+3. Merge on Spark (`write`: exact ledger URLs in, one object sorted by event time out) and
+   publish the object under a prefix unique to this attempt, named `part-<lower>-<upper>`:
+   nothing is visible yet, and two attempts never overwrite each other.
+4. Commit the range in one transaction fenced by the lease's epoch (`Ledger.commit_merge`),
+   which also reschedules the job at once if limits left objects behind (carry-over) and
+   hands the lease back. A zombie whose lease was taken over is refused there; its object is
+   an orphan nothing names.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from resources.compaction.merge_planner import MergePlan, MergePlanner
+from resources.coordination.errors import LeaseStoreError, PartitionUnavailableError
+from resources.coordination.items import ItemType, iso_utc
+from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
+from resources.errors import LeaseholdError
+from resources.ledger.merge import (
+    MergeChainError,
+    MergeCommit,
+    MergeCommitResult,
+    MergedObject,
+    merged_object_name,
+)
+from resources.objects.base import ObjectStore
+from resources.stores.base import CoordinationStore
+from resources.streams import StreamConfig
+
+log = logging.getLogger(__name__)
+
+MERGED = "merged"
+NOTHING_TO_MERGE = "nothing_to_merge"
+BUSY = "busy"
+LOST_LEASE = "lost_lease"
+FAILED = "failed"
+
+
+class Written(Protocol):
+    path: Path
+    content_length: int
+    row_count: int
+
+
+WriteMerged = Callable[[Sequence[str], Path], Written]
+"""(input URLs or local paths, local target) -> the one object written."""
+
+
+@dataclass
+class MergeOutcome:
+    dt: str
+    outcome: str
+    message: str = ""
+    epoch: int = 0
+    lower: int | None = None
+    upper: int | None = None
+    rewrite: bool = False
+    objects_merged: int = 0
+    delayed_merged: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows: int = 0
+    carry_over: bool = False
+    url: str | None = None
+    next_due_at_ms: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in (MERGED, NOTHING_TO_MERGE, BUSY)
+
+    def metadata(self) -> dict[str, Any]:
+        """What the merge asset records per table partition."""
+        return {
+            "outcome": self.outcome,
+            "range": f"({self.lower}, {self.upper}]" if self.upper is not None else "",
+            "rewrote_open_range": self.rewrite,
+            "objects_merged": self.objects_merged,
+            "delayed_objects_merged": self.delayed_merged,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "rows": self.rows,
+            "carry_over": self.carry_over,
+            "merged_object": self.url or "",
+            "next_merge_due": iso_utc(self.next_due_at_ms) if self.next_due_at_ms else "",
+            "epoch": self.epoch,
+        }
+
+    def describe(self) -> str:
+        if self.outcome != MERGED:
+            return f"dt={self.dt}: {self.outcome}" + (f": {self.message}" if self.message else "")
+        carry = "; carried over" if self.carry_over else ""
+        return (
+            f"dt={self.dt}: merged {self.objects_merged} objects ({self.rows} rows, "
+            f"{self.bytes_in} -> {self.bytes_out} bytes) into ({self.lower}, {self.upper}]"
+            f"{' (open range rewritten)' if self.rewrite else ''}{carry}"
+        )
+
+
+class MergeRunner:
+    def __init__(
+        self,
+        *,
+        config: StreamConfig,
+        table: str,
+        store: CoordinationStore,
+        objects: ObjectStore,
+        owner: str,
+        timing: LeaseTiming,
+        write: WriteMerged,
+        work_dir: Path,
+        planner: MergePlanner | None = None,
+        on_step: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.table = table
+        self.store = store
+        self.objects = objects
+        self.owner = owner
+        self.timing = timing
+        self.write = write
+        self.work_dir = work_dir
+        self.planner = planner or MergePlanner.for_stream(config)
+        # ("written" | "published" | "committed", dt): where a crash matters; the crash tests
+        # stop the process there.
+        self.on_step = on_step or (lambda step, dt: None)
+        self.job_sid = store.source_identifier(table, ItemType.MERGE_JOB)
+
+    # -- merging -------------------------------------------------------------------------------
+
+    def merge(self, dts: Sequence[str]) -> Iterator[MergeOutcome]:
+        """One outcome per table partition, in order; never raises for one partition's
+        failure. A partition whose job is not due (any more) is still merged if it has
+        unmerged objects: a merge is never wrong, only maybe early."""
+        if not dts:
+            return
+        self.store.create_partitions(self.job_sid, list(dts))
+        for dt in dts:
+            yield self.merge_one(dt)
+
+    def merge_one(self, dt: str) -> MergeOutcome:
+        try:
+            item = self.store.acquire(
+                self.job_sid, dt, self.owner, self.timing.ownership_timeout_s
+            )
+        except PartitionUnavailableError as exc:
+            cur = exc.current
+            return MergeOutcome(
+                dt,
+                BUSY,
+                f"another merge ({cur.owner}, epoch {cur.epoch}) holds the job until "
+                f"{iso_utc(cur.ownership_timeout_ms)}",
+                epoch=cur.epoch,
+            )
+        except LeaseStoreError as exc:
+            return self._failed(MergeOutcome(dt, FAILED), f"could not acquire the job: {exc}")
+        scratch = self.work_dir / f"merge-{uuid.uuid4().hex}"
+        try:
+            with Lease(self.store, item, self.timing) as lease:
+                return self._merge_held(lease, dt, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _merge_held(self, lease: Lease, dt: str, scratch: Path) -> MergeOutcome:
+        outcome = MergeOutcome(dt, MERGED, epoch=lease.epoch)
+        try:
+            partition = self.store.table_partition(self.table, dt)
+            if partition is None:
+                return self._failed(outcome, "no such table partition in the ledger")
+            ranges = self.store.merge_ranges(self.table, dt)
+            plan = self.planner.plan(partition, ranges, self.store.ledger_objects(self.table, dt))
+            previous_upper = ranges[-1].upper if ranges else 0
+            if plan is None:
+                result = self._commit(lease, dt, previous_upper, None, False)
+                outcome.outcome = NOTHING_TO_MERGE
+                outcome.next_due_at_ms = result.merge_due_at_ms
+                return outcome
+            merged = self._write_and_publish(lease, plan, scratch)
+            result = self._commit(lease, dt, plan.previous_upper, merged, plan.carry_over)
+        except LeaseLostError as exc:
+            outcome.outcome, outcome.message = LOST_LEASE, f"lost the merge job's lease: {exc}"
+            log.warning("%s dt=%s: %s", self.table, dt, outcome.message)
+            return outcome
+        except (MergeChainError, LeaseholdError) as exc:
+            return self._failed(outcome, str(exc))
+        self.on_step("committed", dt)
+        outcome.lower, outcome.upper = plan.lower, plan.upper
+        outcome.rewrite = plan.rewrite is not None
+        outcome.objects_merged = len(plan.objects)
+        outcome.delayed_merged = sum(o.delayed for o in plan.objects)
+        outcome.bytes_in = plan.input_bytes
+        outcome.bytes_out = merged.content_length
+        outcome.rows = merged.row_count
+        outcome.carry_over = plan.carry_over
+        outcome.url = merged.url
+        outcome.next_due_at_ms = result.merge_due_at_ms
+        log.info("%s %s", self.table, outcome.describe())
+        return outcome
+
+    def _write_and_publish(self, lease: Lease, plan: MergePlan, scratch: Path) -> MergedObject:
+        scratch.mkdir(parents=True, exist_ok=True)
+        inputs = [self._local(url, scratch) for url in plan.inputs]
+        lease.check()
+        name = merged_object_name(plan.lower, plan.upper)
+        written = self.write(inputs, scratch / "out" / name)
+        self.on_step("written", plan.dt)
+        if written.row_count != plan.input_rows:
+            raise LeaseholdError(
+                f"dt={plan.dt}: the merged object holds {written.row_count} rows, its inputs "
+                f"{plan.input_rows}; nothing committed"
+            )
+        lease.check()
+        attempt = f"{lease.epoch}-{uuid.uuid4().hex[:12]}"
+        url = self.objects.move_file(written.path, f"merged/dt={plan.dt}/{attempt}/{name}")
+        self.on_step("published", plan.dt)
+        return MergedObject(plan.lower, plan.upper, url, written.content_length, written.row_count)
+
+    def _local(self, url: str, scratch: Path) -> str:
+        """A path Spark can read: local objects as they are, others copied to `scratch` first
+        (Spark here writes and reads locally; ARCHITECTURE §7)."""
+        if url.startswith("file://"):
+            return url[len("file://") :]
+        return str(self.objects.local_copy(self.objects.key_of(url), scratch / "in"))
+
+    def _commit(
+        self,
+        lease: Lease,
+        dt: str,
+        previous_upper: int,
+        merged: MergedObject | None,
+        carry_over: bool,
+    ) -> MergeCommitResult:
+        commit = MergeCommit(
+            table=self.table,
+            dt=dt,
+            previous_upper=previous_upper,
+            merged=merged,
+            carry_over=carry_over,
+            interval_s=self.config.merge.interval_s,
+        )
+        results: list[MergeCommitResult] = []
+
+        def write(token: Any) -> Any:
+            results.append(self.store.commit_merge(token, commit))
+            # The lease is finished by this write: what it holds afterwards is never read.
+            return lease.item
+
+        lease.commit(write)
+        return results[0]
+
+    def _failed(self, outcome: MergeOutcome, message: str) -> MergeOutcome:
+        outcome.outcome, outcome.message = FAILED, message
+        log.error("%s dt=%s: merge failed: %s", self.table, outcome.dt, message)
+        return outcome
