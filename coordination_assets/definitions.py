@@ -1,7 +1,8 @@
 """The code location: every Dagster definition of leasehold, bound to its resources.
 
 Thin on purpose: domain logic lives in `resources/`; this file only says what exists. One
-ingestion asset, discovery sensor and set of checks per stream of `streams.yaml`; an invalid
+ingestion asset, discovery sensor, merge asset, merge sensor and set of checks per stream of
+`streams.yaml`; an invalid
 streams file or store variable fails the code location at load, naming the field.
 """
 
@@ -9,6 +10,11 @@ import warnings
 
 from dagster import Definitions, in_process_executor
 
+from coordination_assets.compaction import (
+    build_merge_asset,
+    build_merge_checks,
+    build_merge_sensor,
+)
 from coordination_assets.coordination_status import coordination_status, lease_health
 from coordination_assets.ingestion import (
     build_checks_sensor,
@@ -32,12 +38,17 @@ def build_definitions() -> Definitions:
     fields to `EnvVar`s, which resolve only in a run. Each `from_env()` validates its variables
     first, so a bad one fails the code location at load, naming the field."""
     streams = sorted(LakeSettings.from_env().streams())
-    checks = {s: build_ingestion_checks(s) for s in streams}
+    checks = {s: [*build_ingestion_checks(s), *build_merge_checks(s)] for s in streams}
     return Definitions(
-        assets=[coordination_status, *(build_ingestion_asset(s) for s in streams)],
+        assets=[
+            coordination_status,
+            *(build_ingestion_asset(s) for s in streams),
+            *(build_merge_asset(s) for s in streams),
+        ],
         asset_checks=[lease_health, *(c for s in streams for c in checks[s])],
         sensors=[
             *(build_discovery_sensor(s) for s in streams),
+            *(build_merge_sensor(s) for s in streams),
             *(build_checks_sensor(s, checks[s]) for s in streams),
         ],
         resources={

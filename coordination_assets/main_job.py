@@ -2,7 +2,8 @@
 
 `leasehold run` uses it: evaluate the discovery sensor, apply its dynamic-partition request and
 the commits it records, execute each run it requests (new ranges and work left behind), until
-it asks for nothing new; then run the asset checks. The same sensor, asset and checks that
+it asks for nothing new; then the same with the merge sensor (close the table partitions whose
+day ended, merge those due); then run the asset checks. The same sensors, assets and checks that
 `dagster dev` runs — only the scheduling differs.
 """
 
@@ -25,6 +26,14 @@ from dagster import (
     materialize,
 )
 
+from coordination_assets.compaction import (
+    FAILED_MERGES,
+    build_merge_asset,
+    build_merge_checks,
+    build_merge_sensor,
+    dates_for,
+    merge_cursor_key,
+)
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import (
     FAILED_KEYS,
@@ -40,6 +49,7 @@ from resources.dagster_resources.runs import (
     CHECKS_TAG,
     EXPECTED_COUNT,
     PROCESS_TAG,
+    RANGE_END,
     RANGE_START,
     RETRY_TAG,
     process_identity,
@@ -67,6 +77,14 @@ class MainJobReport:
     crashed_runs: list[str] = field(default_factory=list)
     """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
+    merge_runs: int = 0
+    merges: list[str] = field(default_factory=list)
+    """One line per merge committed: table partition, objects, rows, bytes, range."""
+    not_merged: dict[str, str] = field(default_factory=dict)
+    """Table partition -> why its merge failed (it stays due; the merge sensor asks again)."""
+    merge_totals: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("objects_merged", "rows", "carry_over"), 0)
+    )
 
     @property
     def failed_partitions(self) -> list[str]:
@@ -82,6 +100,10 @@ class MainJobReport:
             f"{self.recorded}; failed: {len(self.failed_partitions)}\n"
             f"rows read: {self.rows['rows_read']}, written: {self.rows['rows_written']}, "
             f"quarantined: {self.rows['rows_quarantined']}\n"
+            f"merge runs: {self.merge_runs}; merges: {len(self.merges)} "
+            f"({self.merge_totals['objects_merged']} small objects, "
+            f"{self.merge_totals['rows']} rows, {self.merge_totals['carry_over']} carried over); "
+            f"not merged: {len(self.not_merged)}\n"
             f"checks: {checks or 'none'}"
         )
 
@@ -147,11 +169,13 @@ def run_stream(
         for run in runs:
             executed.add(str(run.run_key))
             _execute(run, asset_def, instance, resources, report, log, stream)
+    merge_asset, merge_checks = _merge(defs, instance, stream, report, max_ticks, log)
+    all_checks = [*checks, *merge_checks]
     check_run = materialize(
-        [asset_def, *checks],
+        [asset_def, merge_asset, *all_checks],
         instance=instance,
         resources=resources,
-        selection=AssetSelection.checks(*checks),
+        selection=AssetSelection.checks(*all_checks),
         raise_on_error=False,
         run_config=QUIET,
         tags={CHECKS_TAG: stream, **in_this_process()},
@@ -159,6 +183,93 @@ def run_stream(
     for evaluation in check_run.get_asset_check_evaluations():
         report.checks[evaluation.check_name] = evaluation.passed
     return report
+
+
+def _merge(
+    defs: Definitions,
+    instance: DagsterInstance,
+    stream: str,
+    report: MainJobReport,
+    max_ticks: int,
+    log: Callable[[str], None],
+) -> tuple[AssetsDefinition, list]:
+    """Tick the merge sensor and execute the merge runs it requests until it requests none
+    (carry-over makes a partition due again at once) or only ranges that already failed in
+    this invocation. Returns the merge asset and its checks, for the checks run."""
+    sensor = build_merge_sensor(stream)
+    asset_def = build_merge_asset(stream)
+    resources = defs.resources or {}
+    state_key = merge_cursor_key(stream)
+    cursor = instance.run_storage.get_cursor_values({state_key}).get(state_key)
+    failed_ranges: set[tuple[str, str]] = set()
+    for _ in range(max_ticks):
+        with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
+            result = sensor(ctx)
+        if not isinstance(result, SensorResult):
+            break
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(dates_for(stream).name, request.partition_keys)
+        for event in result.asset_events or []:
+            instance.report_runless_asset_event(event)
+        cursor = result.cursor
+        instance.run_storage.set_cursor_values({state_key: cursor or ""})
+        runs = [
+            r
+            for r in result.run_requests or []
+            if (r.tags[RANGE_START], r.tags[RANGE_END]) not in failed_ranges
+        ]
+        if not runs:
+            break
+        for run in runs:
+            if not _execute_merge(run, asset_def, instance, resources, report, log, stream):
+                failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
+    return asset_def, build_merge_checks(stream)
+
+
+def _execute_merge(
+    run: RunRequest,
+    asset_def: AssetsDefinition,
+    instance: DagsterInstance,
+    resources: dict,
+    report: MainJobReport,
+    log: Callable[[str], None],
+    stream: str,
+) -> bool:
+    report.merge_runs += 1
+    outcome = materialize(
+        [asset_def],
+        instance=instance,
+        resources=resources,
+        tags={**run.tags, **in_this_process()},
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    for event in outcome.get_asset_materialization_events():
+        metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+        report.not_merged.pop(str(event.partition), None)
+        for name in report.merge_totals:
+            report.merge_totals[name] += int(metadata[name])  # type: ignore[arg-type]
+        line = (
+            f"{stream} dt={event.partition}: merged {metadata['objects_merged']} objects "
+            f"({metadata['delayed_objects_merged']} delayed), {metadata['rows']} rows, "
+            f"{metadata['bytes_in']} -> {metadata['bytes_out']} bytes into range "
+            f"{metadata['range']}" + ("; carried over" if metadata["carry_over"] else "")
+        )
+        report.merges.append(line)
+        log(line)
+    if outcome.success:
+        return True
+    for event in outcome.all_events:
+        if event.is_step_failure:
+            user = event.step_failure_data.user_failure_data
+            if user is not None and FAILED_MERGES in user.metadata:
+                for line in user.metadata[FAILED_MERGES].value:  # type: ignore[union-attr]
+                    report.not_merged[line.split(":", 1)[0]] = line
+            else:
+                error = event.step_failure_data.error
+                report.crashed_runs.append(error.message.strip() if error else str(event.message))
+    log(f"{stream}: merge run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
+    return False
 
 
 def in_this_process() -> dict[str, str]:

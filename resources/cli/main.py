@@ -152,8 +152,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Every check of every stream (or of --stream), read-only: exit 4 when one fails."""
+    from resources.check_outcome import CheckOutcome
+    from resources.compaction import checks as compaction_checks
     from resources.coordination.lease import TimingSettings
-    from resources.ingestion.check_suite import CheckOutcome, run_all
+    from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
     from resources.objects.base import ObjectStore, object_store_for
     from resources.streams import LakeSettings
@@ -183,6 +185,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                 read_column=objects(config.table).read_column,
                 ownership_timeout_s=timing.ownership_timeout_seconds,
                 unassigned_retry_after_s=timing.unassigned_retry_after_seconds,
+            )
+            outcomes += compaction_checks.run_all(
+                store,
+                config,
+                objects=objects(config.table),
+                ownership_timeout_s=timing.ownership_timeout_seconds,
+                table=name,
             )
             results += [(name, outcome) for outcome in outcomes]
     finally:

@@ -49,6 +49,8 @@ BUSY = "busy"
 LOST_LEASE = "lost_lease"
 FAILED = "failed"
 
+MAX_MERGES_PER_PARTITION = 20
+
 
 class Written(Protocol):
     path: Path
@@ -87,6 +89,7 @@ class MergeOutcome:
         return {
             "outcome": self.outcome,
             "range": f"({self.lower}, {self.upper}]" if self.upper is not None else "",
+            "upper": self.upper if self.upper is not None else 0,
             "rewrote_open_range": self.rewrite,
             "objects_merged": self.objects_merged,
             "delayed_objects_merged": self.delayed_merged,
@@ -142,20 +145,23 @@ class MergeRunner:
     # -- merging -------------------------------------------------------------------------------
 
     def merge(self, dts: Sequence[str]) -> Iterator[MergeOutcome]:
-        """One outcome per table partition, in order; never raises for one partition's
-        failure. A partition whose job is not due (any more) is still merged if it has
-        unmerged objects: a merge is never wrong, only maybe early."""
+        """Outcomes of merging each table partition, in order; never raises for one partition's
+        failure. A carried-over partition (limits left objects behind; its job is due again at
+        once) is merged again in this run, up to `MAX_MERGES_PER_PARTITION` times: one run
+        works through a big backlog, and a longer one is left to the next run."""
         if not dts:
             return
         self.store.create_partitions(self.job_sid, list(dts))
         for dt in dts:
-            yield self.merge_one(dt)
+            for _ in range(MAX_MERGES_PER_PARTITION):
+                outcome = self.merge_one(dt)
+                yield outcome
+                if not (outcome.outcome == MERGED and outcome.carry_over):
+                    break
 
     def merge_one(self, dt: str) -> MergeOutcome:
         try:
-            item = self.store.acquire(
-                self.job_sid, dt, self.owner, self.timing.ownership_timeout_s
-            )
+            item = self.store.acquire(self.job_sid, dt, self.owner, self.timing.ownership_timeout_s)
         except PartitionUnavailableError as exc:
             cur = exc.current
             return MergeOutcome(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from resources.compaction.closing import due_to_close
 from resources.coordination.items import ItemType, PartitionStatus
@@ -58,8 +59,7 @@ class MergeSchedule:
         return {
             item.partition_key
             for item in self.store.iter_items(self.job_sid)
-            if item.status is PartitionStatus.ASSIGNED
-            and (item.ownership_timeout_ms or 0) > now
+            if item.status is PartitionStatus.ASSIGNED and (item.ownership_timeout_ms or 0) > now
         }
 
     def refresh(self) -> tuple[list[TablePartition], list[TablePartition]]:
@@ -71,3 +71,28 @@ class MergeSchedule:
             by_dt.update({p.dt: p for p in closed})
             partitions = sorted(by_dt.values(), key=lambda p: p.dt)
         return partitions, closed
+
+
+@dataclass(frozen=True)
+class MergeRunPlan:
+    """One merge run: a range of the table's date partitions (positional, in the order Dagster
+    holds them) and the due dates in it."""
+
+    first: str
+    last: str
+    dts: tuple[str, ...]
+
+
+def plan_merge_runs(
+    order: Sequence[str], wanted: Sequence[str], per_run: int
+) -> list[MergeRunPlan]:
+    """Cut `wanted` (dates in `order`) into runs of at most `per_run` dates each, each run the
+    range from its first to its last date: one run merges many table partitions. Dates between
+    them that are not wanted are in the range too; a run merges only what is due when it gets
+    there."""
+    position = {dt: i for i, dt in enumerate(order)}
+    ordered = sorted((dt for dt in set(wanted) if dt in position), key=position.__getitem__)
+    return [
+        MergeRunPlan(chunk[0], chunk[-1], tuple(chunk))
+        for chunk in (ordered[i : i + per_run] for i in range(0, len(ordered), per_run))
+    ]

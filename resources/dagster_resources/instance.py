@@ -46,7 +46,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
-from resources.dagster_resources.runs import STREAM_TAG
+from resources.dagster_resources.runs import MERGE_TAG, STREAM_TAG
 
 # Dagster's own busy timeout for its SQLite storages.
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
@@ -99,13 +99,18 @@ run_monitoring:
   cancel_timeout_seconds: 180
   poll_interval_seconds: 30
 # Every ingestion run starts a SparkSession (~1 GB driver, all cores): at most
-# {SPARK_RUN_LIMIT} at once, the rest wait in the queue without starting a process.
+# {SPARK_RUN_LIMIT} at once, the rest wait in the queue without starting a process. Merge runs
+# (a SparkSession each too): one at a time per stream; the merge job leases decide within.
 concurrency:
   runs:
     max_concurrent_runs: 10
     tag_concurrency_limits:
       - key: {STREAM_TAG}
         limit: {SPARK_RUN_LIMIT}
+      - key: {MERGE_TAG}
+        limit: 1
+        value:
+          applyLimitPerUniqueValue: true
 """
 
 

@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 
 STREAM_TAG = "leasehold/stream"
 CHECKS_TAG = "leasehold/checks"
+MERGE_TAG = "leasehold/merge"
+"""A merge run of the stream's table partitions (its range tags name dates, not sources)."""
+DUE_ONLY_TAG = "leasehold/merge_due_only"
+"""A sensor's merge run merges only what is due when it gets there; a hand-launched one merges
+every partition of its range that has unmerged objects."""
 PROCESS_TAG = "leasehold/process"
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -105,12 +110,12 @@ DIES_IN = (
 
 
 def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
-    """Mark the stream's runs — ingestion and checks — whose process is gone failed (or
-    canceled); their run ids."""
+    """Mark the stream's runs — ingestion, merges and checks — whose process is gone failed
+    (or canceled); their run ids."""
     dead = []
     runs = {
         run.run_id: run
-        for tags in ({STREAM_TAG: stream}, {CHECKS_TAG: stream})
+        for tags in ({STREAM_TAG: stream}, {MERGE_TAG: stream}, {CHECKS_TAG: stream})
         for run in (
             r.dagster_run for r in instance.get_run_records(RunsFilter(tags=tags, statuses=DIES_IN))
         )
@@ -141,11 +146,11 @@ class RunSpan:
     before then is someone else's, and the run will take it when it gets there."""
 
 
-def in_flight_spans(instance: DagsterInstance, stream: str) -> list[RunSpan]:
+def in_flight_spans(instance: DagsterInstance, stream: str, tag: str = STREAM_TAG) -> list[RunSpan]:
+    """The spans of the stream's runs in flight: ingestion runs, or with `tag=MERGE_TAG` its
+    merge runs."""
     spans = []
-    records = instance.get_run_records(
-        RunsFilter(tags={STREAM_TAG: stream}, statuses=list(IN_FLIGHT))
-    )
+    records = instance.get_run_records(RunsFilter(tags={tag: stream}, statuses=list(IN_FLIGHT)))
     for record in records:
         run = record.dagster_run
         span = span_of(run)
@@ -168,15 +173,21 @@ def ended_since(
     stream: str,
     after_s: float,
     statuses: Sequence[DagsterRunStatus] = ENDED,
+    tags: Sequence[str] = (STREAM_TAG,),
 ) -> tuple[list[DagsterRun], float]:
-    """The stream's runs that ended (with one of `statuses`) after `after_s` (epoch seconds),
-    and the newest update time among them: the caller's next `after_s`."""
-    records = instance.get_run_records(
-        RunsFilter(
-            tags={STREAM_TAG: stream},
-            statuses=list(statuses),
-            updated_after=datetime.fromtimestamp(after_s, tz=timezone.utc),
+    """The stream's runs (tagged with one of `tags` = stream) that ended (with one of
+    `statuses`) after `after_s` (epoch seconds), and the newest update time among them: the
+    caller's next `after_s`."""
+    records = [
+        record
+        for tag in tags
+        for record in instance.get_run_records(
+            RunsFilter(
+                tags={tag: stream},
+                statuses=list(statuses),
+                updated_after=datetime.fromtimestamp(after_s, tz=timezone.utc),
+            )
         )
-    )
+    ]
     newest = max((r.update_timestamp.timestamp() for r in records), default=after_s)
     return [r.dagster_run for r in records], newest
