@@ -302,6 +302,31 @@ def merge_jobs(store: CoordinationStore, table: str, ownership_timeout_s: float)
     return CheckOutcome("merge_jobs", not problems, severity, summary, metadata)
 
 
+def run_one(
+    name: str,
+    store: CoordinationStore,
+    config: StreamConfig,
+    *,
+    objects: ObjectStore,
+    ownership_timeout_s: float,
+    table: str | None = None,
+) -> CheckOutcome:
+    """The check `name` of `CHECKS` for one stream's table: one Dagster asset check each.
+    `table` is its ledger table (default: the stream's name), `objects` the table's object
+    store (where its merged objects are), `ownership_timeout_s` the merge job lease's."""
+    table = table or config.name
+    if name == "merge_chain":
+        return merge_chain(store, table)
+    if name == "merged_objects_exist":
+        return merged_objects_exist(store, objects, table)
+    if name == "merged_rows":
+        return merged_rows(store, objects, table)
+    if name == "merge_jobs":
+        return merge_jobs(store, table, ownership_timeout_s)
+    # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.
+    raise ValueError(f"no compaction check {name!r}; known: {', '.join(CHECKS)}")
+
+
 def run_all(
     store: CoordinationStore,
     config: StreamConfig,
@@ -310,13 +335,16 @@ def run_all(
     ownership_timeout_s: float,
     table: str | None = None,
 ) -> list[CheckOutcome]:
-    """Every check of `CHECKS` for one stream's table, in that order. `table` is its ledger
-    table (default: the stream's name), `objects` the table's object store (where its merged
-    objects are), `ownership_timeout_s` the merge job lease's. Read-only."""
-    name = table or config.name
+    """Every check of `CHECKS` for one stream's table, in that order (arguments as `run_one`).
+    Read-only."""
     return [
-        merge_chain(store, name),
-        merged_objects_exist(store, objects, name),
-        merged_rows(store, objects, name),
-        merge_jobs(store, name, ownership_timeout_s),
+        run_one(
+            name,
+            store,
+            config,
+            objects=objects,
+            ownership_timeout_s=ownership_timeout_s,
+            table=table,
+        )  # fmt: skip
+        for name in CHECKS
     ]

@@ -312,6 +312,17 @@ def test_a_dead_merge_nobody_took_over_warns(ledger: FakeLedger, lake: LocalObje
     assert outcome.metadata["dead_merges"] == 1
 
 
+def test_one_check_runs_alone_by_name(ledger: FakeLedger, lake: LocalObjectStore) -> None:
+    store = cast(CoordinationStore, ledger)
+    ledger.partitions[DT2] = replace(ledger.partitions[DT2], merge_due_at_ms=None)
+    outcome = checks.run_one(
+        "merge_jobs", store, config(), objects=lake, ownership_timeout_s=TIMEOUT_S
+    )
+    assert (outcome.name, outcome.failed) == ("merge_jobs", True)
+    with pytest.raises(ValueError, match="no compaction check 'nope'"):
+        checks.run_one("nope", store, config(), objects=lake, ownership_timeout_s=TIMEOUT_S)
+
+
 def test_quarantine_tables_are_skipped(ledger: FakeLedger, lake: LocalObjectStore) -> None:
     ledger.partitions["2026-01-18"] = TablePartition(f"{TABLE}.quarantine", "2026-01-18", 9)
     outcomes = run_all(ledger, lake, table=f"{TABLE}.quarantine")
