@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resources.errors import LeaseholdError
@@ -54,6 +55,16 @@ class ObjectStore(ABC):
     def delete(self, key: str) -> None:
         """Idempotent."""
 
+    @abstractmethod
+    def size(self, key: str) -> int | None:
+        """The object's length in bytes, None if it does not exist: how a check confirms an
+        object the ledger names is there, in full, without reading it."""
+
+    def parquet_metadata(self, key: str) -> pq.FileMetaData:
+        """A Parquet object's footer (row count, row groups, schema). Here by reading the
+        whole object; backends override it to read only the footer."""
+        return parquet_footer(self.get_bytes(key), self.url(key))
+
     def url(self, key: str) -> str:
         return f"{self.root_url}/{key}"
 
@@ -70,6 +81,29 @@ class ObjectStore(ABC):
             table = pq.read_table(io.BytesIO(self.get_bytes(self.key_of(url))), columns=[column])
             values.extend(table.column(column).to_pylist())
         return values
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_footer(tail: bytes, url: str) -> pq.FileMetaData:
+    """The metadata of a Parquet object from its last bytes: they must hold the whole footer
+    (`<footer><4-byte little-endian length>PAR1`). pyarrow parses it without the rest of
+    the file, so a remote object needs no more than a ranged read of its tail."""
+    length = parquet_footer_length(tail, url)
+    if length + 8 > len(tail):
+        raise ObjectStoreError(f"{url}: the footer needs {length + 8} bytes, got {len(tail)}")
+    try:
+        return pq.read_metadata(pa.BufferReader(tail[-(length + 8) :]))
+    except (pa.ArrowException, OSError) as exc:
+        raise ObjectStoreError(f"{url}: unreadable Parquet footer: {exc}") from exc
+
+
+def parquet_footer_length(tail: bytes, url: str) -> int:
+    """The footer's length from an object's last 8 bytes; refuses what is not Parquet."""
+    if len(tail) < 12 or tail[-4:] != PARQUET_MAGIC:
+        raise ObjectStoreError(f"{url} is not a Parquet object (no trailing {PARQUET_MAGIC!r})")
+    return int.from_bytes(tail[-8:-4], "little")
 
 
 def object_store_for(

@@ -11,7 +11,15 @@ import shutil
 import uuid
 from pathlib import Path
 
-from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from resources.objects.base import (
+    ObjectInfo,
+    ObjectStore,
+    ObjectStoreError,
+    parquet_footer_length,
+)
 
 
 class LocalObjectStore(ObjectStore):
@@ -72,3 +80,20 @@ class LocalObjectStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def size(self, key: str) -> int | None:
+        path = self._path(key)
+        return path.stat().st_size if path.is_file() else None
+
+    def parquet_metadata(self, key: str) -> pq.FileMetaData:
+        """Only the footer is read: pyarrow seeks to the end of the file."""
+        path = self._path(key)
+        if not path.is_file():
+            raise ObjectStoreError(f"{self.url(key)} does not exist")
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - 12))
+            parquet_footer_length(f.read(), self.url(key))  # refuses what is not Parquet
+        try:
+            return pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise ObjectStoreError(f"{self.url(key)}: unreadable Parquet footer: {exc}") from exc

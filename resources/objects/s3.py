@@ -12,12 +12,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
+import pyarrow.parquet as pq
+
+from resources.objects.base import (
+    ObjectInfo,
+    ObjectStore,
+    ObjectStoreError,
+    parquet_footer,
+    parquet_footer_length,
+)
 from resources.retry import RetryPolicy, call_with_retries, log_retries
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+FOOTER_GUESS = 64 * 1024
+"""Bytes of an object's tail read for its Parquet footer at first (ours are a few KiB)."""
 
 
 class S3ObjectStore(ObjectStore):
@@ -120,6 +131,43 @@ class S3ObjectStore(ObjectStore):
             lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data),
         )
         return self.url(key)
+
+    def size(self, key: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self._call(
+                "head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            )
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return None
+            raise ObjectStoreError(f"S3 head of {self.url(key)} failed: {exc}") from exc
+        return int(head["ContentLength"])
+
+    def parquet_metadata(self, key: str) -> pq.FileMetaData:
+        """Ranged reads of the tail only: one GET of the last `FOOTER_GUESS` bytes holds the
+        footer of any ordinary object (a whole small object comes back as it is); a bigger
+        footer costs a second GET of exactly its length."""
+        url = self.url(key)
+        tail = self._tail(key, FOOTER_GUESS)
+        length = parquet_footer_length(tail, url)
+        if length + 8 > len(tail):
+            tail = self._tail(key, length + 8)
+        return parquet_footer(tail, url)
+
+    def _tail(self, key: str, n: int) -> bytes:
+        from botocore.exceptions import ClientError
+
+        def get() -> Any:
+            return self.client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=-{n}"
+            )
+
+        try:
+            return self._call("ranged get", key, get)["Body"].read()
+        except ClientError as exc:
+            raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 
     def delete(self, key: str) -> None:
         self._call(

@@ -65,3 +65,35 @@ def test_local_copy_and_delete(objects: ObjectStore, tmp_path: Path) -> None:
 def test_urls_outside_the_root_are_refused(objects: ObjectStore) -> None:
     with pytest.raises(ObjectStoreError):
         objects.key_of("s3://elsewhere/x")
+
+
+def test_size_is_the_length_or_none_when_absent(objects: ObjectStore) -> None:
+    assert objects.size("dt=2026-01-01/none.parquet") is None
+    objects.put_bytes("dt=2026-01-01/x.bin", b"12345")
+    assert objects.size("dt=2026-01-01/x.bin") == 5
+    objects.put_bytes("empty", b"")
+    assert objects.size("empty") == 0
+    objects.delete("dt=2026-01-01/x.bin")
+    assert objects.size("dt=2026-01-01/x.bin") is None
+
+
+@pytest.mark.parametrize("footer", ["small", "bigger than the first ranged read"])
+def test_parquet_metadata_reads_the_footer(
+    objects: ObjectStore, tmp_path: Path, footer: str
+) -> None:
+    # Many columns make a footer of more than 64 KiB: S3 then needs a second ranged read.
+    width = 3 if footer == "small" else 600
+    table = pa.table({f"column_{i:04d}": list(range(1000)) for i in range(width)})
+    local = tmp_path / "m.parquet"
+    pq.write_table(table, local, row_group_size=300)
+    objects.move_file(local, "merged/part.parquet")
+    meta = objects.parquet_metadata("merged/part.parquet")
+    assert (meta.num_rows, meta.num_columns, meta.num_row_groups) == (1000, width, 4)
+
+
+def test_parquet_metadata_refuses_what_is_not_parquet(objects: ObjectStore) -> None:
+    objects.put_bytes("not.parquet", b"{}" * 20)
+    with pytest.raises(ObjectStoreError, match="not a Parquet object"):
+        objects.parquet_metadata("not.parquet")
+    with pytest.raises(ObjectStoreError):
+        objects.parquet_metadata("absent.parquet")
