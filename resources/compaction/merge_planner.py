@@ -3,18 +3,18 @@
 The rules (ARCHITECTURE §6, issue 13 item 4):
 
 - A merge takes the committed ids above the chain's last `upper`, in id order: at most
-  `max_objects` of them and, counting the open range's merged object when it is rewritten,
-  while the merge's input bytes stay within `max_bytes` — but always at least one object, so
-  every merge makes progress whatever the sizes.
+  `max_objects` of them and while their bytes stay within `max_bytes` — but always at least
+  one object, so every merge makes progress whatever the sizes.
 - If the open range (the last range after the sentinel) holds a merged object under
   `max_bytes`, it is rewritten together with the new objects (same `lower`); otherwise a new
   range starts at the chain's last `upper`.
 - Objects left behind by a limit make the plan a carry-over: the merge job is due again at once.
 
-Counting the rewritten object against the byte budget (rather than the new objects alone)
-keeps a merge's input, hence its Spark job and its output, near the target instead of up to
-twice it: Prism's ranges of 134–253 MB against a 128 MiB target are what the other reading
-gives. Only the new objects count against `max_objects`.
+Only the new objects count against the limits, as in Prism (whose ranges of 134–253 MB against
+a 128 MiB target show it): a merged object stays under about twice the target. Counting the
+rewritten object too would keep objects nearer the target but makes a backlog expensive: merged
+objects compress better than small ones, so the open object approaches the target from below,
+each merge taking fewer new objects while rewriting all of it again.
 
 Consequence: a range stops being rewritten only once its merged object reached `max_bytes`,
 so every range but the last is at least the target; a partition of B merged bytes therefore
@@ -116,7 +116,7 @@ class MergePlanner:
         rewrite = None
         if open_range is not None and open_range.content_length < self.max_bytes:
             rewrite = open_range
-        budget = self.max_bytes - (rewrite.content_length if rewrite is not None else 0)
+        budget = self.max_bytes
         taken = [unmerged[0]]
         spent = unmerged[0].content_length
         for obj in unmerged[1:]:

@@ -91,18 +91,19 @@ def test_an_object_above_the_byte_target_is_still_taken_alone() -> None:
     assert (plan.upper, plan.input_bytes, plan.carry_over) == (1, 80, True)
 
 
-def test_an_open_range_under_the_target_is_rewritten_within_the_budget() -> None:
+def test_an_open_range_under_the_target_is_rewritten_with_a_budget_of_new_objects() -> None:
     ranges = [SENTINEL, rng(0, 4, 400, 40), rng(4, 6, 150, 20)]
-    objects = [obj(i, size=100, rows=3) for i in range(1, 10)]
-    plan = MergePlanner(100, 400).plan(part(10, 6), ranges, objects)
+    objects = [obj(i, size=100, rows=3) for i in range(1, 12)]
+    plan = MergePlanner(100, 400).plan(part(12, 6), ranges, objects)
     assert plan is not None
-    # The open range's 150 bytes count against the 400-byte budget: two new objects fit.
-    assert (plan.previous_upper, plan.lower, plan.upper) == (6, 4, 8)
+    # Only the new objects count against the 400-byte budget (the rewritten 150 do not): a
+    # backlog moves a full budget per merge however full the open object already is.
+    assert (plan.previous_upper, plan.lower, plan.upper) == (6, 4, 10)
     assert plan.rewrite == ranges[-1]
-    assert [o.object_id for o in plan.objects] == [7, 8]
+    assert [o.object_id for o in plan.objects] == [7, 8, 9, 10]
     assert plan.carry_over
-    assert plan.inputs == [ranges[-1].url, objects[6].url, objects[7].url]
-    assert (plan.input_bytes, plan.input_rows) == (350, 26)
+    assert plan.inputs == [ranges[-1].url, *(objects[i].url for i in range(6, 10))]
+    assert (plan.input_bytes, plan.input_rows) == (550, 32)
 
 
 def test_an_open_range_at_the_target_is_left_alone_and_a_new_range_opens() -> None:
@@ -233,7 +234,8 @@ def test_planning_and_committing_keeps_a_valid_chain_covering_every_id_once(
             assert plan.upper > before
             assert plan.carry_over == (plan.upper < sim.next_object_id - 1)
             assert len(plan.objects) <= max_objects
-            assert len(plan.objects) == 1 or plan.input_bytes <= max_bytes
+            new_bytes = sum(o.content_length for o in plan.objects)
+            assert len(plan.objects) == 1 or new_bytes <= max_bytes
         return plan
 
     for step in steps:
