@@ -271,15 +271,17 @@ class LeaseStore(ABC):
 
     def give_up(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
         """Back to UNASSIGNED so another owner can take it at once. Fenced."""
+        return self._owner_write(token, self.giving_up(token, progress_state))
+
+    def giving_up(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> Transition:
+        """The give-up transition, for a backend transaction that ends a lease with it (a merge
+        commit hands its job lease back this way)."""
         now = self.now_ms()
-        return self._owner_write(
+        return transitions.give_up(
             token,
-            transitions.give_up(
-                token,
-                now_ms=now,
-                progress_state=progress_state,
-                expiration_time=self.expiration_at(now),
-            ),
+            now_ms=now,
+            progress_state=progress_state,
+            expiration_time=self.expiration_at(now),
         )
 
     def complete(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:

@@ -1,11 +1,24 @@
-"""The DynamoDB store's ledger: commits as one transaction, commit records, ledger reads.
+"""The DynamoDB store's ledger: commits and merge commits as one transaction each, closing,
+commit records, ledger reads.
 
 Part of `DynamoDbLeaseStore` (a mixin on its client). The ledger shares the lease table — new
-item types under their own `sourceIdentifier`s, so nothing needs a scan.
+item types under their own `sourceIdentifier`s, so nothing needs a scan:
+- `[prefix|]table|tablePartition`, key dt: the id counter (`nextObjectId`), `lastLiveObjectId`,
+  the manifest versions, `mergedUpper` and `mergeDueAt` (absent: no pending merge job);
+- `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object;
+- `[prefix|]table|dt|mergeRanges`, key the range's `lower` (`%019d`; `sentinel` for the
+  sentinel), so rewriting the open range updates its item in place;
+- `<source identifier>|commit`, key the source partition: the commit record.
+
+DynamoDB evaluates a comparison with an attribute the item lacks (or with an item that does
+not exist) as false, never as an error: `nextObjectId = :read` therefore also refuses to
+create an absent partition, and "never merged" must be said as
+`attribute_not_exists(mergedUpper)`, not `mergedUpper = 0`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -13,6 +26,16 @@ from botocore.exceptions import ClientError
 from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
+from resources.ledger.merge import (
+    SENTINEL_UPPER,
+    MergeChainError,
+    MergeCommit,
+    MergeCommitResult,
+    MergedObject,
+    MergeRange,
+    check_merge,
+    next_merge_due,
+)
 from resources.ledger.model import (
     AlreadyCommittedError,
     CommitRecord,
@@ -24,6 +47,10 @@ from resources.ledger.model import (
 )
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import cancellation_reasons, error_code
+
+SENTINEL_KEY = "sentinel"
+# Range attributes are DynamoDB reserved words: expressions name them through placeholders.
+RANGE_NAMES = {"#lower": "lower", "#upper": "upper", "#url": "url", "#epoch": "epoch"}
 
 
 class DynamoDbLedger:
@@ -39,6 +66,14 @@ class DynamoDbLedger:
     def _objects_sid(self, table: str, dt: str) -> str:
         return self._ledger_sid("smallObjects", f"{table}|{dt}")
 
+    def _ranges_sid(self, table: str, dt: str) -> str:
+        return self._ledger_sid("mergeRanges", f"{table}|{dt}")
+
+    def _range_key(self, table: str, dt: str, lower: int | None) -> dict[str, dict[str, str]]:
+        return codec.key(
+            self._ranges_sid(table, dt), SENTINEL_KEY if lower is None else f"{lower:019d}"
+        )
+
     def _record_key(self, sid: str, key: str) -> dict[str, dict[str, str]]:
         return codec.key(f"{sid}|commit", key)
 
@@ -48,11 +83,12 @@ class DynamoDbLedger:
         groups: dict[tuple[str, str], list[SmallObject]],
         lease_change: Transition,
         record: bool,
+        merge_due_at_ms: Mapping[str, int],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
-        """One `TransactWriteItems`: the id counters (conditional on the values just read), the
-        small objects, the commit record and the lease update (its guard as the condition). If
-        another commit moved a counter first, the transaction is cancelled whole: read the
-        counters again and retry."""
+        """One `TransactWriteItems`: the id counters (conditional on the values just read; a
+        pending merge job kept, else scheduled), the small objects, the commit record and the
+        lease update (its guard as the condition). If another commit moved a counter first, the
+        transaction is cancelled whole: read the counters again and retry."""
         sid, key = token.source_identifier, token.partition_key
         for _ in range(self.retry.max_attempts * 2):
             counters = self._read_counters(list(groups))
@@ -60,7 +96,10 @@ class DynamoDbLedger:
             registered = assign_ids(token, groups, counters)
             writes: list[dict[str, Any]] = []
             for (table, dt), group in groups.items():
-                writes.append({"Update": self._counter_update(table, dt, counters, len(group))})
+                due = merge_due_at_ms.get(table)
+                writes.append(
+                    {"Update": self._counter_update(table, dt, counters, len(group), due)}
+                )
             writes += [{"Put": self._object_put(o, now)} for o in registered]
             record_index = None
             if record:
@@ -82,9 +121,9 @@ class DynamoDbLedger:
                 if reasons[lease_index] == "ConditionalCheckFailed":
                     return None, self.get(sid, key)
                 if record_index is not None and reasons[record_index] == "ConditionalCheckFailed":
-                    raise AlreadyCommittedError(self.commit_record(sid, key)) from None  # type: ignore[arg-type]
+                    raise AlreadyCommittedError(self.commit_record(sid, key)) from None
                 continue  # a counter moved under us: read it again and retry
-            return CommitResult(self.get(sid, key), tuple(registered)), None  # type: ignore[arg-type]
+            return CommitResult(self.get(sid, key), tuple(registered)), None
         raise StoreUnavailableError(
             f"DynamoDB table {self.table_name!r}: {lease_change.action} kept losing the "
             "id-counter race"
@@ -96,6 +135,7 @@ class DynamoDbLedger:
         dt: str,
         counters: dict[tuple[str, str], tuple[int, int | None]],
         count: int,
+        merge_due_at_ms: int | None,
     ) -> dict[str, Any]:
         next_id = counters.get((table, dt), (None, None))[0]
         update: dict[str, Any] = {
@@ -104,6 +144,9 @@ class DynamoDbLedger:
             "UpdateExpression": "SET nextObjectId = :new",
             "ExpressionAttributeValues": {":new": codec.n((next_id or 1) + count)},
         }
+        if merge_due_at_ms is not None:  # later commits ride along on the pending job
+            update["UpdateExpression"] += ", mergeDueAt = if_not_exists(mergeDueAt, :due)"
+            update["ExpressionAttributeValues"][":due"] = codec.n(merge_due_at_ms)
         if next_id is None:
             update["ConditionExpression"] = "attribute_not_exists(nextObjectId)"
         else:
@@ -210,25 +253,196 @@ class DynamoDbLedger:
         return self._call(action, query)
 
     def table_partitions(self, table: str) -> list[TablePartition]:
-        out = []
-        for raw in self._query_all("table_partitions", self._ledger_sid("tablePartition", table)):
-            last = raw.get("lastLiveObjectId")
-            out.append(
-                TablePartition(
-                    table=table,
-                    dt=raw[ATTR["key"]]["S"],
-                    next_object_id=int(raw["nextObjectId"]["N"]),
-                    last_live_object_id=None if last is None else int(last["N"]),
-                    current_manifest_version=int(
-                        raw.get("currentManifestVersion", {"N": "-1"})["N"]
-                    ),
-                    desired_manifest_version=int(
-                        raw.get("desiredManifestVersion", {"N": "-1"})["N"]
-                    ),
-                    switched=raw.get("switched", {"BOOL": False})["BOOL"],
-                )
+        raws = self._query_all("table_partitions", self._ledger_sid("tablePartition", table))
+        return sorted((_partition(table, raw) for raw in raws), key=lambda p: p.dt)
+
+    def table_partition(self, table: str, dt: str) -> TablePartition | None:
+        raw = self._get_raw("table_partition", self._partition_key(table, dt))
+        return None if raw is None else _partition(table, raw)
+
+    def merge_ranges(self, table: str, dt: str) -> list[MergeRange]:
+        raws = self._query_all("merge_ranges", self._ranges_sid(table, dt))
+        return sorted((_range(table, dt, raw) for raw in raws), key=lambda r: r.upper)
+
+    def close_partition(self, table: str, dt: str) -> TablePartition | None:
+        """One conditional `UpdateItem`: it fails, writing nothing, when the partition is
+        absent or closed already, and then the stored item comes back in the same call."""
+        request = {
+            "TableName": self.table_name,
+            "Key": self._partition_key(table, dt),
+            "UpdateExpression": "SET lastLiveObjectId = nextObjectId - :one, mergeDueAt = :now",
+            "ConditionExpression": (
+                "attribute_exists(nextObjectId) AND attribute_not_exists(lastLiveObjectId)"
+            ),
+            "ExpressionAttributeValues": {":one": codec.n(1), ":now": codec.n(self.now_ms())},
+        }
+        try:
+            out = self._call(
+                "close_partition",
+                lambda: self.client.update_item(
+                    **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+                ),
             )
-        return sorted(out, key=lambda p: p.dt)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            old = exc.response.get("Item")
+            if old is None:  # absent, or the server did not return the old item
+                return self.table_partition(table, dt)
+            return _partition(table, old)
+        return _partition(table, out["Attributes"])
+
+    def _commit_merge(
+        self, token: LeaseToken, merge: MergeCommit, lease_change: Transition
+    ) -> tuple[MergeCommitResult | None, LeaseItem | None]:
+        """Read the partition and the chain (strongly consistent), `check_merge`, then one
+        `TransactWriteItems`: the range, the sentinel on the first merge, the partition
+        (conditional on `nextObjectId` and `mergedUpper` as read) and the lease's give-up (its
+        guard as the condition). An ingestion commit that moved `nextObjectId` meanwhile
+        cancels it whole: read again and retry, so the due time always sees every committed
+        id. A chain that moved fails `check_merge` on the re-read."""
+        sid, key = token.source_identifier, token.partition_key
+        table, dt = merge.table, merge.dt
+        for _ in range(self.retry.max_attempts * 2):
+            raw = self._get_raw("commit_merge", self._partition_key(table, dt))
+            partition = None if raw is None else _partition(table, raw)
+            ranges = self.merge_ranges(table, dt)
+            next_id = 1 if partition is None else partition.next_object_id
+            try:
+                rewritten = check_merge(ranges, merge, next_id)
+            except MergeChainError:
+                current = self.get(sid, key)
+                if not lease_change.guard.holds(current):
+                    return None, current  # fenced first: a zombie is told it lost its lease
+                raise
+            now = self.now_ms()
+            writes: list[dict[str, Any]] = []
+            written = None
+            merged_upper = 0 if partition is None else partition.merged_upper
+            desired = -1 if partition is None else partition.desired_manifest_version
+            m = merge.merged
+            if m is not None:
+                written = MergeRange(
+                    table,
+                    dt,
+                    m.lower,
+                    m.upper,
+                    m.url,
+                    m.content_length,
+                    m.row_count,
+                    token.epoch,
+                    now,
+                )
+                if rewritten is None:
+                    writes.append({"Put": self._range_put(written)})
+                else:
+                    writes.append({"Update": self._range_rewrite(written, rewritten.upper)})
+                if not ranges:
+                    sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now)
+                    writes.append({"Put": self._range_put(sentinel)})
+                merged_upper = desired = m.upper
+            due = next_merge_due(
+                now_ms=now,
+                merged_upper=merged_upper,
+                last_committed_id=next_id - 1,
+                carry_over=merge.carry_over,
+                interval_s=merge.interval_s,
+            )
+            if raw is not None:
+                writes.append({"Update": self._merged_partition_update(raw, m, due)})
+            lease_index = len(writes)
+            writes.append(
+                {"Update": codec.conditional_update(self.table_name, sid, key, lease_change)}
+            )
+            try:
+                self._call(
+                    lease_change.action,
+                    lambda writes=writes: self.client.transact_write_items(TransactItems=writes),
+                )
+            except ClientError as exc:
+                reasons = cancellation_reasons(exc)
+                if error_code(exc) != "TransactionCanceledException" or not reasons:
+                    raise
+                if reasons[lease_index] == "ConditionalCheckFailed":
+                    return None, self.get(sid, key)
+                continue  # an ingestion commit (or the chain) moved: read again
+            return MergeCommitResult(written, due, desired), None
+        raise StoreUnavailableError(
+            f"DynamoDB table {self.table_name!r}: {lease_change.action} of {table} dt={dt} kept "
+            "losing the race with ingestion commits"
+        )
+
+    def _range_put(self, r: MergeRange) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            **self._range_key(r.table, r.dt, r.lower),
+            "upper": codec.n(r.upper),
+            "contentLength": codec.n(r.content_length),
+            "rowCount": codec.n(r.row_count),
+            "epoch": codec.n(r.epoch),
+            "updatedAt": codec.n(r.updated_at_ms),
+        }
+        if r.lower is not None:
+            item["lower"] = codec.n(r.lower)
+        if r.url is not None:
+            item["url"] = codec.s(r.url)
+        return {
+            "TableName": self.table_name,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#key)",
+            "ExpressionAttributeNames": {"#key": ATTR["key"]},
+        }
+
+    def _range_rewrite(self, r: MergeRange, old_upper: int) -> dict[str, Any]:
+        """The open range, extended in place: same key (its `lower`), conditional on the
+        `upper` the merge read."""
+        return {
+            "TableName": self.table_name,
+            "Key": self._range_key(r.table, r.dt, r.lower),
+            "UpdateExpression": (
+                "SET #upper = :upper, #url = :url, contentLength = :length, rowCount = :rows, "
+                "#epoch = :epoch, updatedAt = :at"
+            ),
+            "ConditionExpression": "#upper = :old_upper",
+            "ExpressionAttributeNames": {k: RANGE_NAMES[k] for k in ("#upper", "#url", "#epoch")},
+            "ExpressionAttributeValues": {
+                ":upper": codec.n(r.upper),
+                ":url": codec.s(r.url or ""),
+                ":length": codec.n(r.content_length),
+                ":rows": codec.n(r.row_count),
+                ":epoch": codec.n(r.epoch),
+                ":at": codec.n(r.updated_at_ms),
+                ":old_upper": codec.n(old_upper),
+            },
+        }
+
+    def _merged_partition_update(
+        self, raw: dict[str, Any], merged: MergedObject | None, due: int | None
+    ) -> dict[str, Any]:
+        """The partition as the merge leaves it, conditional on the counter and the merged
+        bound it read: a commit that landed since would make `due` wrong."""
+        values: dict[str, Any] = {":read": raw["nextObjectId"]}
+        sets = []
+        if merged is not None:
+            sets += ["mergedUpper = :upper", "desiredManifestVersion = :upper"]
+            values[":upper"] = codec.n(merged.upper)
+        if due is None:
+            expression = ("SET " + ", ".join(sets) + " " if sets else "") + "REMOVE mergeDueAt"
+        else:
+            expression = "SET " + ", ".join([*sets, "mergeDueAt = :due"])
+            values[":due"] = codec.n(due)
+        condition = "nextObjectId = :read AND "
+        if "mergedUpper" in raw:
+            condition += "mergedUpper = :merged_read"
+            values[":merged_read"] = raw["mergedUpper"]
+        else:
+            condition += "attribute_not_exists(mergedUpper)"
+        return {
+            "TableName": self.table_name,
+            "Key": {ATTR["sid"]: raw[ATTR["sid"]], ATTR["key"]: raw[ATTR["key"]]},
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
 
     def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
         dts = [dt] if dt is not None else [p.dt for p in self.table_partitions(table)]
@@ -250,3 +464,42 @@ class DynamoDbLedger:
                     )
                 )
         return sorted(out, key=lambda o: (o.dt, o.object_id))
+
+
+def _optional(raw: dict[str, Any], name: str) -> int | None:
+    value = raw.get(name)
+    return None if value is None else int(value["N"])
+
+
+def _number(raw: dict[str, Any], name: str, default: int) -> int:
+    value = raw.get(name)
+    return default if value is None else int(value["N"])
+
+
+def _partition(table: str, raw: dict[str, Any]) -> TablePartition:
+    return TablePartition(
+        table=table,
+        dt=raw[ATTR["key"]]["S"],
+        next_object_id=int(raw["nextObjectId"]["N"]),
+        last_live_object_id=_optional(raw, "lastLiveObjectId"),
+        current_manifest_version=_number(raw, "currentManifestVersion", -1),
+        desired_manifest_version=_number(raw, "desiredManifestVersion", -1),
+        switched=raw.get("switched", {"BOOL": False})["BOOL"],
+        merged_upper=_number(raw, "mergedUpper", 0),
+        merge_due_at_ms=_optional(raw, "mergeDueAt"),
+    )
+
+
+def _range(table: str, dt: str, raw: dict[str, Any]) -> MergeRange:
+    url = raw.get("url")
+    return MergeRange(
+        table=table,
+        dt=dt,
+        lower=_optional(raw, "lower"),
+        upper=int(raw["upper"]["N"]),
+        url=None if url is None else url["S"],
+        content_length=int(raw["contentLength"]["N"]),
+        row_count=int(raw["rowCount"]["N"]),
+        epoch=int(raw["epoch"]["N"]),
+        updated_at_ms=int(raw["updatedAt"]["N"]),
+    )

@@ -1,16 +1,27 @@
-"""The SQLite store's ledger: commits, commit records and the reads readers rely on.
+"""The SQLite store's ledger: commits, closing, merge commits, and the reads readers rely on.
 
 Part of `SqliteLeaseStore` (a mixin on its connections): a commit is one `BEGIN IMMEDIATE`
-transaction that checks the lease's guard, registers the objects and applies the lease change.
+transaction that checks the lease's guard, registers the objects and applies the lease change;
+a merge commit is one too, over the merge job's lease, the chain and the partition row.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
+from typing import Any
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
+from resources.ledger.merge import (
+    SENTINEL_UPPER,
+    MergeCommit,
+    MergeCommitResult,
+    MergeRange,
+    check_merge,
+    next_merge_due,
+)
 from resources.ledger.model import (
     AlreadyCommittedError,
     CommitRecord,
@@ -21,10 +32,22 @@ from resources.ledger.model import (
     assign_ids,
 )
 
+RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
+
+
+def _partition(row: Any) -> TablePartition:
+    return TablePartition(
+        *row[:6], switched=bool(row[6]), merged_upper=row[7], merge_due_at_ms=row[8]
+    )
+
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
-    `_connection` and `now_ms`."""
+    `_connection`, `now_ms`, and what the file holds: `_partition_select` (the partition
+    columns, defaults for those an old file lacks) and `_has_merge_ranges`."""
+
+    _partition_select: str
+    _has_merge_ranges: bool
 
     def _commit(
         self,
@@ -32,6 +55,7 @@ class SqliteLedger:
         groups: dict[tuple[str, str], list[SmallObject]],
         lease_change: Transition,
         record: bool,
+        merge_due_at_ms: Mapping[str, int],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
         sid, key = token.source_identifier, token.partition_key
 
@@ -53,11 +77,20 @@ class SqliteLedger:
                 if row is not None:
                     counters[(table, dt)] = (row[0], row[1])
             registered = assign_ids(token, groups, counters)
+            # A pending merge job is kept (later commits ride along); a table outside
+            # `merge_due_at_ms` inserts NULL, which COALESCE turns into "as stored".
             db.executemany(
-                "INSERT INTO table_partitions (tbl, dt, next_object_id) VALUES (?, ?, ?) "
-                "ON CONFLICT (tbl, dt) DO UPDATE SET next_object_id = excluded.next_object_id",
+                "INSERT INTO table_partitions (tbl, dt, next_object_id, merge_due_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (tbl, dt) DO UPDATE SET "
+                "next_object_id = excluded.next_object_id, "
+                "merge_due_at = COALESCE(table_partitions.merge_due_at, excluded.merge_due_at)",
                 [
-                    (table, dt, counters.get((table, dt), (1, None))[0] + len(group))
+                    (
+                        table,
+                        dt,
+                        counters.get((table, dt), (1, None))[0] + len(group),
+                        merge_due_at_ms.get(table),
+                    )
                     for (table, dt), group in groups.items()
                 ],
             )
@@ -125,8 +158,121 @@ class SqliteLedger:
 
     def table_partitions(self, table: str) -> list[TablePartition]:
         rows = self._connection().execute(
-            "SELECT tbl, dt, next_object_id, last_live_object_id, current_manifest_version, "
-            "desired_manifest_version, switched FROM table_partitions WHERE tbl = ? ORDER BY dt",
+            f"SELECT {self._partition_select} FROM table_partitions WHERE tbl = ? ORDER BY dt",
             (table,),
         )
-        return [TablePartition(*r[:6], switched=bool(r[6])) for r in rows.fetchall()]
+        return [_partition(r) for r in rows.fetchall()]
+
+    def table_partition(self, table: str, dt: str) -> TablePartition | None:
+        return self._table_partition(self._connection(), table, dt)
+
+    def _table_partition(
+        self, db: sqlite3.Connection, table: str, dt: str
+    ) -> TablePartition | None:
+        row = db.execute(
+            f"SELECT {self._partition_select} FROM table_partitions WHERE tbl = ? AND dt = ?",
+            (table, dt),
+        ).fetchone()
+        return None if row is None else _partition(row)
+
+    def merge_ranges(self, table: str, dt: str) -> list[MergeRange]:
+        return self._merge_ranges(self._connection(), table, dt)
+
+    def _merge_ranges(self, db: sqlite3.Connection, table: str, dt: str) -> list[MergeRange]:
+        if not self._has_merge_ranges:  # an earlier version's file, opened without CREATE
+            return []
+        rows = db.execute(
+            f"SELECT {RANGE_COLUMNS} FROM merge_ranges WHERE tbl = ? AND dt = ? ORDER BY upper",
+            (table, dt),
+        )
+        return [MergeRange(*r) for r in rows.fetchall()]
+
+    def close_partition(self, table: str, dt: str) -> TablePartition | None:
+        """One conditional UPDATE inside `BEGIN IMMEDIATE`: an ingestion commit holds the same
+        write lock, so it lands wholly before the close (live) or after it (delayed)."""
+        now = self.now_ms()
+
+        def close(db: sqlite3.Connection) -> TablePartition | None:
+            db.execute(
+                "UPDATE table_partitions SET last_live_object_id = next_object_id - 1, "
+                "merge_due_at = ? WHERE tbl = ? AND dt = ? AND last_live_object_id IS NULL",
+                (now, table, dt),
+            )
+            return self._table_partition(db, table, dt)
+
+        return self._run("close_partition", close)
+
+    def _commit_merge(
+        self, token: LeaseToken, merge: MergeCommit, lease_change: Transition
+    ) -> tuple[MergeCommitResult | None, LeaseItem | None]:
+        sid, key = token.source_identifier, token.partition_key
+        table, dt = merge.table, merge.dt
+
+        def commit(db: sqlite3.Connection) -> tuple[MergeCommitResult | None, LeaseItem | None]:
+            current = self._fetch(db, sid, key)
+            if not lease_change.guard.holds(current):
+                return None, current
+            ranges = self._merge_ranges(db, table, dt)
+            partition = self._table_partition(db, table, dt)
+            next_id = 1 if partition is None else partition.next_object_id
+            rewritten = check_merge(ranges, merge, next_id)
+            now = self.now_ms()
+            written = None
+            merged_upper = 0 if partition is None else partition.merged_upper
+            desired = -1 if partition is None else partition.desired_manifest_version
+            m = merge.merged
+            if m is not None:
+                written = MergeRange(
+                    table,
+                    dt,
+                    m.lower,
+                    m.upper,
+                    m.url,
+                    m.content_length,
+                    m.row_count,
+                    token.epoch,
+                    now,
+                )
+                if not ranges:
+                    sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now)
+                    self._insert_range(db, sentinel)
+                if rewritten is not None:
+                    db.execute(
+                        "DELETE FROM merge_ranges WHERE tbl = ? AND dt = ? AND upper = ?",
+                        (table, dt, rewritten.upper),
+                    )
+                self._insert_range(db, written)
+                merged_upper = desired = m.upper
+            due = next_merge_due(
+                now_ms=now,
+                merged_upper=merged_upper,
+                last_committed_id=next_id - 1,
+                carry_over=merge.carry_over,
+                interval_s=merge.interval_s,
+            )
+            db.execute(
+                "UPDATE table_partitions SET merged_upper = ?, desired_manifest_version = ?, "
+                "merge_due_at = ? WHERE tbl = ? AND dt = ?",
+                (merged_upper, desired, due, table, dt),
+            )
+            self._apply_in(db, sid, key, lease_change)
+            return MergeCommitResult(written, due, desired), None
+
+        return self._run(lease_change.action, commit)
+
+    @staticmethod
+    def _insert_range(db: sqlite3.Connection, r: MergeRange) -> None:
+        db.execute(
+            f"INSERT INTO merge_ranges ({RANGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                r.table,
+                r.dt,
+                r.lower,
+                r.upper,
+                r.url,
+                r.content_length,
+                r.row_count,
+                r.epoch,
+                r.updated_at_ms,
+            ),
+        )

@@ -1,11 +1,14 @@
 """The SQLite store's tables, the item row codec and the index-range queries.
 
 One table per kind of record: lease items (Data Prepper's attribute names as columns), the
-ledger's table partitions, small objects and commit records, and the metrics counters.
+ledger's table partitions, small objects, merge ranges and commit records, and the metrics
+counters. Files written by an earlier version get the columns added since on open
+(`ADDED_COLUMNS`): `CREATE TABLE IF NOT EXISTS` leaves an existing table as it was.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,7 +73,23 @@ CREATE TABLE IF NOT EXISTS table_partitions (
     current_manifest_version INTEGER NOT NULL DEFAULT -1,
     desired_manifest_version INTEGER NOT NULL DEFAULT -1,
     switched INTEGER NOT NULL DEFAULT 0,
+    merged_upper INTEGER NOT NULL DEFAULT 0,
+    merge_due_at INTEGER,
     PRIMARY KEY (tbl, dt)
+) WITHOUT ROWID;
+-- One partition's chain; keyed by `upper` so rewriting the open range is one UPDATE of its row.
+-- The sentinel is the row with `lower` NULL and `upper` 0.
+CREATE TABLE IF NOT EXISTS merge_ranges (
+    tbl TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    lower INTEGER,
+    upper INTEGER NOT NULL,
+    url TEXT,
+    content_length INTEGER NOT NULL,
+    row_count INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (tbl, dt, upper)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS small_objects (
     tbl TEXT NOT NULL,
@@ -101,6 +120,54 @@ CREATE TABLE IF NOT EXISTS coordinator_metrics (
     PRIMARY KEY ({ATTR["sid"]}, name)
 ) WITHOUT ROWID;
 """
+
+
+PARTITION_COLUMNS = (
+    "tbl",
+    "dt",
+    "next_object_id",
+    "last_live_object_id",
+    "current_manifest_version",
+    "desired_manifest_version",
+    "switched",
+    "merged_upper",
+    "merge_due_at",
+)
+ADDED_COLUMNS = {
+    "table_partitions": (
+        ("merged_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
+        ("merge_due_at", "INTEGER", "NULL"),
+    ),
+}
+"""Columns added to existing tables since the first release: (column, definition, the value
+a reader of a file that lacks it sees)."""
+HAS_MERGE_RANGES = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merge_ranges'"
+
+
+def missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+    """(table, column, definition, read as) of every `ADDED_COLUMNS` entry the file lacks."""
+    missing = []
+    for table, columns in ADDED_COLUMNS.items():
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        missing += [(table, *column) for column in columns if column[0] not in present]
+    return missing
+
+
+def add_missing_columns(db: sqlite3.Connection) -> int:
+    """Add what `missing_columns` finds; called inside a write transaction, so two processes
+    opening an old file at once add each column once."""
+    missing = missing_columns(db)
+    for table, column, definition, _ in missing:
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+    return len(missing)
+
+
+def partition_select(db: sqlite3.Connection) -> str:
+    """The partition row's columns as the ledger selects them. A file from an earlier version
+    opened without `Opening.CREATE` is never altered: its missing columns read as their
+    defaults, so `leasehold status` works on it before any run upgraded it."""
+    read_as = {c: value for t, c, _, value in missing_columns(db) if t == "table_partitions"}
+    return ", ".join(f"{read_as[c]} AS {c}" if c in read_as else c for c in PARTITION_COLUMNS)
 
 
 def _status_ranges(*ranges: tuple[str, str]) -> str:

@@ -59,8 +59,13 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # executescript manages its own transaction; CREATE ... IF NOT EXISTS is idempotent.
             self._connection().executescript(schema.SCHEMA)
+            if schema.missing_columns(self._connection()):  # a file from an earlier version
+                self._run("upgrade_schema", schema.add_missing_columns)
         else:
             self._check_exists(location or f"SQLite file {self.path.resolve()}")
+        db = self._connection()
+        self._partition_select = schema.partition_select(db)
+        self._has_merge_ranges = db.execute(schema.HAS_MERGE_RANGES).fetchone() is not None
 
     # -- plumbing --------------------------------------------------------------------------------
 
