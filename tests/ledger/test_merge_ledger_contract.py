@@ -102,7 +102,8 @@ def test_the_open_range_is_rewritten_then_a_new_range_follows(store: Coordinatio
     assert (rewrite.range.lower, rewrite.range.upper) == (0, 4)
     assert rewrite.range.epoch == job.epoch
     assert bounds(store) == [(None, 0), (0, 4)]
-    assert store.merge_ranges(TABLE, DT)[-1].url == merged(0, 4).url
+    assert store.merge_ranges(TABLE, DT)[-1] == rewrite.range  # the open range, replaced whole
+    assert rewrite.range.url == merged(0, 4).url and rewrite.range.row_count == 40
     ingest(store, obj("e"))
     store.commit_merge(acquire_job(store).token, merge(4, merged(4, 5)))
     assert bounds(store) == [(None, 0), (0, 4), (4, 5)]

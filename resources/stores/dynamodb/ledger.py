@@ -121,9 +121,9 @@ class DynamoDbLedger:
                 if reasons[lease_index] == "ConditionalCheckFailed":
                     return None, self.get(sid, key)
                 if record_index is not None and reasons[record_index] == "ConditionalCheckFailed":
-                    raise AlreadyCommittedError(self.commit_record(sid, key)) from None
+                    raise AlreadyCommittedError(self.commit_record(sid, key)) from None  # type: ignore[arg-type]
                 continue  # a counter moved under us: read it again and retry
-            return CommitResult(self.get(sid, key), tuple(registered)), None
+            return CommitResult(self.get(sid, key), tuple(registered)), None  # type: ignore[arg-type]
         raise StoreUnavailableError(
             f"DynamoDB table {self.table_name!r}: {lease_change.action} kept losing the "
             "id-counter race"

@@ -236,12 +236,10 @@ class SqliteLedger:
                 if not ranges:
                     sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now)
                     self._insert_range(db, sentinel)
-                if rewritten is not None:
-                    db.execute(
-                        "DELETE FROM merge_ranges WHERE tbl = ? AND dt = ? AND upper = ?",
-                        (table, dt, rewritten.upper),
-                    )
-                self._insert_range(db, written)
+                if rewritten is None:
+                    self._insert_range(db, written)
+                else:
+                    self._rewrite_range(db, written, rewritten.upper)
                 merged_upper = desired = m.upper
             due = next_merge_due(
                 now_ms=now,
@@ -259,6 +257,26 @@ class SqliteLedger:
             return MergeCommitResult(written, due, desired), None
 
         return self._run(lease_change.action, commit)
+
+    @staticmethod
+    def _rewrite_range(db: sqlite3.Connection, r: MergeRange, old_upper: int) -> None:
+        """The open range extended in place: its row, found by the `upper` the merge read,
+        takes the new `upper` (the key) and object."""
+        db.execute(
+            "UPDATE merge_ranges SET upper = ?, url = ?, content_length = ?, row_count = ?, "
+            "epoch = ?, updated_at = ? WHERE tbl = ? AND dt = ? AND upper = ?",
+            (
+                r.upper,
+                r.url,
+                r.content_length,
+                r.row_count,
+                r.epoch,
+                r.updated_at_ms,
+                r.table,
+                r.dt,
+                old_upper,
+            ),
+        )
 
     @staticmethod
     def _insert_range(db: sqlite3.Connection, r: MergeRange) -> None:
