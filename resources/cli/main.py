@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
+from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.status import status_json, status_text  # noqa: E402
 from resources.errors import ConfigError, LeaseholdError
+from resources.ledger.model import TablePartition
 from resources.settings import default_data_dir
-from resources.stores import build_store, open_existing_store
+from resources.stores import CoordinationStore, build_store, open_existing_store
 from resources.stores.settings import StoreSettings, settings_from_env
+from resources.streams import LakeSettings
 
 if TYPE_CHECKING:  # the Dagster side is imported only by the commands that run it
     from coordination_assets.main_job import MainJobReport
@@ -32,20 +35,40 @@ def print_status(settings: StoreSettings) -> None:
     try:
         print()
         print(status_text(store.status()))
+        for table, partitions in _tables(store):
+            print(table_status_text(table, partitions))
     finally:
         store.close_store()
+
+
+def _tables(store: CoordinationStore) -> list[tuple[str, list[TablePartition]]]:
+    """Each stream's table and its partitions. Status works without a streams file (it reads
+    only the store): then there is no table to show, and it says why on stderr."""
+    try:
+        streams = LakeSettings.from_env().streams()
+    except ConfigError as exc:
+        print(f"leasehold: table partitions not shown: {exc}", file=sys.stderr)
+        return []
+    return [(name, store.table_partitions(name)) for name in sorted(streams)]
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     store = open_existing_store(settings_from_env())
     try:
         summaries = store.status()
+        tables = _tables(store)
     finally:
         store.close_store()
     if args.json:
-        print(json.dumps(status_json(summaries), indent=2))
+        document = {
+            "sources": status_json(summaries),
+            "tables": [table_status_json(t, parts) for t, parts in tables],
+        }
+        print(json.dumps(document, indent=2))
     else:
         print(status_text(summaries))
+        for table, partitions in tables:
+            print(table_status_text(table, partitions))
     return 0
 
 
@@ -76,7 +99,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from coordination_assets.main_job import run_main_job
     from resources.ingestion.sample_data import write_sample_sources
     from resources.objects.base import object_store_for
-    from resources.streams import LakeSettings
 
     settings = settings_from_env()  # fail fast on bad store configuration
     lake = LakeSettings.from_env()
@@ -158,7 +180,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
     from resources.objects.base import ObjectStore, object_store_for
-    from resources.streams import LakeSettings
 
     settings = settings_from_env()
     timing = TimingSettings.from_env()
@@ -212,8 +233,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2, default=str))
     else:
         width = max(len(stream) for stream, _ in results)
+        names = max(len(o.name) for _, o in results)
         for stream, o in results:
-            print(f"{o.verdict}  {stream:<{width}}  {o.name:<19}  {one_line(o.summary)}")
+            print(f"{o.verdict}  {stream:<{width}}  {o.name:<{names}}  {one_line(o.summary)}")
     return EXIT_CHECK_FAILED if any(o.failed for _, o in results) else 0
 
 

@@ -106,6 +106,10 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         ["PASS", STREAM, "unique_record_ids"],
         ["PASS", STREAM, "lease_health"],
         ["PASS", STREAM, "source_completeness"],
+        ["PASS", STREAM, "merge_chain"],
+        ["PASS", STREAM, "merged_objects_exist"],
+        ["PASS", STREAM, "merged_rows"],
+        ["PASS", STREAM, "merge_jobs"],
     ]
     assert lines[0].endswith("4 committed partitions reconcile")
     assert lines[3].endswith("all 4 source objects have a lease item")
@@ -151,6 +155,10 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         "unique_record_ids": "PASS",
         "lease_health": "PASS",
         "source_completeness": "PASS",
+        "merge_chain": "PASS",
+        "merged_objects_exist": "PASS",
+        "merged_rows": "PASS",
+        "merge_jobs": "PASS",
     }
     assert rows[0]["metadata"]["mismatches"] == 1
 

@@ -164,7 +164,7 @@ def test_status_and_purge_use_an_existing_store(monkeypatch, capsys, tmp_path: P
     store.create_partitions(sid, ["a", "b"])
     store.close_store()
     assert main(["status", "--json"]) == 0
-    (summary,) = json.loads(capsys.readouterr().out)
+    (summary,) = json.loads(capsys.readouterr().out)["sources"]
     assert summary["sourceIdentifier"] == sid and summary["counts"]["UNASSIGNED"] == 2
     assert main(["purge-expired"]) == 0
     assert capsys.readouterr().out == "deleted 0 expired items\n"
