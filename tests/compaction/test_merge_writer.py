@@ -13,7 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.compaction.merge_writer import MergeWriter, WrittenObject, spark_path
+from resources.compaction.merge_writer import (
+    MergeWriteError,
+    MergeWriter,
+    WrittenObject,
+    spark_path,
+    table_schema,
+)
 from resources.ingestion.table_objects import dictionary_columns, write_table_object
 from resources.streams import StreamConfig, load_streams
 
@@ -104,6 +110,7 @@ def assert_merged(written: WrittenObject, inputs: list[str], sort_by: str) -> No
     assert keys == sorted(keys)
     first = pq.read_schema(inputs[0])
     assert pq.read_schema(written.path).remove_metadata() == first.remove_metadata()
+    assert pq.read_schema(written.path).names == first.names  # the stream's column order
     assert parquet_columns(str(written.path)) == parquet_columns(inputs[0])
     assert written.row_count == table.num_rows == sum(rows_of(inputs).values())
     assert written.content_length == written.path.stat().st_size
@@ -177,17 +184,20 @@ def test_a_failed_merge_leaves_nothing_behind(
 ) -> None:
     inputs = objects.write(2, 10)
     target = tmp_path / "out" / "part.parquet"
-    with pytest.raises(Exception, match="(?i)not exist|not found"):
+    with pytest.raises(MergeWriteError, match="(?i)3 objects failed.*(not exist|not found)"):
         MergeWriter(spark, config).write([*inputs, str(tmp_path / "gone.parquet")], target)
     assert not target.exists()
     assert list(target.parent.iterdir()) == []
 
 
-def test_inputs_must_be_local_and_given() -> None:
+def test_inputs_must_be_local_and_the_schema_is_the_streams(config: StreamConfig) -> None:
     assert spark_path("/a/dt=2026-01-01/x y.parquet") == "file:///a/dt=2026-01-01/x y.parquet"
     assert spark_path("file:///a/b.parquet") == "file:///a/b.parquet"
     with pytest.raises(ValueError, match="local objects only"):
         spark_path("s3://bucket/a.parquet")
+    assert table_schema(config) == (
+        "`event_id` string, `user_id` string, `amount` double, `event_time` timestamp"
+    )
 
 
 def test_an_empty_merge_is_refused(spark: Any, config: StreamConfig, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def main() -> None:
     }
     # The merge of the last date's small objects, as a merge job would take them.
     dt = max(f.dt for r in results.values() for f in r.table_files)
-    inputs = [str(f.path) for r in results.values() for f in r.table_files if f.dt == dt]
+    inputs = [str(f.local_path) for r in results.values() for f in r.table_files if f.dt == dt]
     written = MergeWriter(spark, config).write(inputs, staging / "merged" / "part.parquet")
     report["merged"] = {
         "dt": dt,
