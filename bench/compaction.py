@@ -1,25 +1,30 @@
 """Merging a table partition's small objects on Spark, and reading it before and after.
 
-    .venv/bin/python bench/compaction.py [--objects 2000] [--rows 1000000] [--big-rows 25000000]
+    .venv/bin/python bench/compaction.py [--objects 2000] [--rows 1000000] [--big-rows 36000000]
 
 A table partition of `--objects` small Parquet objects, written as ingestion writes them
 (`write_table_object`, the `events` stream of streams.yaml: a unique event id, a user id out of
 997, an amount, an event time), `--rows` rows in all, event times random over one day (so no
 object is sorted and none holds one hour alone). One process, one SparkSession (`local[*]`,
 6 GiB driver as in bench/ingest.py; its start-up is excluded from every path alike), the
-explicit-paths listing threshold raised for every path alike (ARCHITECTURE §8); a warm-up job
-of every path first. Paths run alternately, three times each, best of each counts:
+explicit-paths listing threshold raised and the stream's schema given for every path alike
+(ARCHITECTURE §8: either one left out flatters whichever path has it); a warm-up of every path
+first. Paths run alternately, three times each, best of each counts:
   (a) `MergeWriter.write` of all objects (read exactly those paths, sort by event time, one
       object at the target) against a bare PySpark job that reads the same paths and writes
       one file, with `coalesce(1)` and with `repartition(1)` (the faster one is the baseline);
   (b) reads of the partition: a one-hour filter on event time with an aggregate, and a full
-      count, from the merged object against the small objects, with Spark and pyarrow.dataset;
-  (c) a partition of `--big-rows` rows in bigger small objects, merged into ranges of 64 / 128 /
-      512 MiB of input (`plan_ranges`: greedy by input bytes, the stand-in for MergePlanner):
-      files, merge time, and the reads of (b) over the merged objects; and the row-group size
-      of the writer, on one range of the 128 MiB target (row groups, bytes, filter time).
+      count, from the merged object against the small objects, with Spark (and, for the
+      record, pyarrow.dataset);
+  (c) a partition of `--big-rows` rows in bigger small objects (~600 MiB), merged to the end by
+      the real `MergePlanner` with targets of 64 / 128 / 512 MiB (each merge a `MergeWriter`
+      run; the open range rewritten while under the target, as the merge job does it): files,
+      merges, merge time, and the reads of (b) over the merged objects;
+  (d) on one 128 MiB range of (c): the writer's sort strategy (one task, `coalesce(1)`,
+      against `repartition(1)` and `orderBy` + `coalesce(1)`, and the bare unsorted copy) and
+      its row-group size (row groups, bytes, filter time).
 Targets (issue 13): (a) <= 1.3x the bare job; (b) >= 5x faster from the merged objects; files
-per partition <= ceil(bytes / target) + 1.
+per partition <= ceil(merged bytes / target) + 1.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -45,12 +50,16 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.dataset as ds  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from resources.compaction.merge_planner import MergePlanner  # noqa: E402
 from resources.compaction.merge_writer import (  # noqa: E402
     DISCOVERY_THRESHOLD,
     MergeWriter,
     spark_path,
+    table_schema,
 )
 from resources.ingestion.table_objects import dictionary_columns, write_table_object  # noqa: E402
+from resources.ledger.merge import MergeRange, merged_object_name  # noqa: E402
+from resources.ledger.model import RegisteredObject, TablePartition  # noqa: E402
 from resources.spark.session import build_spark_session  # noqa: E402
 from resources.streams import StreamConfig, load_streams  # noqa: E402
 
@@ -60,7 +69,8 @@ DAY = datetime(2026, 1, 1, tzinfo=timezone.utc)
 HOUR = (DAY + timedelta(hours=12), DAY + timedelta(hours=13))
 MIB = 1024 * 1024
 TARGETS = (64 * MIB, 128 * MIB, 512 * MIB)
-ROW_GROUPS = (4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB, 128 * MIB)
+ROW_GROUPS = (4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB, 128 * MIB)
+STRATEGIES = ("coalesce", "repartition", "orderBy")
 REPEAT = 3
 
 
@@ -92,34 +102,81 @@ def write_partition(directory: Path, config: StreamConfig, objects: int, rows: i
     return paths
 
 
-def plan_ranges(sizes: Sequence[int], target_bytes: int, max_objects: int) -> list[range]:
-    """Consecutive objects per merged object, greedy: fill each range up to `target_bytes` of
-    input (at least one object) and `max_objects`. The bench's stand-in for MergePlanner, which
-    plans one range per merge (rewriting the open one while it is under the target)."""
-    ranges, begin, filled = [], 0, 0
-    for i, size in enumerate(sizes):
-        if i > begin and (filled + size > target_bytes or i - begin >= max_objects):
-            ranges.append(range(begin, i))
-            begin, filled = i, 0
-        filled += size
-    if begin < len(sizes):
-        ranges.append(range(begin, len(sizes)))
-    return ranges
+class Partition:
+    """One table partition's ledger as the merge job sees it (pure, no store): its small
+    objects by id and its merge chain, merged to the end by the real `MergePlanner`."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.objects = [
+            RegisteredObject(
+                table="events",
+                dt=DT,
+                object_id=i + 1,
+                url="file://" + p,
+                content_length=Path(p).stat().st_size,
+                row_count=pq.read_metadata(p).num_rows,
+                source_identifier="bench",
+                source_partition_key=str(i),
+                epoch=1,
+                delayed=False,
+            )
+            for i, p in enumerate(paths)
+        ]
+        self.partition = TablePartition("events", DT, next_object_id=len(paths) + 1)
+
+    def merge(self, writer: MergeWriter, out: Path, max_bytes: int) -> tuple[list[str], int]:
+        """(merged files, merges run): one plan and one `MergeWriter.write` per merge job, as
+        many as it takes; a rewritten range's previous object is deleted."""
+        planner = MergePlanner(writer.config.merge.max_objects, max_bytes)
+        chain = [MergeRange("events", DT, None, 0, None, 0, 0, 0, 0)]
+        merges = 0
+        while (plan := planner.plan(self.partition, chain, self.objects)) is not None:
+            merges += 1
+            name = merged_object_name(plan.lower, plan.upper)
+            written = writer.write(plan.inputs, out / f"attempt-{merges}" / name)
+            done = MergeRange(
+                "events", DT, plan.lower, plan.upper, "file://" + str(written.path),
+                written.content_length, written.row_count, 1, 0,
+            )  # fmt: skip
+            if plan.rewrite is not None:
+                Path(str(chain.pop().url)[len("file://") :]).unlink()
+            chain.append(done)
+        return [str(r.url)[len("file://") :] for r in chain[1:]], merges
 
 
-def bare_job(spark: Any, paths: list[str], out: Path, how: str) -> None:
-    """What a user would write without leasehold: read the files, write one file."""
-    rows = spark.read.parquet(*(spark_path(p) for p in paths))
+class StrategyWriter(MergeWriter):
+    """The writer with another way to get one sorted task (for (d) only)."""
+
+    def __init__(self, spark: Any, config: StreamConfig, strategy: str) -> None:
+        super().__init__(spark, config)
+        self.strategy = strategy
+
+    def _spark_write(self, inputs: list[str], out: str) -> None:
+        rows = self.spark.read.schema(self.schema).parquet(*inputs)
+        if self.strategy == "coalesce":  # what MergeWriter does
+            rows = rows.coalesce(1).sortWithinPartitions(self.sort_by)
+        elif self.strategy == "repartition":
+            rows = rows.repartition(1).sortWithinPartitions(self.sort_by)
+        else:  # a range-partitioned sort (and its sampling job), read back by one task
+            rows = rows.orderBy(self.sort_by).coalesce(1)
+        rows.write.option("parquet.block.size", str(self.row_group_bytes)).parquet(out)
+
+
+def bare_job(spark: Any, schema: str, paths: list[str], out: Path, how: str) -> None:
+    """What a user would write without leasehold: read the files, write one file (with the
+    schema and the listing threshold the writer gets: neither is the merge's merit)."""
+    rows = spark.read.schema(schema).parquet(*(spark_path(p) for p in paths))
     rows = rows.coalesce(1) if how == "coalesce" else rows.repartition(1)
     rows.write.parquet(spark_path(str(out)))
 
 
-def spark_filter(spark: Any, paths: list[str]) -> tuple[int, float]:
+def spark_filter(spark: Any, schema: str, paths: list[str]) -> tuple[int, float]:
     from pyspark.sql import functions as F
 
     t = F.col("event_time")
     row = (
-        spark.read.parquet(*(spark_path(p) for p in paths))
+        spark.read.schema(schema)
+        .parquet(*(spark_path(p) for p in paths))
         .where((t >= F.lit(HOUR[0])) & (t < F.lit(HOUR[1])))
         .agg(F.count("*"), F.sum("amount"))
         .collect()[0]
@@ -127,8 +184,8 @@ def spark_filter(spark: Any, paths: list[str]) -> tuple[int, float]:
     return int(row[0]), float(row[1] or 0)
 
 
-def spark_count(spark: Any, paths: list[str]) -> int:
-    return int(spark.read.parquet(*(spark_path(p) for p in paths)).count())
+def spark_count(spark: Any, schema: str, paths: list[str]) -> int:
+    return int(spark.read.schema(schema).parquet(*(spark_path(p) for p in paths)).count())
 
 
 def arrow_filter(paths: list[str]) -> tuple[int, float]:
@@ -156,25 +213,17 @@ def best_of(paths: dict[str, Callable[[], Any]], repeat: int = REPEAT) -> dict[s
     return best
 
 
-def reads(spark: Any, paths: list[str], arrow: bool = True) -> dict[str, Any]:
+def reads(spark: Any, schema: str, paths: list[str], arrow: bool = True) -> dict[str, Any]:
     """The (b) queries over `paths`, best of REPEAT, with their answers (to check they agree)."""
     fns: dict[str, Callable[[], Any]] = {
-        "spark filter": lambda: spark_filter(spark, paths),
-        "spark count": lambda: spark_count(spark, paths),
+        "spark filter": lambda: spark_filter(spark, schema, paths),
+        "spark count": lambda: spark_count(spark, schema, paths),
     }
     if arrow:
         fns["arrow filter"] = lambda: arrow_filter(paths)
         fns["arrow count"] = lambda: arrow_count(paths)
     answers = {name: fn() for name, fn in fns.items()}
     return {"seconds": best_of(fns), "answers": answers}
-
-
-def merge_all(writer: MergeWriter, paths: list[str], out: Path, target_bytes: int) -> list[str]:
-    sizes = [Path(p).stat().st_size for p in paths]
-    merged = []
-    for n, r in enumerate(plan_ranges(sizes, target_bytes, writer.config.merge.max_objects)):
-        merged.append(str(writer.write(paths[r.start : r.stop], out / f"part-{n}.parquet").path))
-    return merged
 
 
 def row_groups(path: str) -> tuple[int, int, bool]:
@@ -205,10 +254,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--big-rows", type=int, default=25_000_000)
+    parser.add_argument("--big-rows", type=int, default=36_000_000)
     parser.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
     args = parser.parse_args()
     config = load_streams(ROOT / "streams.yaml")["events"]
+    schema = table_schema(config)
     base = Path(args.work or tempfile.mkdtemp(prefix="leasehold-bench-"))
     spark = build_spark_session(
         master="local[*]", app_name="bench-compaction", extra_conf={"spark.driver.memory": "6g"}
@@ -216,13 +266,17 @@ def main() -> int:
     # Every path below reads explicit paths: the same setting for all (ARCHITECTURE §8).
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", DISCOVERY_THRESHOLD)
     writer = MergeWriter(spark, config)
+    strategies = {how: StrategyWriter(spark, config, how) for how in STRATEGIES}
     verdicts: list[tuple[str, bool]] = []
+    started_all = time.perf_counter()
     try:
         warm = write_partition(base / "warm", config, 50, 5000)
         writer.write(warm, base / "warm-out" / "merged.parquet")
         for how in ("coalesce", "repartition"):
-            bare_job(spark, warm, base / f"warm-{how}", how)
-        reads(spark, warm)
+            bare_job(spark, schema, warm, base / f"warm-{how}", how)
+        for how, w in strategies.items():
+            w.write(warm, base / f"warm-{how}.parquet")
+        reads(spark, schema, warm)
 
         # (a) the merge against the bare job
         small = write_partition(base / "small", config, args.objects, args.rows)
@@ -234,7 +288,9 @@ def main() -> int:
             writer.write(small, base / f"merged-{runs['n']}" / "part.parquet")
 
         def bare(how: str) -> Callable[[], None]:
-            return lambda: bare_job(spark, small, base / f"bare-{how}-{time.monotonic_ns()}", how)
+            return lambda: bare_job(
+                spark, schema, small, base / f"bare-{how}-{time.monotonic_ns()}", how
+            )
 
         merge = best_of(
             {"ours": ours, "coalesce": bare("coalesce"), "repartition": bare("repartition")}
@@ -257,8 +313,8 @@ def main() -> int:
         verdicts.append((f"(a) merge {ratio:.2f}x the bare job (<= 1.3x)", ratio <= 1.3))
 
         # (b) reading the partition before and after
-        before, after = reads(spark, small), reads(spark, [merged])
-        assert same_answers(before["answers"], after["answers"]), (before["answers"], after["answers"])
+        before, after = reads(spark, schema, small), reads(spark, schema, [merged])
+        assert same_answers(before["answers"], after["answers"]), (before, after)
         print(f"\n### (b) reading the partition: {args.objects} small objects vs 1 merged\n")
         print("| query | small objects, s | merged, s | faster |")
         print("| --- | --- | --- | --- |")
@@ -267,47 +323,86 @@ def main() -> int:
             print(f"| {query} | {b:.3f} | {a:.3f} | {b / a:.1f}x |")
             if query.startswith("spark"):
                 verdicts.append((f"(b) {query} {b / a:.1f}x faster merged (>= 5x)", b / a >= 5))
+        for path in base.glob("bare-*"):
+            shutil.rmtree(path)
 
         # (c) target sizes, on a bigger partition in bigger small objects
         big = write_partition(base / "big", config, args.objects, args.big_rows)
         big_bytes = sum(Path(p).stat().st_size for p in big)
-        print(f"\n### (c) target sizes: {args.objects} objects, {args.big_rows:,} rows, "
-              f"{mib(big_bytes)} MiB\n")  # fmt: skip
-        big_reads = reads(spark, big, arrow=False)
-        rows_c: list[tuple[str, int, int, float, dict[str, float]]] = []
+        ledger = Partition(big)
+        big_reads = reads(spark, schema, big, arrow=False)
+        rows_c = []
         for target in TARGETS:
-            shutil.rmtree(base / "ranges", ignore_errors=True)
+            out = base / "ranges" / f"{target // MIB}"
             started = time.perf_counter()
-            files = merge_all(writer, big, base / "ranges" / f"{target // MIB}", target)
+            files, merges = ledger.merge(writer, out, target)
             seconds = time.perf_counter() - started
-            got = reads(spark, files, arrow=False)
-            assert same_answers(got["answers"], big_reads["answers"]), (got["answers"], big_reads["answers"])
+            got = reads(spark, schema, files, arrow=False)
+            assert same_answers(got["answers"], big_reads["answers"]), (got, big_reads)
+            out_bytes = sum(Path(f).stat().st_size for f in files)
             groups_c = sum(row_groups(f)[0] for f in files)
-            rows_c.append((f"{target // MIB} MiB", len(files), groups_c, seconds, got["seconds"]))
-            bound = math.ceil(big_bytes / target) + 1
+            sizes_c = ", ".join(mib(Path(f).stat().st_size) for f in files)
+            rows_c.append((target, files, merges, groups_c, seconds, got["seconds"], sizes_c))
+            bound = math.ceil(out_bytes / target) + 1
+            filt, count = got["seconds"]["spark filter"], got["seconds"]["spark count"]
             verdicts.append(
                 (
-                    f"(c) {target // MIB} MiB: {len(files)} files (<= {bound}), merge "
-                    f"{seconds:.1f} s, filter {got['seconds']['spark filter']:.3f} s, count "
-                    f"{got['seconds']['spark count']:.3f} s",
+                    f"(c) {target // MIB} MiB: {len(files)} files (<= ceil({mib(out_bytes)} / "
+                    f"{target // MIB}) + 1 = {bound}), {merges} merges in {seconds:.1f} s; "
+                    f"filter {big_reads['seconds']['spark filter'] / filt:.1f}x, count "
+                    f"{big_reads['seconds']['spark count'] / count:.1f}x faster than the "
+                    f"small objects",
                     len(files) <= bound,
                 )
             )
-        print("| target | files | row groups | merge, s | spark filter, s | spark count, s |")
-        print("| --- | --- | --- | --- | --- | --- |")
+            shutil.rmtree(out)
+        print(f"\n### (c) target sizes: {args.objects} objects, {args.big_rows:,} rows, "
+              f"{mib(big_bytes)} MiB of small objects\n")  # fmt: skip
+        print("| target | files (MiB each) | merges | row groups | merge, s | spark filter, s "
+              "| spark count, s |")  # fmt: skip
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         s = big_reads["seconds"]
-        print(f"| none ({args.objects} small objects) | {args.objects} | {args.objects} | - | "
-              f"{s['spark filter']:.3f} | {s['spark count']:.3f} |")  # fmt: skip
-        for label, n, g, seconds, s in rows_c:
-            print(f"| {label} | {n} | {g} | {seconds:.1f} | {s['spark filter']:.3f} | "
-                  f"{s['spark count']:.3f} |")  # fmt: skip
+        print(f"| none ({args.objects} small objects) | {args.objects} | - | {args.objects} | - "
+              f"| {s['spark filter']:.3f} | {s['spark count']:.3f} |")  # fmt: skip
+        for target, files, merges, g, seconds, s, sizes_c in rows_c:
+            filt, count = s["spark filter"], s["spark count"]
+            print(f"| {target // MIB} MiB | {len(files)} ({sizes_c}) | {merges} | {g} "
+                  f"| {seconds:.1f} | {filt:.3f} | {count:.3f} |")  # fmt: skip
 
-        # the writer's row-group size, on the first range of the 128 MiB target
-        sizes = [Path(p).stat().st_size for p in big]
-        first = plan_ranges(sizes, 128 * MIB, config.merge.max_objects)[0]
-        inputs = big[first.start : first.stop]
-        print(f"\n### row-group size: one range of 128 MiB of input ({len(inputs)} objects)\n")
-        print("| parquet.block.size | row groups | object MiB | merge, s | spark filter, s | "
+        # (d) one 128 MiB range: the sort strategy, then the row-group size
+        planner = MergePlanner(config.merge.max_objects, 128 * MIB)
+        first = planner.plan(ledger.partition, [], ledger.objects)
+        assert first is not None
+        inputs = first.inputs
+        in_bytes = first.input_bytes
+        print(f"\n### (d) one range of {mib(in_bytes)} MiB of input ({len(inputs)} objects, "
+              f"{first.input_rows:,} rows)\n")  # fmt: skip
+        n = {"i": 0}
+
+        def strategy(how: str) -> Callable[[], None]:
+            def run() -> None:
+                n["i"] += 1
+                strategies[how].write(inputs, base / "strategy" / f"{n['i']}.parquet")
+
+            return run
+
+        paths_d: dict[str, Callable[[], None]] = {how: strategy(how) for how in STRATEGIES}
+        paths_d["bare"] = lambda: bare_job(
+            spark, schema, inputs, base / "strategy" / f"bare-{time.monotonic_ns()}", "coalesce"
+        )
+        sorts = best_of(paths_d, repeat=2)
+        shutil.rmtree(base / "strategy")
+        print("| sort strategy | seconds (best of 2) | vs bare copy |")
+        print("| --- | --- | --- |")
+        for label, key in (
+            ("coalesce(1) + sortWithinPartitions (MergeWriter)", "coalesce"),
+            ("repartition(1) + sortWithinPartitions", "repartition"),
+            ("orderBy + coalesce(1)", "orderBy"),
+            ("bare copy, coalesce(1), unsorted", "bare"),
+        ):
+            print(f"| {label} | {sorts[key]:.1f} | {sorts[key] / sorts['bare']:.2f}x |")
+
+        print("\n| parquet.block.size | row groups | object MiB | merge, s | spark filter, s | "
               "arrow filter, s | spark count, s |")  # fmt: skip
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for block in ROW_GROUPS:
@@ -317,7 +412,8 @@ def main() -> int:
             w.write(inputs, target_path)
             seconds = time.perf_counter() - started
             g, size, ordered = row_groups(str(target_path))
-            got = reads(spark, [str(target_path)])["seconds"]
+            assert ordered, target_path
+            got = reads(spark, schema, [str(target_path)])["seconds"]
             print(f"| {mib(block)} MiB | {g} | {mib(size)} | {seconds:.1f} | "
                   f"{got['spark filter']:.3f} | {got['arrow filter']:.3f} | "
                   f"{got['spark count']:.3f} |")  # fmt: skip
@@ -328,6 +424,7 @@ def main() -> int:
     print("\n## Verdicts\n")
     for line, ok in verdicts:
         print(f"- {line}: {'met' if ok else 'MISSED'}")
+    print(f"\n(the whole benchmark took {time.perf_counter() - started_all:.0f} s)")
     return 0 if all(ok for _, ok in verdicts) else 1
 
 
