@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 
 ROW_GROUP_BYTES = 16 * 1024 * 1024
 """Spark's `parquet.block.size`: the buffered (encoded, not yet compressed) size at which a row
-group is cut. 16 MiB gives a 128 MiB merged object about 8 row groups of ~14 MiB on disk, each
-covering ~3 hours of a day: a one-hour filter reads one or two of them (BENCHMARKS.md,
-"Compaction": row-group size)."""
+group is cut. 16 MiB gave a 132 MiB merged object 9 row groups of ~15 MiB on disk, each ~2.7
+hours of a day: a one-hour filter reads one or two of them, 8x less than with one or two
+groups, at no measurable cost to the merge (BENCHMARKS.md, "Compaction": row-group size)."""
 
 DISCOVERY_THRESHOLD = 1_000_000
 """Above any merge's input count (`merge.max_objects`): input paths are never listed by a job."""
