@@ -1,4 +1,5 @@
-"""Runs the reader over a local Spark Connect server, in its own process.
+"""Runs the reader, then the merge writer on what it wrote, over a local Spark Connect server, in
+its own process.
 
 A Python process holds either a classic session or a Connect one; the test session already
 has a classic one, so the Connect run gets a process of its own.
@@ -10,6 +11,9 @@ import json
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
+from resources.compaction.merge_writer import MergeWriter
 from resources.ingestion.source_reader import SourceReader
 from resources.spark.session import build_spark_session
 from resources.streams import load_streams
@@ -22,19 +26,28 @@ def main() -> None:
     config = load_streams(streams)["events"]
     files = {p.name: p for p in sorted(source_dir.iterdir())}
     results = SourceReader(spark, config).read(files, staging, "connect")
-    out.write_text(
-        json.dumps(
-            {
-                key: {
-                    "rows_read": r.rows_read,
-                    "rows_quarantined": r.rows_quarantined,
-                    "dts": sorted(f.dt for f in r.table_files),
-                    "unreadable": r.unreadable,
-                }
-                for key, r in results.items()
-            }
-        )
-    )
+    report: dict[str, object] = {
+        key: {
+            "rows_read": r.rows_read,
+            "rows_quarantined": r.rows_quarantined,
+            "dts": sorted(f.dt for f in r.table_files),
+            "unreadable": r.unreadable,
+        }
+        for key, r in results.items()
+    }
+    # The merge of the last date's small objects, as a merge job would take them.
+    dt = max(f.dt for r in results.values() for f in r.table_files)
+    inputs = [str(f.local_path) for r in results.values() for f in r.table_files if f.dt == dt]
+    written = MergeWriter(spark, config).write(inputs, staging / "merged" / "part.parquet")
+    report["merged"] = {
+        "dt": dt,
+        "inputs": len(inputs),
+        "row_count": written.row_count,
+        "event_ids": pq.read_table(written.path)["event_id"].to_pylist(),
+        "same_schema": pq.read_schema(written.path).remove_metadata()
+        == pq.read_schema(inputs[0]).remove_metadata(),
+    }
+    out.write_text(json.dumps(report))
     spark.stop()
 
 

@@ -1,0 +1,145 @@
+"""`MergeWriter`: the merge itself on Spark — exact ledger paths in, one sorted Parquet object out.
+
+DataFrame API only (no RDD, no SparkContext), so the same code runs over Spark Connect.
+Facts it relies on (ARCHITECTURE §8, BENCHMARKS.md "Compaction"):
+* Spark given many explicit paths first runs a distributed listing job, one task per path,
+  unless `spark.sql.sources.parallelPartitionDiscovery.threshold` is above the path count: the
+  writer raises it, so 2,000 inputs are stat'ed on the driver instead. Paths are handed over
+  one by one, never a directory: a prefix also holds orphans of failed attempts.
+* The schema is the stream's, given to the reader: no footer-reading job to infer it, columns
+  in the stream's order, and a column an older object lacks is read as nulls.
+* Spark writes timestamps as INT96 by default; the small objects (pyarrow) hold
+  `timestamp[us, UTC]` (INT64 TIMESTAMP_MICROS, adjusted to UTC). The writer makes Spark write
+  TIMESTAMP_MICROS, so a merged object has the small objects' schema: a reader sees one schema,
+  the next merge can rewrite it together with new small objects, and row groups carry min/max
+  statistics for the time column (Spark writes none for INT96).
+* One task reads, sorts and writes (`coalesce(1)` then `sortWithinPartitions`): no shuffle.
+  `repartition(1)` or `orderBy` read in parallel but shuffle every row first, which on 2 cores
+  cost more than the whole sort (BENCHMARKS.md, "Compaction": sort strategy).
+* Rows are cut into row groups of `row_group_bytes`, so a 128 MiB object has several row
+  groups whose min/max statistics let a time filter skip most of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from resources.errors import LeaseholdError
+from resources.streams import StreamConfig
+
+log = logging.getLogger(__name__)
+
+ROW_GROUP_BYTES = 16 * 1024 * 1024
+"""Spark's `parquet.block.size`: the buffered (encoded, not yet compressed) size at which a row
+group is cut. 16 MiB gave a 132 MiB merged object 9 row groups of ~15 MiB on disk, each ~2.7
+hours of a day: a one-hour filter reads one or two of them, 8x less than with one or two
+groups, at no measurable cost to the merge (BENCHMARKS.md, "Compaction": row-group size)."""
+
+DISCOVERY_THRESHOLD = 1_000_000
+"""Above any merge's input count (`merge.max_objects`): input paths are never listed by a job."""
+
+SESSION_CONF = {
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": str(DISCOVERY_THRESHOLD),
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+"""Session settings the merge needs. Both are runtime SQL settings, so `spark.conf.set` works
+over Spark Connect too. The timestamp type is read from the session when a write starts (a
+write option cannot override it); TIMESTAMP_MICROS is what every object of the lake holds, so
+it is right for anything else the session writes too."""
+
+
+class MergeWriteError(LeaseholdError):
+    """The merge did not leave exactly one object at its target: nothing may be committed."""
+
+
+@dataclass(frozen=True)
+class WrittenObject:
+    path: Path
+    """The one local Parquet file written."""
+    content_length: int
+    row_count: int
+    """From the file's footer: what was written, not what was meant to be."""
+
+
+class MergeWriter:
+    def __init__(
+        self, spark: Any, config: StreamConfig, *, row_group_bytes: int = ROW_GROUP_BYTES
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.row_group_bytes = row_group_bytes
+        self.sort_by = config.merge.sort_by or config.event_time
+        self.schema = table_schema(config)
+        for key, value in SESSION_CONF.items():
+            spark.conf.set(key, value)
+
+    def write(self, inputs: Sequence[str], target: Path) -> WrittenObject:
+        """Read exactly `inputs` (local paths or file:// URLs of Parquet objects, as the ledger
+        names them: never list a directory), sort rows by `config.merge.sort_by`, write
+        exactly one Parquet object at `target` (a local path; its parent may not exist yet)."""
+        if not inputs:
+            raise ValueError("a merge needs at least one input object")
+        target = Path(target).absolute()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Spark writes a directory: next to the target, so the part file is moved by a rename.
+        out = target.parent / f".{target.name}.{uuid.uuid4().hex}.spark"
+        try:
+            self._spark_write([spark_path(p) for p in inputs], spark_path(str(out)))
+            parts = sorted(out.glob("part-*.parquet"))
+            if len(parts) != 1:
+                raise MergeWriteError(
+                    f"Spark wrote {len(parts)} part files for {target.name}, expected one"
+                )
+            os.replace(parts[0], target)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        return WrittenObject(
+            path=target,
+            content_length=target.stat().st_size,
+            row_count=pq.read_metadata(target).num_rows,
+        )
+
+    def _spark_write(self, inputs: list[str], out: str) -> None:
+        from pyspark.errors import PySparkException
+
+        try:
+            (
+                self.spark.read.schema(self.schema)
+                .parquet(*inputs)
+                .coalesce(1)
+                .sortWithinPartitions(self.sort_by)
+                .write.option("parquet.block.size", str(self.row_group_bytes))
+                .parquet(out)
+            )
+        except PySparkException as exc:
+            # A missing or unreadable input, a schema an object does not match: this merge
+            # fails, its partition's job is retried later; the run goes on.
+            first = next((line for line in str(exc).splitlines() if line.strip()), repr(exc))
+            raise MergeWriteError(
+                f"the Spark merge of {len(inputs)} objects failed: {first.strip()}"
+            ) from exc
+
+
+def table_schema(config: StreamConfig) -> str:
+    """The stream's columns as a Spark DDL schema (the `streams.yaml` type names are Spark's)."""
+    return ", ".join(f"`{c.name}` {c.type}" for c in config.columns)
+
+
+def spark_path(path: str) -> str:
+    """A `file://` URL Spark's Hadoop file system takes literally: an absolute path behind the
+    scheme, not percent-encoded (Hadoop's `Path` quotes it itself), so a relative path or a
+    cluster's default file system never changes which file is read."""
+    if path.startswith("file://"):
+        return path
+    if "://" in path:
+        raise ValueError(f"{path!r}: the merge reads local objects only (copy them first)")
+    return "file://" + str(Path(path).absolute())
