@@ -60,7 +60,8 @@ class MergePlan:
     @property
     def inputs(self) -> list[str]:
         """The merge's input URLs: the rewritten merged object first, then the small objects
-        by id (so a stable sort keeps earlier rows first)."""
+        by id. (Rows with equal sort values may come out in any order: Spark's sort is not
+        stable, and nothing relies on that order.)"""
         head = [self.rewrite.url] if self.rewrite is not None and self.rewrite.url else []
         return head + [o.url for o in self.objects]
 
