@@ -13,6 +13,7 @@ exactly one Parquet object at `target`, and report its length and the row count 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +32,24 @@ class ArrowWritten:
 
 
 class ArrowMergeWriter:
-    def __init__(self, config: StreamConfig) -> None:
+    def __init__(self, config: StreamConfig, *, min_duration_s: float = 0.0) -> None:
+        """`min_duration_s`: a write lasts at least this long. A Spark merge takes seconds, this
+        one milliseconds; a race test slows it so that commits land while merges run, as they
+        do in production."""
         self.columns = config.column_names
         self.sort_by = config.merge.sort_by or config.event_time
+        self.min_duration_s = min_duration_s
 
     def write(self, inputs: Sequence[str], target: Path) -> ArrowWritten:
         if not inputs:
             raise ValueError("a merge needs at least one input object")
+        started = time.monotonic()
+        try:
+            return self._write(inputs, target)
+        finally:
+            time.sleep(max(0.0, started + self.min_duration_s - time.monotonic()))
+
+    def _write(self, inputs: Sequence[str], target: Path) -> ArrowWritten:
         tables = [pq.read_table(local_path(i), columns=self.columns) for i in inputs]
         rows = pa.concat_tables(tables).sort_by(self.sort_by)
         target = Path(target).absolute()

@@ -67,6 +67,8 @@ class Lake:
     interval: str = "PT0.5S"
     timeout_s: float = 2.0
     renew_s: float = 0.5
+    merge_s: float = 0.0
+    """How long a merge's write lasts at least (`ArrowMergeWriter`'s `min_duration_s`)."""
 
     @property
     def table_dir(self) -> Path:
@@ -106,7 +108,7 @@ class Lake:
             objects=self.objects(),
             owner=owner,
             timing=self.timing(),
-            write=ArrowMergeWriter(config).write,
+            write=ArrowMergeWriter(config, min_duration_s=self.merge_s).write,
             work_dir=Path(self.root) / "work" / owner,
             on_step=on_step,
         )
