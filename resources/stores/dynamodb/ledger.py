@@ -85,10 +85,11 @@ class DynamoDbLedger:
         record: bool,
         merge_due_at_ms: Mapping[str, int],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
-        """One `TransactWriteItems`: the id counters (conditional on the values just read; a
-        pending merge job kept, else scheduled), the small objects, the commit record and the
-        lease update (its guard as the condition). If another commit moved a counter first, the
-        transaction is cancelled whole: read the counters again and retry."""
+        """One `TransactWriteItems`: the id counters (conditional on the values just read —
+        the counter and whether the partition was closed; a pending merge job kept, else
+        scheduled), the small objects, the commit record and the lease update (its guard as the
+        condition). If another commit moved a counter or a close landed first, the transaction
+        is cancelled whole: read the counters again and retry."""
         sid, key = token.source_identifier, token.partition_key
         for _ in range(self.retry.max_attempts * 2):
             counters = self._read_counters(list(groups))
@@ -137,7 +138,7 @@ class DynamoDbLedger:
         count: int,
         merge_due_at_ms: int | None,
     ) -> dict[str, Any]:
-        next_id = counters.get((table, dt), (None, None))[0]
+        next_id, last_live = counters.get((table, dt), (None, None))
         update: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": self._partition_key(table, dt),
@@ -149,9 +150,17 @@ class DynamoDbLedger:
             update["ExpressionAttributeValues"][":due"] = codec.n(merge_due_at_ms)
         if next_id is None:
             update["ConditionExpression"] = "attribute_not_exists(nextObjectId)"
+            return update
+        # Closing sets `lastLiveObjectId` and leaves the counter as it is: the ids' `delayed`
+        # flags were decided on the partition as read, so the close must cancel this too.
+        update["ExpressionAttributeValues"][":old"] = codec.n(next_id)
+        if last_live is None:
+            update["ConditionExpression"] = (
+                "nextObjectId = :old AND attribute_not_exists(lastLiveObjectId)"
+            )
         else:
-            update["ConditionExpression"] = "nextObjectId = :old"
-            update["ExpressionAttributeValues"][":old"] = codec.n(next_id)
+            update["ConditionExpression"] = "nextObjectId = :old AND lastLiveObjectId = :last"
+            update["ExpressionAttributeValues"][":last"] = codec.n(last_live)
         return update
 
     def _read_counters(
