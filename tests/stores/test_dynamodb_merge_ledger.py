@@ -120,3 +120,31 @@ def test_a_close_landing_during_an_ingestion_commit_makes_its_objects_delayed(
     assert (late.object_id, late.delayed) == (2, True)
     assert calls.count("BatchGetItem") == 2  # cancelled once, the counters read again
     assert [o.delayed for o in ingester.ledger_objects(TABLE, DT)] == [False, True]
+
+
+def test_a_merge_commit_overtaken_by_every_ingestion_commit_still_lands(
+    dynamodb_stores: tuple[DynamoDbLeaseStore, DynamoDbLeaseStore],
+) -> None:
+    """A partition under steady ingestion: a commit lands before each of the merge commit's
+    transactions. Once the merge knows objects are left, more of them change nothing it writes
+    (the job stays due), so only the first attempt — which read everything merged — may be
+    cancelled. (Found by the merge race test: a merge commit that lost to ingestion twelve
+    times in a row and failed.)"""
+    store, ingester = dynamodb_stores
+    ingest(store, obj("a"), obj("b"))
+    job = acquire_job(store)
+    landed: list[int] = []
+
+    def ingest_every_time(name: str) -> None:
+        if name == "TransactWriteItems":
+            landed.append(len(landed))
+            ingest(ingester, obj(f"overtaking-{len(landed)}"))
+
+    record_calls(store, ingest_every_time)
+    now = store.now_ms()
+    result = store.commit_merge(job.token, merge(0, merged(0, 2)))
+    assert len(landed) == 2  # cancelled once (it read ids 1-2, all merged), then it landed
+    assert result.merge_due_at_ms == now + int(INTERVAL * 1000)
+    partition = store.table_partition(TABLE, DT)
+    assert partition.next_object_id == 5 and partition.merged_upper == 2
+    assert partition.merge_due_at_ms == result.merge_due_at_ms
