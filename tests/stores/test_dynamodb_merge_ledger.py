@@ -1,6 +1,6 @@
 """DynamoDB-only: what the merge ledger costs in API calls (one transaction per merge commit,
-never a Scan), and a merge commit that an ingestion commit overtakes between its read and its
-transaction."""
+never a Scan), a merge commit that an ingestion commit overtakes between its read and its
+transaction, and an ingestion commit a close overtakes the same way."""
 
 from __future__ import annotations
 
@@ -94,3 +94,57 @@ def test_an_ingestion_commit_landing_during_the_merge_commit_is_seen_by_its_retr
     assert partition.next_object_id == 4 and partition.merged_upper == 2
     assert partition.merge_due_at_ms == result.merge_due_at_ms
     assert [r.upper for r in store.merge_ranges(TABLE, DT)] == [0, 2]
+
+
+def test_a_close_landing_during_an_ingestion_commit_makes_its_objects_delayed(
+    dynamodb_stores: tuple[DynamoDbLeaseStore, DynamoDbLeaseStore],
+) -> None:
+    """The commit read the partition open (`nextObjectId` 2, no `lastLiveObjectId`) and
+    assigned id 2 as live; a close then recorded `lastLiveObjectId` 1. Closing leaves the
+    counter as it is, so the commit must be refused on the close itself and retried: id 2 is
+    delayed, as `lastLiveObjectId` says. (Found by the merge race test: an object above
+    `lastLiveObjectId` committed as live.)"""
+    ingester, closer = dynamodb_stores
+    ingest(ingester, obj("a"))
+    closed: list[int | None] = []
+
+    def close_once(name: str) -> None:
+        # The commit's transaction, right after it read the counters (BatchGetItem).
+        if name == "TransactWriteItems" and calls[-2:-1] == ["BatchGetItem"] and not closed:
+            partition = closer.close_partition(TABLE, DT)
+            closed.append(None if partition is None else partition.last_live_object_id)
+
+    calls = record_calls(ingester, close_once)
+    (late,) = ingest(ingester, obj("late"))
+    assert closed == [1]
+    assert (late.object_id, late.delayed) == (2, True)
+    assert calls.count("BatchGetItem") == 2  # cancelled once, the counters read again
+    assert [o.delayed for o in ingester.ledger_objects(TABLE, DT)] == [False, True]
+
+
+def test_a_merge_commit_overtaken_by_every_ingestion_commit_still_lands(
+    dynamodb_stores: tuple[DynamoDbLeaseStore, DynamoDbLeaseStore],
+) -> None:
+    """A partition under steady ingestion: a commit lands before each of the merge commit's
+    transactions. Once the merge knows objects are left, more of them change nothing it writes
+    (the job stays due), so only the first attempt — which read everything merged — may be
+    cancelled. (Found by the merge race test: a merge commit that lost to ingestion twelve
+    times in a row and failed.)"""
+    store, ingester = dynamodb_stores
+    ingest(store, obj("a"), obj("b"))
+    job = acquire_job(store)
+    landed: list[int] = []
+
+    def ingest_every_time(name: str) -> None:
+        if name == "TransactWriteItems":
+            landed.append(len(landed))
+            ingest(ingester, obj(f"overtaking-{len(landed)}"))
+
+    record_calls(store, ingest_every_time)
+    now = store.now_ms()
+    result = store.commit_merge(job.token, merge(0, merged(0, 2)))
+    assert len(landed) == 2  # cancelled once (it read ids 1-2, all merged), then it landed
+    assert result.merge_due_at_ms == now + int(INTERVAL * 1000)
+    partition = store.table_partition(TABLE, DT)
+    assert partition.next_object_id == 5 and partition.merged_upper == 2
+    assert partition.merge_due_at_ms == result.merge_due_at_ms

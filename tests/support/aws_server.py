@@ -3,6 +3,13 @@
 The contract tests talk to it through boto3 exactly as production talks to AWS: no in-process
 patching. A separate process (not a thread in the test process) so that stopping it is a real
 outage and child processes in concurrency tests reach it like any other endpoint.
+
+It handles one request at a time (`serve`). moto's own server (`python -m moto.server`) runs
+requests on threads without isolating them: a `TransactWriteItems` deep-copies every table it
+touches when it begins and, when cancelled, puts that copy back, undoing whatever other clients
+wrote meanwhile — acknowledged writes vanish — and a copy taken while another request writes can
+fail with a 500. DynamoDB applies each request atomically; served one at a time, moto does too,
+and processes racing over one table (the concurrency tests) see DynamoDB's semantics.
 """
 
 from __future__ import annotations
@@ -14,6 +21,10 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -34,7 +45,8 @@ class LocalAwsServer:
     def start(self, timeout_s: float = 30.0) -> LocalAwsServer:
         env = {**os.environ, **AWS_TEST_ENV}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "tests.support.aws_server", str(self.port)],
+            cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
@@ -68,3 +80,29 @@ AWS_TEST_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+
+
+def serve(port: int) -> None:
+    """moto's server app, as `moto.server` runs it, behind one lock: each request is handled
+    whole — body read, backend call, response built — before the next begins."""
+    import threading
+
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import run_simple
+
+    app = DomainDispatcherApplication(create_backend_app)
+    lock = threading.Lock()
+
+    def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    run_simple("127.0.0.1", port, one_at_a_time, threaded=True, request_handler=MotoRequestHandler)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

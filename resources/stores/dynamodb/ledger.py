@@ -85,10 +85,11 @@ class DynamoDbLedger:
         record: bool,
         merge_due_at_ms: Mapping[str, int],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
-        """One `TransactWriteItems`: the id counters (conditional on the values just read; a
-        pending merge job kept, else scheduled), the small objects, the commit record and the
-        lease update (its guard as the condition). If another commit moved a counter first, the
-        transaction is cancelled whole: read the counters again and retry."""
+        """One `TransactWriteItems`: the id counters (conditional on the values just read —
+        the counter and whether the partition was closed; a pending merge job kept, else
+        scheduled), the small objects, the commit record and the lease update (its guard as the
+        condition). If another commit moved a counter or a close landed first, the transaction
+        is cancelled whole: read the counters again and retry."""
         sid, key = token.source_identifier, token.partition_key
         for _ in range(self.retry.max_attempts * 2):
             counters = self._read_counters(list(groups))
@@ -137,7 +138,7 @@ class DynamoDbLedger:
         count: int,
         merge_due_at_ms: int | None,
     ) -> dict[str, Any]:
-        next_id = counters.get((table, dt), (None, None))[0]
+        next_id, last_live = counters.get((table, dt), (None, None))
         update: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": self._partition_key(table, dt),
@@ -149,9 +150,17 @@ class DynamoDbLedger:
             update["ExpressionAttributeValues"][":due"] = codec.n(merge_due_at_ms)
         if next_id is None:
             update["ConditionExpression"] = "attribute_not_exists(nextObjectId)"
+            return update
+        # Closing sets `lastLiveObjectId` and leaves the counter as it is: the ids' `delayed`
+        # flags were decided on the partition as read, so the close must cancel this too.
+        update["ExpressionAttributeValues"][":old"] = codec.n(next_id)
+        if last_live is None:
+            update["ConditionExpression"] = (
+                "nextObjectId = :old AND attribute_not_exists(lastLiveObjectId)"
+            )
         else:
-            update["ConditionExpression"] = "nextObjectId = :old"
-            update["ExpressionAttributeValues"][":old"] = codec.n(next_id)
+            update["ConditionExpression"] = "nextObjectId = :old AND lastLiveObjectId = :last"
+            update["ExpressionAttributeValues"][":last"] = codec.n(last_live)
         return update
 
     def _read_counters(
@@ -297,10 +306,13 @@ class DynamoDbLedger:
     ) -> tuple[MergeCommitResult | None, LeaseItem | None]:
         """Read the partition and the chain (strongly consistent), `check_merge`, then one
         `TransactWriteItems`: the range, the sentinel on the first merge, the partition
-        (conditional on `nextObjectId` and `mergedUpper` as read) and the lease's give-up (its
-        guard as the condition). An ingestion commit that moved `nextObjectId` meanwhile
-        cancels it whole: read again and retry, so the due time always sees every committed
-        id. A chain that moved fails `check_merge` on the re-read."""
+        (conditional on `mergedUpper` as read, and on `nextObjectId` when it read everything
+        merged) and the lease's give-up (its guard as the condition). An ingestion commit
+        landing meanwhile cancels a merge that would clear the job: read again and retry, so
+        the due time always sees every committed id. One that leaves the job due is not
+        cancelled by it — more unmerged objects change nothing it writes — so a partition under
+        steady ingestion cannot starve its merge. A chain that moved fails `check_merge` on
+        the re-read."""
         sid, key = token.source_identifier, token.partition_key
         table, dt = merge.table, merge.dt
         for _ in range(self.retry.max_attempts * 2):
@@ -418,9 +430,11 @@ class DynamoDbLedger:
     def _merged_partition_update(
         self, raw: dict[str, Any], merged: MergedObject | None, due: int | None
     ) -> dict[str, Any]:
-        """The partition as the merge leaves it, conditional on the counter and the merged
-        bound it read: a commit that landed since would make `due` wrong."""
-        values: dict[str, Any] = {":read": raw["nextObjectId"]}
+        """The partition as the merge leaves it, conditional on the merged bound it read, and,
+        when it clears the job (`due` None: everything merged as read), on the counter too: a
+        commit that landed since would leave its object without a job. A `due` computed with
+        objects left stays right however many more land."""
+        values: dict[str, Any] = {}
         sets = []
         if merged is not None:
             sets += ["mergedUpper = :upper", "desiredManifestVersion = :upper"]
@@ -430,7 +444,10 @@ class DynamoDbLedger:
         else:
             expression = "SET " + ", ".join([*sets, "mergeDueAt = :due"])
             values[":due"] = codec.n(due)
-        condition = "nextObjectId = :read AND "
+        condition = ""
+        if due is None:
+            condition = "nextObjectId = :read AND "
+            values[":read"] = raw["nextObjectId"]
         if "mergedUpper" in raw:
             condition += "mergedUpper = :merged_read"
             values[":merged_read"] = raw["mergedUpper"]
