@@ -51,7 +51,11 @@ def test_the_code_location_reads_its_streams_file_from_the_environment(
     from coordination_assets.definitions import build_definitions
 
     defs = build_definitions()
-    assert [s.name for s in defs.sensors or []] == ["clicks_discovery", "clicks_checks"]
+    assert [s.name for s in defs.sensors or []] == [
+        "clicks_discovery",
+        "clicks_merge",
+        "clicks_checks",
+    ]
     with build_resources(defs.resources or {}) as resources:
         assert sorted(resources.lake.streams()) == ["clicks"]
         assert resources.lake.s3_endpoint_url == "http://127.0.0.1:9"
@@ -186,5 +190,6 @@ def test_the_code_location_loads_with_each_variable_set(
     streams = ["clicks"] if variable.name == "LEASEHOLD_STREAMS" else ["events"]
     assert [s.name for s in defs.sensors or []] == [
         *(f"{s}_discovery" for s in streams),
+        *(f"{s}_merge" for s in streams),
         *(f"{s}_checks" for s in streams),
     ]
