@@ -16,7 +16,6 @@ from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
     AssetChecksDefinition,
-    AssetCheckSeverity,
     AssetDep,
     AssetExecutionContext,
     AssetKey,
@@ -38,6 +37,7 @@ from coordination_assets.ingestion import ingestion_asset_key
 from resources.compaction import checks as suite
 from resources.compaction.merge_runner import MERGED, MergeOutcome
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.check_result import asset_check_result
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.merge_tick import MergeTick
@@ -164,14 +164,7 @@ def build_merge_checks(stream: str) -> list[AssetChecksDefinition]:
                 ownership_timeout_s=coordination.ownership_timeout_seconds,
                 table=lake.table_name(stream),
             )
-            return AssetCheckResult(
-                passed=outcome.passed,
-                severity=AssetCheckSeverity.ERROR
-                if outcome.severity == "error"
-                else AssetCheckSeverity.WARN,
-                description=outcome.summary,
-                metadata=outcome.metadata,
-            )
+            return asset_check_result(outcome)
 
         return check
 

@@ -12,7 +12,6 @@ import time
 from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
-    AssetCheckSeverity,
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
@@ -34,6 +33,7 @@ from dagster import (
 )
 
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.check_result import asset_check_result
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.discovery_tick import DiscoveryTick
 from resources.dagster_resources.lake import LakeResource
@@ -200,14 +200,7 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
         @asset_check(asset=asset_key, name=name, description=description, blocking=False)
         def check(coordination: CoordinationResource, lake: LakeResource) -> AssetCheckResult:
             outcome = run_check(name, coordination, lake)
-            return AssetCheckResult(
-                passed=outcome.passed,
-                severity=AssetCheckSeverity.ERROR
-                if outcome.severity == "error"
-                else AssetCheckSeverity.WARN,
-                description=outcome.summary,
-                metadata=outcome.metadata,
-            )
+            return asset_check_result(outcome)
 
         return check
 
