@@ -49,7 +49,7 @@ from resources.dagster_resources.runs import (
     STREAM_TAG,
     ended_since,
     fail_dead_runs,
-    in_flight_spans,
+    in_flight_positions,
 )
 from resources.ingestion.discovery import Discovery
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
@@ -118,14 +118,11 @@ class Coverage:
         position = {k: i for i, k in enumerate(order)}
         pending: set[int] = set()
         started: dict[int, int] = {}
-        for span in in_flight_spans(instance, stream):
-            first, last = position.get(span.first), position.get(span.last)
-            if first is None or last is None:
-                continue
+        for span, positions in in_flight_positions(instance, stream, position):
             if not span.started:
-                pending.update(range(first, last + 1))
+                pending.update(positions)
                 continue
-            for p in range(first, last + 1):
+            for p in positions:
                 started[p] = max(started.get(p, 0), span.created_ms)
         return cls(order, position, pending, started)
 

@@ -40,7 +40,7 @@ from resources.dagster_resources.runs import (
     RANGE_START,
     ended_since,
     fail_dead_runs,
-    in_flight_spans,
+    in_flight_positions,
     span_of,
 )
 from resources.ledger.model import TablePartition
@@ -77,9 +77,8 @@ class MergeTick:
         order = existing + new
         position = {dt: i for i, dt in enumerate(order)}
         covered: set[int] = set()
-        for span in in_flight_spans(self.instance, self.stream, MERGE_TAG):
-            if span.first in position and span.last in position:
-                covered.update(range(position[span.first], position[span.last] + 1))
+        for _, positions in in_flight_positions(self.instance, self.stream, position, MERGE_TAG):
+            covered.update(positions)
         busy = schedule.running()
         wanted = [
             p.dt

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -158,6 +158,20 @@ def in_flight_spans(instance: DagsterInstance, stream: str, tag: str = STREAM_TA
             created_ms = int(record.create_timestamp.timestamp() * 1000)
             spans.append(RunSpan(span[0], span[1], run.status not in NOT_STARTED, created_ms))
     return spans
+
+
+def in_flight_positions(
+    instance: DagsterInstance, stream: str, position: Mapping[str, int], tag: str = STREAM_TAG
+) -> list[tuple[RunSpan, range]]:
+    """The stream's runs in flight (as `in_flight_spans`) whose ends are both in `position`
+    (partition key -> its place in the dynamic partitions), each with the positions its range
+    covers: a range run is positional, so what it covers is what lies between its ends now."""
+    covering = []
+    for span in in_flight_spans(instance, stream, tag):
+        first, last = position.get(span.first), position.get(span.last)
+        if first is not None and last is not None:
+            covering.append((span, range(first, last + 1)))
+    return covering
 
 
 def span_of(run: DagsterRun) -> tuple[str, str] | None:
