@@ -8,9 +8,10 @@ day ended, merge those due); then run the asset checks. The same sensors, assets
 """
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dagster import (
     AssetMaterialization,
@@ -18,8 +19,10 @@ from dagster import (
     AssetSelection,
     DagsterInstance,
     Definitions,
+    DynamicPartitionsDefinition,
     ExecuteInProcessResult,
     RunRequest,
+    SensorDefinition,
     SensorResult,
     SkipReason,
     build_sensor_context,
@@ -144,25 +147,19 @@ def run_stream(
     asset_def = build_ingestion_asset(stream)
     checks = build_ingestion_checks(stream)
     resources = defs.resources or {}
-    state_key = main_job_cursor_key(stream)
-    cursor = instance.run_storage.get_cursor_values({state_key}).get(state_key)
     executed: set[str] = set()
-    for _ in range(max_ticks):
-        with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
-            result = sensor(ctx)
+    ticks = _sensor_ticks(
+        sensor, instance, resources, partitions_for(stream), main_job_cursor_key(stream), max_ticks
+    )
+    for result in ticks:
         report.ticks += 1
         if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
             log(f"{stream}: discovery skipped: {getattr(result, 'skip_message', result)}")
             break
-        for request in result.dynamic_partitions_requests or []:
-            instance.add_dynamic_partitions(partitions_for(stream).name, request.partition_keys)
         for event in result.asset_events or []:
-            instance.report_runless_asset_event(event)
             report.recorded += 1
             if isinstance(event, AssetMaterialization) and event.partition is not None:
                 report.not_ingested.pop(event.partition, None)
-        cursor = result.cursor
-        instance.run_storage.set_cursor_values({state_key: cursor or ""})
         runs = [r for r in result.run_requests or [] if r.run_key not in executed]
         if not runs:
             break
@@ -185,6 +182,32 @@ def run_stream(
     return report
 
 
+def _sensor_ticks(
+    sensor: SensorDefinition,
+    instance: DagsterInstance,
+    resources: Mapping[str, Any],
+    partitions: DynamicPartitionsDefinition,
+    state_key: str,
+    max_ticks: int,
+) -> Iterator[Any]:
+    """Up to `max_ticks` evaluations of `sensor` from the cursor kept under `state_key`. A
+    `SensorResult` is applied as the daemon would before it is yielded (its partitions added
+    to `partitions`, its runless events reported, its cursor kept), so the caller only executes
+    the runs it asks for; anything else (a skip) is yielded as it is, and the caller stops."""
+    cursor = instance.run_storage.get_cursor_values({state_key}).get(state_key)
+    for _ in range(max_ticks):
+        with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
+            result = sensor(ctx)
+        if isinstance(result, SensorResult):
+            for request in result.dynamic_partitions_requests or []:
+                instance.add_dynamic_partitions(partitions.name, request.partition_keys)
+            for event in result.asset_events or []:
+                instance.report_runless_asset_event(event)
+            cursor = result.cursor
+            instance.run_storage.set_cursor_values({state_key: cursor or ""})
+        yield result
+
+
 def _merge(
     defs: Definitions,
     instance: DagsterInstance,
@@ -199,20 +222,13 @@ def _merge(
     sensor = build_merge_sensor(stream)
     asset_def = build_merge_asset(stream)
     resources = defs.resources or {}
-    state_key = merge_cursor_key(stream)
-    cursor = instance.run_storage.get_cursor_values({state_key}).get(state_key)
     failed_ranges: set[tuple[str, str]] = set()
-    for _ in range(max_ticks):
-        with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
-            result = sensor(ctx)
+    ticks = _sensor_ticks(
+        sensor, instance, resources, dates_for(stream), merge_cursor_key(stream), max_ticks
+    )
+    for result in ticks:
         if not isinstance(result, SensorResult):
             break
-        for request in result.dynamic_partitions_requests or []:
-            instance.add_dynamic_partitions(dates_for(stream).name, request.partition_keys)
-        for event in result.asset_events or []:
-            instance.report_runless_asset_event(event)
-        cursor = result.cursor
-        instance.run_storage.set_cursor_values({state_key: cursor or ""})
         runs = [
             r
             for r in result.run_requests or []
