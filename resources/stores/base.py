@@ -5,13 +5,15 @@ store implements both interfaces. What a commit decides is here, once: the size 
 lease transition (COMPLETED, or renewed for chunked work), the ids (`assign_ids`), the metrics
 and what a refusal means. A backend only writes it all as one transaction (`_commit`). A merge
 commit is the same shape: the job lease's give-up transition, its metrics and refusal are
-here; the backend's `_commit_merge` writes the range, the partition and the lease together.
+here, and so is what it writes (`merge_writes`: the range, the sentinel, the partition's new
+bounds and due time); the backend's `_commit_merge` writes them and the lease together.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from resources.coordination import metrics as m
 from resources.coordination.errors import StoreUnavailableError
@@ -19,15 +21,72 @@ from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.transitions import Transition
 from resources.ledger.ledger import Ledger
-from resources.ledger.merge import MergeCommit, MergeCommitResult
+from resources.ledger.merge import (
+    SENTINEL_UPPER,
+    MergeCommit,
+    MergeCommitResult,
+    MergeRange,
+    next_merge_due,
+)
 from resources.ledger.model import (
     CommitResult,
     SmallObject,
+    TablePartition,
     check_commit_size,
     group_by_partition,
 )
 
 TablePartitionObjects = dict[tuple[str, str], list[SmallObject]]
+
+
+@dataclass(frozen=True)
+class MergeWrites:
+    """What a merge commit writes, decided from the partition and the chain as its transaction
+    read them (after `check_merge` passed)."""
+
+    written: MergeRange | None
+    """The merged range (new, or the open one rewritten); None when nothing was merged."""
+    sentinel: MergeRange | None
+    """The chain's sentinel, on the partition's first merge only."""
+    merged_upper: int
+    desired_manifest_version: int
+    due_at_ms: int | None
+    """The partition's next `merge_due_at_ms` (`next_merge_due`); None: no pending job."""
+
+    def result(self) -> MergeCommitResult:
+        return MergeCommitResult(self.written, self.due_at_ms, self.desired_manifest_version)
+
+
+def merge_writes(
+    merge: MergeCommit,
+    partition: TablePartition | None,
+    ranges: Sequence[MergeRange],
+    epoch: int,
+    now_ms: int,
+) -> MergeWrites:
+    """The same in every backend, so only how each writes it differs: `partition` and `ranges`
+    as read (None: the partition does not exist), `epoch` the merge job lease's."""
+    table, dt = merge.table, merge.dt
+    next_id = 1 if partition is None else partition.next_object_id
+    merged_upper = 0 if partition is None else partition.merged_upper
+    desired = -1 if partition is None else partition.desired_manifest_version
+    written = sentinel = None
+    m = merge.merged
+    if m is not None:
+        written = MergeRange(
+            table, dt, m.lower, m.upper, m.url, m.content_length, m.row_count, epoch, now_ms
+        )
+        if not ranges:
+            sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now_ms)
+        merged_upper = desired = m.upper
+    due = next_merge_due(
+        now_ms=now_ms,
+        merged_upper=merged_upper,
+        last_committed_id=next_id - 1,
+        carry_over=merge.carry_over,
+        interval_s=merge.interval_s,
+    )
+    return MergeWrites(written, sentinel, merged_upper, desired, due)
 
 
 class CoordinationStore(LeaseStore, Ledger, ABC):

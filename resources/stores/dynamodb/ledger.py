@@ -27,14 +27,12 @@ from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
 from resources.ledger.merge import (
-    SENTINEL_UPPER,
     MergeChainError,
     MergeCommit,
     MergeCommitResult,
     MergedObject,
     MergeRange,
     check_merge,
-    next_merge_due,
 )
 from resources.ledger.model import (
     AlreadyCommittedError,
@@ -45,6 +43,7 @@ from resources.ledger.model import (
     TablePartition,
     assign_ids,
 )
+from resources.stores.base import merge_writes
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import cancellation_reasons, error_code
 
@@ -327,41 +326,19 @@ class DynamoDbLedger:
                 if not lease_change.guard.holds(current):
                     return None, current  # fenced first: a zombie is told it lost its lease
                 raise
-            now = self.now_ms()
+            w = merge_writes(merge, partition, ranges, token.epoch, self.now_ms())
             writes: list[dict[str, Any]] = []
-            written = None
-            merged_upper = 0 if partition is None else partition.merged_upper
-            desired = -1 if partition is None else partition.desired_manifest_version
-            m = merge.merged
-            if m is not None:
-                written = MergeRange(
-                    table,
-                    dt,
-                    m.lower,
-                    m.upper,
-                    m.url,
-                    m.content_length,
-                    m.row_count,
-                    token.epoch,
-                    now,
-                )
+            if w.written is not None:
                 if rewritten is None:
-                    writes.append({"Put": self._range_put(written)})
+                    writes.append({"Put": self._range_put(w.written)})
                 else:
-                    writes.append({"Update": self._range_rewrite(written, rewritten.upper)})
-                if not ranges:
-                    sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now)
-                    writes.append({"Put": self._range_put(sentinel)})
-                merged_upper = desired = m.upper
-            due = next_merge_due(
-                now_ms=now,
-                merged_upper=merged_upper,
-                last_committed_id=next_id - 1,
-                carry_over=merge.carry_over,
-                interval_s=merge.interval_s,
-            )
+                    writes.append({"Update": self._range_rewrite(w.written, rewritten.upper)})
+            if w.sentinel is not None:
+                writes.append({"Put": self._range_put(w.sentinel)})
             if raw is not None:
-                writes.append({"Update": self._merged_partition_update(raw, m, due)})
+                writes.append(
+                    {"Update": self._merged_partition_update(raw, merge.merged, w.due_at_ms)}
+                )
             lease_index = len(writes)
             writes.append(
                 {"Update": codec.conditional_update(self.table_name, sid, key, lease_change)}
@@ -378,7 +355,7 @@ class DynamoDbLedger:
                 if reasons[lease_index] == "ConditionalCheckFailed":
                     return None, self.get(sid, key)
                 continue  # an ingestion commit (or the chain) moved: read again
-            return MergeCommitResult(written, due, desired), None
+            return w.result(), None
         raise StoreUnavailableError(
             f"DynamoDB table {self.table_name!r}: {lease_change.action} of {table} dt={dt} kept "
             "losing the race with ingestion commits"

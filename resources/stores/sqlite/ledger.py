@@ -14,14 +14,7 @@ from typing import Any
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
-from resources.ledger.merge import (
-    SENTINEL_UPPER,
-    MergeCommit,
-    MergeCommitResult,
-    MergeRange,
-    check_merge,
-    next_merge_due,
-)
+from resources.ledger.merge import MergeCommit, MergeCommitResult, MergeRange, check_merge
 from resources.ledger.model import (
     AlreadyCommittedError,
     CommitRecord,
@@ -31,6 +24,7 @@ from resources.ledger.model import (
     TablePartition,
     assign_ids,
 )
+from resources.stores.base import merge_writes
 
 RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
 
@@ -216,45 +210,21 @@ class SqliteLedger:
             partition = self._table_partition(db, table, dt)
             next_id = 1 if partition is None else partition.next_object_id
             rewritten = check_merge(ranges, merge, next_id)
-            now = self.now_ms()
-            written = None
-            merged_upper = 0 if partition is None else partition.merged_upper
-            desired = -1 if partition is None else partition.desired_manifest_version
-            m = merge.merged
-            if m is not None:
-                written = MergeRange(
-                    table,
-                    dt,
-                    m.lower,
-                    m.upper,
-                    m.url,
-                    m.content_length,
-                    m.row_count,
-                    token.epoch,
-                    now,
-                )
-                if not ranges:
-                    sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now)
-                    self._insert_range(db, sentinel)
+            w = merge_writes(merge, partition, ranges, token.epoch, self.now_ms())
+            if w.sentinel is not None:
+                self._insert_range(db, w.sentinel)
+            if w.written is not None:
                 if rewritten is None:
-                    self._insert_range(db, written)
+                    self._insert_range(db, w.written)
                 else:
-                    self._rewrite_range(db, written, rewritten.upper)
-                merged_upper = desired = m.upper
-            due = next_merge_due(
-                now_ms=now,
-                merged_upper=merged_upper,
-                last_committed_id=next_id - 1,
-                carry_over=merge.carry_over,
-                interval_s=merge.interval_s,
-            )
+                    self._rewrite_range(db, w.written, rewritten.upper)
             db.execute(
                 "UPDATE table_partitions SET merged_upper = ?, desired_manifest_version = ?, "
                 "merge_due_at = ? WHERE tbl = ? AND dt = ?",
-                (merged_upper, desired, due, table, dt),
+                (w.merged_upper, w.desired_manifest_version, w.due_at_ms, table, dt),
             )
             self._apply_in(db, sid, key, lease_change)
-            return MergeCommitResult(written, due, desired), None
+            return w.result(), None
 
         return self._run(lease_change.action, commit)
 
