@@ -109,25 +109,31 @@ class DynamoDbLedger:
             writes.append(
                 {"Update": codec.conditional_update(self.table_name, sid, key, lease_change)}
             )
-            try:
-                self._call(
-                    lease_change.action,
-                    lambda writes=writes: self.client.transact_write_items(TransactItems=writes),
-                )
-            except ClientError as exc:
-                reasons = cancellation_reasons(exc)
-                if error_code(exc) != "TransactionCanceledException" or not reasons:
-                    raise
+            reasons = self._transact(lease_change.action, writes)
+            if reasons is not None:
                 if reasons[lease_index] == "ConditionalCheckFailed":
                     return None, self.get(sid, key)
                 if record_index is not None and reasons[record_index] == "ConditionalCheckFailed":
-                    raise AlreadyCommittedError(self.commit_record(sid, key)) from None  # type: ignore[arg-type]
+                    raise AlreadyCommittedError(self.commit_record(sid, key))  # type: ignore[arg-type]
                 continue  # a counter moved under us: read it again and retry
             return CommitResult(self.get(sid, key), tuple(registered)), None  # type: ignore[arg-type]
         raise StoreUnavailableError(
             f"DynamoDB table {self.table_name!r}: {lease_change.action} kept losing the "
             "id-counter race"
         )
+
+    def _transact(self, action: str, writes: list[dict[str, Any]]) -> list[str] | None:
+        """`writes` as one `TransactWriteItems`: None when it went through, else the reason
+        each item gave when the transaction was cancelled (in the order of `writes`); any other
+        error is raised."""
+        try:
+            self._call(action, lambda: self.client.transact_write_items(TransactItems=writes))
+        except ClientError as exc:
+            reasons = cancellation_reasons(exc)
+            if error_code(exc) != "TransactionCanceledException" or not reasons:
+                raise
+            return reasons
+        return None
 
     def _counter_update(
         self,
@@ -343,15 +349,8 @@ class DynamoDbLedger:
             writes.append(
                 {"Update": codec.conditional_update(self.table_name, sid, key, lease_change)}
             )
-            try:
-                self._call(
-                    lease_change.action,
-                    lambda writes=writes: self.client.transact_write_items(TransactItems=writes),
-                )
-            except ClientError as exc:
-                reasons = cancellation_reasons(exc)
-                if error_code(exc) != "TransactionCanceledException" or not reasons:
-                    raise
+            reasons = self._transact(lease_change.action, writes)
+            if reasons is not None:
                 if reasons[lease_index] == "ConditionalCheckFailed":
                     return None, self.get(sid, key)
                 continue  # an ingestion commit (or the chain) moved: read again
