@@ -89,6 +89,31 @@ def spawn(
     return proc
 
 
+def spawn_merge(
+    children: list[subprocess.Popen[bytes]],
+    lake: Lake,
+    tmp_path: Path,
+    name: str,
+    *,
+    step: str,
+    nth: int,
+    do: str,
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """A merge child of `DT` that does `do` ("pause" or "kill") at its `nth` `step`, its
+    marker (written there, with the job's epoch) and its outcome file. A paused child goes on
+    once `release(marker)`."""
+    marker, out = tmp_path / "marker", tmp_path / "out"
+    proc = spawn(
+        children, "merge", lake, name=name, dts=[DT], step=step, nth=nth, do=do,
+        marker=str(marker), out=str(out),
+    )  # fmt: skip
+    return proc, marker, out
+
+
+def release(marker: Path) -> None:
+    marker.with_name(marker.name + ".release").write_text("go")
+
+
 def wait_for(path: Path, proc: subprocess.Popen[bytes], limit_s: float = 60) -> None:
     deadline = time.monotonic() + limit_s
     while not path.exists():
@@ -298,17 +323,15 @@ def test_an_object_committed_while_a_merge_runs_is_merged_by_the_next_one(
     object (Prism's merge forgot it)."""
     lake = new_lake(tmp_path, settings_for(backend), **LIMITS)
     store = ingest_copy(lake, 3)  # one merge's worth: no carry-over
-    marker, out = tmp_path / "marker", tmp_path / "out"
-    merger = spawn(
-        children, "merge", lake, name="merger", dts=[DT], step="published", nth=1, do="pause",
-        marker=str(marker), out=str(out),
-    )  # fmt: skip
+    merger, marker, out = spawn_merge(
+        children, lake, tmp_path, "merger", step="published", nth=1, do="pause"
+    )
     wait_for(marker, merger)
     key = "late/0000"
     (late,) = commit_source(
         store, key, [write_small(lake, key, DT, 16, random.Random(1))], merge_after_s=3600
     )
-    marker.with_name(marker.name + ".release").write_text("go")
+    release(marker)
     assert merger.wait(60) == 0
     (outcome,) = [MergeOutcome(**o) for o in json.loads(out.read_text())]
     assert (outcome.outcome, outcome.lower, outcome.upper) == (MERGED, 0, 3)
@@ -341,11 +364,9 @@ def test_a_killed_merge_is_taken_over_and_ends_as_a_run_without_the_kill(
     reference = new_lake(tmp_path / "reference", settings_for(backend), **LIMITS)
     store, ref_store = ingest_copy(lake, 24), ingest_copy(reference, 24)
 
-    marker, out = tmp_path / "marker", tmp_path / "out"
-    victim = spawn(
-        children, "merge", lake, name="victim", dts=[DT], step=step, nth=2, do="kill",
-        marker=str(marker), out=str(out),
-    )  # fmt: skip
+    victim, marker, out = spawn_merge(
+        children, lake, tmp_path, "victim", step=step, nth=2, do="kill"
+    )
     assert victim.wait(60) == -signal.SIGKILL
     killed_epoch = json.loads(marker.read_text())["epoch"]
     assert not out.exists()
@@ -407,11 +428,9 @@ def test_a_stopped_merge_that_wakes_after_takeover_has_its_commit_refused(
     lake = new_lake(tmp_path, settings_for(backend), **LIMITS)
     store = ingest_copy(lake, 8)
 
-    marker, out = tmp_path / "marker", tmp_path / "out"
-    zombie = spawn(
-        children, "merge", lake, name="zombie", dts=[DT], step=step, nth=1, do="pause",
-        marker=str(marker), out=str(out),
-    )  # fmt: skip
+    zombie, marker, out = spawn_merge(
+        children, lake, tmp_path, "zombie", step=step, nth=1, do="pause"
+    )
     wait_for(marker, zombie)
     os.kill(zombie.pid, signal.SIGSTOP)  # its lease renewer stops with it
     zombie_epoch = json.loads(marker.read_text())["epoch"]
@@ -423,7 +442,7 @@ def test_a_stopped_merge_that_wakes_after_takeover_has_its_commit_refused(
     assert partition is not None and partition.merged_upper == 8
 
     os.kill(zombie.pid, signal.SIGCONT)
-    marker.with_name(marker.name + ".release").write_text("go")
+    release(marker)
     assert zombie.wait(60) == 0
     (woke,) = [MergeOutcome(**o) for o in json.loads(out.read_text())]
     assert woke.outcome == LOST_LEASE and woke.epoch == zombie_epoch, woke.describe()
