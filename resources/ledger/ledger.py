@@ -18,6 +18,7 @@ from resources.ledger.model import (
     SmallObject,
     TablePartition,
 )
+from resources.ledger.publication import Publication
 
 
 class Ledger(ABC):
@@ -78,3 +79,22 @@ class Ledger(ABC):
         still unmerged at that moment, and hand the job lease back (UNASSIGNED: the next merge
         acquires it with a new epoch). With `merged=None` only the last two happen. Raises
         `PartitionNotOwnedError` (fenced: nothing written) or `MergeChainError`."""
+
+    @abstractmethod
+    def record_publication(self, publication: Publication) -> Publication:
+        """In ONE conditional write (or transaction): if `publication` passes
+        `check_publication` against the partition as stored, make it current — the partition's
+        `current_manifest_version` (`publication.manifest_version`), `switched`,
+        `published_upper` and `publication_seq` — and keep it as a history record. Assigns
+        `seq` (the partition's `publication_seq + 1`) and `published_at_ms` (now); returns the
+        record as stored. Raises `StalePublicationError` (nothing written) when the partition
+        already has this version or a newer one."""
+
+    @abstractmethod
+    def publications(self, table: str, dt: str) -> list[Publication]:
+        """The partition's publication records still kept, by `seq` (the last is current)."""
+
+    @abstractmethod
+    def forget_publications(self, table: str, dt: str, before_seq: int) -> int:
+        """Delete the history records with `seq < before_seq` (never the current one): garbage
+        collection calls it once their files are deleted. Returns how many were deleted."""

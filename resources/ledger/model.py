@@ -61,6 +61,11 @@ class TablePartition:
     """The last merge range's `upper`: ids above it and below `next_object_id` are unmerged."""
     merge_due_at_ms: int | None = None
     """When the partition's one pending merge job is due; None: no pending job."""
+    published_upper: int = 0
+    """The ids the current publication covers are `1..published_upper` (0: never published);
+    with `switched`, its version (`resources.ledger.publication`)."""
+    publication_seq: int = 0
+    """The current publication's `seq` (0: never published); the next one gets `seq + 1`."""
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,195 @@
+"""Publication: which manifest version readers of a table partition are served (ARCHITECTURE §6).
+
+Every published table partition is located by an immutable, versioned manifest, never by a
+prefix. Before the switch a manifest lists its live small objects (ids `1..upper`); once the
+partition is closed and its merge chain covers every live id, it switches and a manifest lists
+the chain's merged objects (covering `1..upper`, `upper` the chain's end). After the switch
+every merge commit raises `desired_manifest_version` (= `merged_upper`), and the partition is
+published again: delayed objects become visible once merged.
+
+A publication's *version* orders them: `(switched, upper)`. The ledger records one only if it
+is newer than the partition's current one (`check_publication`, called inside the backend's
+transaction), so a partition never moves back to an older version, and assigns it the next
+`seq` (1, 2, ...), which the catalog keeps beside the partition's location to refuse an older
+one too. `current_manifest_version` keeps Prism's meaning: -1 never published, 0 live, >0 the
+merged version (its `upper`).
+
+Publication records are kept as history: a record is superseded when the next one is recorded,
+and garbage collection keeps every file a record names until its successor has been current
+for the safety delay (`retained`), so a reader holding an older version keeps working.
+Everything here is pure; both backends call it inside their transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from resources.errors import LeaseholdError
+from resources.ledger.merge import MergeRange
+from resources.ledger.model import RegisteredObject, TablePartition
+
+PublicationKind = Literal["live", "merged"]
+LIVE: PublicationKind = "live"
+MERGED: PublicationKind = "merged"
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One published manifest version of a table partition."""
+
+    table: str
+    dt: str
+    seq: int
+    """1, 2, ... per table partition, assigned by `Ledger.record_publication` (0 before)."""
+    switched: bool
+    """True: the manifest lists merged objects; False: live small objects."""
+    upper: int
+    """The ids the manifest covers are `1..upper` (live: listed one by one; switched: through
+    the merge ranges up to `upper`)."""
+    location: str
+    """The version's directory URL (`<table>/_manifests/dt=<dt>/<kind>-<upper>-<token>/`): it
+    holds `manifest.json` (Redshift Spectrum) and `symlink/manifest` (Hive symlink text); the
+    catalog partition points at its `symlink/` directory."""
+    files: int
+    rows: int
+    bytes: int
+    published_at_ms: int
+    """When the ledger recorded it (set by `record_publication`): the moment it became current
+    and its predecessor superseded."""
+
+    @property
+    def version(self) -> tuple[bool, int]:
+        return (self.switched, self.upper)
+
+    @property
+    def manifest_version(self) -> int:
+        """Prism's `current_manifest_version` once this is current: 0 live, `upper` merged."""
+        return self.upper if self.switched else 0
+
+
+class StalePublicationError(LeaseholdError):
+    """The partition already has this version or a newer one: nothing was recorded (the
+    attempt's manifest files are orphans for garbage collection)."""
+
+    def __init__(self, publication: Publication, current: tuple[bool, int]) -> None:
+        super().__init__(
+            f"{publication.table} dt={publication.dt}: version {publication.version} is not "
+            f"newer than the current {current}"
+        )
+        self.publication = publication
+        self.current = current
+
+
+def current_version(tp: TablePartition) -> tuple[bool, int] | None:
+    """The partition's current publication version; None if never published."""
+    if tp.current_manifest_version < 0:
+        return None
+    return (tp.switched, tp.published_upper)
+
+
+def publication_due(tp: TablePartition) -> PublicationKind | None:
+    """What the partition should be published as now, None if it is up to date.
+
+    Switched: again as merged whenever the chain went past what is published (`current <
+    desired`). Not switched: as merged (the switch) once it is closed and the chain covers
+    every live id — never for a partition that was never merged; else as live whenever ids
+    were committed past what is published.
+    """
+    last = tp.next_object_id - 1
+    if tp.switched:
+        return MERGED if tp.merged_upper > tp.published_upper else None
+    if switch_ready(tp):
+        return MERGED
+    if last > 0 and (tp.current_manifest_version < 0 or last > tp.published_upper):
+        return LIVE
+    return None
+
+
+def switch_ready(tp: TablePartition) -> bool:
+    """Closed, merged at least once, and every live id (`1..last_live_object_id`) covered."""
+    return (
+        tp.last_live_object_id is not None
+        and tp.merged_upper > 0
+        and tp.merged_upper >= tp.last_live_object_id
+    )
+
+
+def check_publication(tp: TablePartition | None, publication: Publication) -> None:
+    """Raise `StalePublicationError` unless `publication` may become the partition's current
+    one: newer than the current version, and covering only what the ledger holds (committed
+    ids; for a merged one, ids the chain covers)."""
+    if tp is None:
+        raise LeaseholdError(
+            f"{publication.table} dt={publication.dt}: no such table partition to publish"
+        )
+    current = current_version(tp)
+    if current is not None and publication.version <= current:
+        raise StalePublicationError(publication, current)
+    limit = tp.merged_upper if publication.switched else tp.next_object_id - 1
+    if publication.upper < 1 or publication.upper > limit:
+        raise LeaseholdError(
+            f"{publication.table} dt={publication.dt}: a {kind_of(publication)} publication up "
+            f"to {publication.upper} is outside 1..{limit}"
+        )
+
+
+def kind_of(publication: Publication) -> PublicationKind:
+    return MERGED if publication.switched else LIVE
+
+
+def retained(
+    publications: Sequence[Publication], now_ms: int, safety_delay_ms: int
+) -> list[Publication]:
+    """The records whose files must be kept: the current one (last by seq) and every one whose
+    successor became current less than `safety_delay_ms` ago (a reader may still hold it)."""
+    ordered = sorted(publications, key=lambda p: p.seq)
+    kept = [
+        p
+        for p, successor in zip(ordered, ordered[1:], strict=False)
+        if successor.published_at_ms > now_ms - safety_delay_ms
+    ]
+    return kept + ordered[-1:]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file a manifest lists."""
+
+    url: str
+    content_length: int
+    row_count: int
+
+
+def live_files(objects: Sequence[RegisteredObject], upper: int) -> list[DataFile]:
+    """A live manifest's files: the small objects with ids `1..upper`, by id."""
+    return [
+        DataFile(o.url, o.content_length, o.row_count)
+        for o in sorted(objects, key=lambda o: o.object_id)
+        if o.object_id <= upper
+    ]
+
+
+def merged_files(ranges: Sequence[MergeRange]) -> list[DataFile]:
+    """A merged manifest's files: every range's merged object, by upper (the sentinel has
+    none)."""
+    return [
+        DataFile(r.url, r.content_length, r.row_count)
+        for r in sorted(ranges, key=lambda r: r.upper)
+        if not r.is_sentinel and r.url is not None
+    ]
+
+
+def current_data_files(
+    objects: Sequence[RegisteredObject], ranges: Sequence[MergeRange]
+) -> list[DataFile]:
+    """All of a table partition's committed rows, each exactly once, from the files that are
+    never garbage-collected while the ledger holds them: the chain's merged objects and the
+    small objects above its end. (Small objects a published merge covers may be deleted.)"""
+    chain_upper = max((r.upper for r in ranges), default=0)
+    return merged_files(ranges) + [
+        DataFile(o.url, o.content_length, o.row_count)
+        for o in sorted(objects, key=lambda o: o.object_id)
+        if o.object_id > chain_upper
+    ]
