@@ -73,10 +73,12 @@ class StalePublicationError(LeaseholdError):
     """The partition already has this version or a newer one: nothing was recorded (the
     attempt's manifest files are orphans for garbage collection)."""
 
-    def __init__(self, publication: Publication, current: tuple[bool, int]) -> None:
+    def __init__(
+        self, publication: Publication, current: tuple[bool, int], why: str | None = None
+    ) -> None:
         super().__init__(
-            f"{publication.table} dt={publication.dt}: version {publication.version} is not "
-            f"newer than the current {current}"
+            f"{publication.table} dt={publication.dt}: version {publication.version} "
+            + (why or f"is not newer than the current {current}")
         )
         self.publication = publication
         self.current = current
@@ -127,7 +129,23 @@ def check_publication(tp: TablePartition | None, publication: Publication) -> No
     current = current_version(tp)
     if current is not None and publication.version <= current:
         raise StalePublicationError(publication, current)
-    limit = tp.merged_upper if publication.switched else tp.next_object_id - 1
+    if publication.switched and publication.upper != tp.merged_upper:
+        # The chain a merged manifest lists is the current one only while its end is the
+        # partition's `merged_upper` (every merge commit raises it): a manifest of an older
+        # chain may name a rewritten range's superseded object, which garbage collection
+        # deletes once it is older than the safety delay. Refused as stale: the publisher
+        # reads the chain again at its next attempt.
+        if 0 < publication.upper < tp.merged_upper:
+            raise StalePublicationError(
+                publication,
+                current or (False, 0),
+                f"lists an older chain: a merge moved its end to {tp.merged_upper}",
+            )
+        raise LeaseholdError(
+            f"{publication.table} dt={publication.dt}: a merged publication up to "
+            f"{publication.upper} is outside the chain, which ends at {tp.merged_upper}"
+        )
+    limit = tp.next_object_id - 1
     if publication.upper < 1 or publication.upper > limit:
         raise LeaseholdError(
             f"{publication.table} dt={publication.dt}: a {kind_of(publication)} publication up "
