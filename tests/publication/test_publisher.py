@@ -252,3 +252,24 @@ def test_reading_what_was_never_published_says_so(world: World) -> None:
     with pytest.raises(PartitionNotPublishedError):
         partition_files(world.catalog, TABLE, "2027-01-16")
     assert read_partition(world.catalog, TABLE, DT, limit=1).num_rows == 1
+
+
+def test_a_half_read_merge_chain_is_refused_and_published_next_time(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DynamoDB Query may see half of a merge commit that rewrote the open range: the old
+    range and its replacement both. Publishing that would serve rows twice."""
+    world.ingest(2)
+    world.merge()
+    world.ingest(1)
+    world.close()
+    old = world.store.merge_ranges(TABLE, DT)
+    world.merge()  # (0, 2] rewritten as (0, 3]
+    whole = world.store.merge_ranges(TABLE, DT)
+    monkeypatch.setattr(world.store, "merge_ranges", lambda table, dt: [*old, whole[-1]])
+    refused = world.publish()
+    assert refused.outcome == FAILED and "the merge chain is not valid now" in refused.message
+    assert world.store.publications(TABLE, DT) == []
+    monkeypatch.undo()
+    assert world.publish().switched_now
+    assert_serves_exactly_what_was_committed(world)
