@@ -172,7 +172,7 @@ def test_a_crash_after_recording_is_repaired_by_the_next_run(world: World) -> No
     world.ingest(2)
     with pytest.raises(Crash):
         world.publisher(on_step=crash_at("recorded")).publish_one(DT)
-    assert world.current().seq == 1 and world.catalog.partition(TABLE, DT) is None
+    assert world.current().seq == 1 and world.catalog.table(TABLE) is None
     assert not checks.run_one(
         "catalog_current", world.config, world.store, world.objects, world.catalog
     ).passed
