@@ -128,6 +128,13 @@ class GarbageCollector:
     ) -> None:
         if safety_delay_s < 0:
             raise LeaseholdError(f"the safety delay must be >= 0 seconds, got {safety_delay_s}")
+        for name, url in (("source", config.source), ("quarantine", config.quarantine)):
+            if (url + "/").startswith(objects.root_url + "/"):
+                # Everything under the root that the ledger does not name is an orphan here.
+                raise LeaseholdError(
+                    f"stream {config.name!r}: its {name} {url} lies under its table's root "
+                    f"{objects.root_url}; garbage collection would delete it"
+                )
         self.config = config
         self.table = config.name
         self.store = store
@@ -190,6 +197,7 @@ class GarbageCollector:
             failed=len(errors),
             errors=tuple(errors[:MAX_ERRORS_REPORTED]),
         )
+        log.info("%s", report.describe())
         for reason, (n, size) in report.by_reason.items():
             log.info(
                 "%s: %s %d files (%d bytes): %s",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,11 @@ def test_the_whole_lifecycle_on_each_backend(lake: Lake, clock: FakeClock) -> No
     version = lake.key(p3.location)
     assert lake.keys() == {second, version + "manifest.json", version + "symlink/manifest"}
     assert not (lake.keys() & {lake.key(p.location) + "manifest.json" for p in (p1, p2)})
+
+
+def test_a_source_or_quarantine_under_the_table_root_is_refused(lake: Lake) -> None:
+    config = replace(stream_config(lake.objects.root_url), quarantine=lake.objects.url("q"))
+    with pytest.raises(LeaseholdError, match="quarantine"):
+        GarbageCollector(config, lake.store, lake.objects, safety_delay_s=DELAY_S)
+    beside = replace(config, quarantine=lake.objects.root_url + "_quarantine")
+    GarbageCollector(beside, lake.store, lake.objects, safety_delay_s=DELAY_S)
