@@ -234,6 +234,11 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     sources, data_dir, home = root / "sources", root / "data", root / "dagster_home"
     write_sample_sources(sources, objects=OBJECTS, records_per_object=20)
     streams = write_streams(root / "streams.yaml", f"file://{sources}", f"file://{root / 'lake'}")
+    # This module judges ingestion's recovery: no partition closes and no merge job falls due
+    # while it runs, so no merge run (a SparkSession each) competes for the 2 cores and the
+    # budget (tests/chaos/test_merge_concurrency.py and test_merge_sensor.py cover merges).
+    with streams.open("a") as f:
+        f.write("    merge: {close_grace: P3650D, interval: P3650D}\n")
     data_dir.mkdir()
     write_instance_yaml(home)
     env = child_env(root, streams, data_dir, home)
