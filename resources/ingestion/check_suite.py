@@ -19,6 +19,8 @@ from resources.ingestion.checks import (
     reconcile_rows,
 )
 from resources.ingestion.discovery import Lister
+from resources.ledger.ledger import Ledger
+from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
 CHECKS: dict[str, str] = {
@@ -55,7 +57,7 @@ def rows_reconcile(store: LeaseStore, stream: str, table: str) -> CheckOutcome:
 
 
 def unique_record_ids(
-    store: LeaseStore, table: str, record_id: str | None, read_column: ReadColumn
+    store: Ledger, table: str, record_id: str | None, read_column: ReadColumn
 ) -> CheckOutcome:
     if record_id is None:
         return CheckOutcome(
@@ -128,7 +130,7 @@ def source_completeness(store: LeaseStore, stream: str, lister: Lister) -> Check
 
 
 def run_all(
-    store: LeaseStore,
+    store: CoordinationStore,
     config: StreamConfig,
     *,
     table: str,

@@ -18,6 +18,10 @@ from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.discovery import SUPPLIER_STATE, Lister
 from resources.ingestion.runner import quarantine_table
 from resources.ingestion.source_listing import listing_pages
+from resources.ledger.ledger import Ledger
+from resources.ledger.merge import MergeRange, chain_problems
+from resources.ledger.model import RegisteredObject
+from resources.ledger.publication import current_data_files
 
 
 @dataclass
@@ -88,21 +92,43 @@ ReadColumn = Callable[[Sequence[str], str], list[Any]]
 
 
 def find_duplicate_ids(
-    store: LeaseStore, table: str, record_id: str, read_column: ReadColumn
+    store: Ledger, table: str, record_id: str, read_column: ReadColumn
 ) -> DuplicateReport:
-    """No record id twice in a table partition, over exactly the objects the ledger names."""
-    urls_by_dt: dict[str, list[str]] = defaultdict(list)
+    """No record id twice in a table partition, over exactly the files that hold its committed
+    rows once each (`current_data_files`: the merged objects and the small objects above the
+    chain), never the small objects a merge replaced: garbage collection deletes those once a
+    published merge covers them."""
+    by_dt: dict[str, list[RegisteredObject]] = defaultdict(list)
     for obj in store.ledger_objects(table):
-        urls_by_dt[obj.dt].append(obj.url)
+        by_dt[obj.dt].append(obj)
     report = DuplicateReport()
-    for dt, urls in sorted(urls_by_dt.items()):
-        ids = read_column(urls, record_id)
+    for dt, objects in sorted(by_dt.items()):
+        # Chain after objects: a merge committed in between covers ids this read holds, so
+        # every committed row read is still named exactly once.
+        files = current_data_files(objects, whole_chain(store, table, dt))
+        ids = read_column([f.url for f in files], record_id)
         report.partitions_checked += 1
         report.rows_checked += len(ids)
         repeated = [str(i) for i, n in Counter(ids).items() if n > 1]
         if repeated:
             report.duplicates[dt] = sorted(repeated)
     return report
+
+
+def whole_chain(store: Ledger, table: str, dt: str, attempts: int = 5) -> list[MergeRange]:
+    """The partition's chain, read again while it is not one valid chain: a DynamoDB Query
+    may see half of a merge commit (the open range and its replacement both, or neither), which
+    would count rows twice or not at all."""
+    ranges = store.merge_ranges(table, dt)
+    for _ in range(attempts):
+        if not chain_problems(ranges, NO_LIMIT):
+            break
+        ranges = store.merge_ranges(table, dt)
+    return ranges
+
+
+NO_LIMIT = 2**62
+"""`chain_problems`' committed-id bound when only the chain's shape is judged."""
 
 
 @dataclass

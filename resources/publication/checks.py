@@ -1,0 +1,326 @@
+"""Every publication check of a stream's table, in one registry, runnable without Dagster.
+
+The same shape as the compaction registry (`resources.compaction.checks`, a sibling this layer
+may not import): one function per check taking plain arguments and returning a `CheckOutcome`,
+and `run_all`; the Dagster asset checks on the published-table asset and `leasehold check` only
+turn outcomes into results.
+
+They judge what an external engine is served (ARCHITECTURE §6): the catalog points at the
+ledger's current publication, whose manifest names files that exist in full and hold exactly
+the rows committed for the ids it covers, and a partition switched to merged objects only once
+its chain covers every live id. Read-only: nothing is created or written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from resources.catalog.base import Catalog, CatalogError
+from resources.check_outcome import CheckOutcome
+from resources.ledger.ledger import Ledger
+from resources.ledger.merge import MergeRange, chain_problems
+from resources.ledger.model import RegisteredObject, TablePartition
+from resources.ledger.publication import Publication
+from resources.objects.base import ObjectStore, ObjectStoreError
+from resources.publication.manifest import (
+    SYMLINK_DIR,
+    SYMLINK_NAME,
+    ManifestEntry,
+    catalog_location,
+    parse_symlink_text,
+    read_spectrum,
+)
+from resources.stores.base import CoordinationStore
+from resources.streams import StreamConfig
+
+CHECKS: dict[str, str] = {
+    "manifest_entries_exist": "Every entry of each published partition's current manifest "
+    "exists with its recorded content length, and the symlink manifest lists the same files.",
+    "switch_coverage": "Every switched partition is closed and its merge chain is valid and "
+    "covers every live id; every current publication covers only ids the ledger holds.",
+    "published_rows": "Per published partition: the rows in its current manifest's files "
+    "(Parquet footers) = the rows the ledger committed for the ids it covers.",
+    "catalog_current": "Every catalog partition points at its ledger's current publication "
+    "(location and seq), and every published partition is in the catalog.",
+}
+"""Check name -> description, in the order `run_all` runs them."""
+
+MAX_LISTED = 20
+"""Offenders listed in a check's metadata; the summary names the first and counts the rest."""
+
+
+def _first(details: list[str]) -> str:
+    more = len(details) - 1
+    return f": {details[0]}" + (f" (and {more} more)" if more > 0 else "")
+
+
+def _metadata(checked: int, what: str, problems: list[str]) -> dict[str, Any]:
+    return {
+        what: checked,
+        "problems": len(problems),
+        "details": "\n".join(f"- {p}" for p in problems[:MAX_LISTED]) or "none",
+    }
+
+
+def _outcome(name: str, problems: list[str], checked: int, what: str, good: str) -> CheckOutcome:
+    summary = (
+        f"{len(problems)} problems in {checked} {what}{_first(problems)}" if problems else good
+    )
+    return CheckOutcome(name, not problems, "error", summary, _metadata(checked, what, problems))
+
+
+def _where(table: str, dt: str) -> str:
+    return f"{table} dt={dt}"
+
+
+def _published(ledger: Ledger, table: str) -> Iterator[tuple[TablePartition, Publication | None]]:
+    """Each published partition with its current publication record (None: the record is
+    missing, itself a problem)."""
+    for tp in ledger.table_partitions(table):
+        if tp.publication_seq > 0:
+            records = ledger.publications(table, tp.dt)
+            yield tp, (records[-1] if records else None)
+
+
+def _no_record(table: str, tp: TablePartition) -> str:
+    return (
+        f"{_where(table, tp.dt)}: publication_seq is {tp.publication_seq} but the ledger keeps "
+        "no publication record"
+    )
+
+
+def _entries(objects: ObjectStore, p: Publication) -> list[ManifestEntry]:
+    """The current manifest's entries (Spectrum), refused unless the symlink manifest of the
+    same version lists the same URLs: engines read either."""
+    entries = read_spectrum(objects, p.location)
+    symlink_key = objects.key_of(p.location + SYMLINK_DIR + SYMLINK_NAME)
+    symlinks = parse_symlink_text(objects.get_bytes(symlink_key))
+    if symlinks != [e.url for e in entries]:
+        raise ObjectStoreError(
+            f"the symlink manifest lists {len(symlinks)} files, the Spectrum manifest "
+            f"{len(entries)}, not the same"
+        )
+    if len(entries) != p.files:
+        raise ObjectStoreError(
+            f"the manifest has {len(entries)} entries, the ledger records {p.files}"
+        )
+    return entries
+
+
+def manifest_entries_exist(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcome:
+    """A HEAD (a stat locally) per entry of each current manifest: a missing or truncated file
+    fails every engine reading the partition."""
+    problems: list[str] = []
+    partitions = 0
+    for tp, p in _published(ledger, table):
+        partitions += 1
+        where = _where(table, tp.dt)
+        if p is None:
+            problems.append(_no_record(table, tp))
+            continue
+        try:
+            entries = _entries(objects, p)
+        except (ObjectStoreError, OSError) as exc:
+            problems.append(f"{where}: manifest {p.location}: {exc}")
+            continue
+        for e in entries:
+            try:
+                size = objects.size(objects.key_of(e.url))
+            except ObjectStoreError as exc:
+                problems.append(f"{where}: {e.url}: {exc}")
+                continue
+            if size is None:
+                problems.append(f"{where}: {e.url} does not exist")
+            elif size != e.content_length:
+                problems.append(
+                    f"{where}: {e.url} is {size} bytes, the manifest records {e.content_length}"
+                )
+    return _outcome(
+        "manifest_entries_exist",
+        problems,
+        partitions,
+        "partitions",
+        f"every entry of {partitions} current manifests exists with its recorded length",
+    )
+
+
+def switch_coverage(ledger: Ledger, table: str) -> CheckOutcome:
+    problems: list[str] = []
+    checked = 0
+    for tp in ledger.table_partitions(table):
+        checked += 1
+        found = _coverage_problems(table, tp, ledger.merge_ranges(table, tp.dt))
+        if found:
+            # Row and chain read apart (a merge or commit in between fakes a problem, and a
+            # DynamoDB Query may see half a merge commit): judge again on one moment's read.
+            found = _coverage_problems(table, *_snapshot(ledger, table, tp))
+        problems += found
+    return _outcome(
+        "switch_coverage",
+        problems,
+        checked,
+        "partitions",
+        f"{checked} table partitions: every switched one is covered by its merge chain, every "
+        "publication within the ledger's ids",
+    )
+
+
+def _coverage_problems(table: str, tp: TablePartition, ranges: list[MergeRange]) -> list[str]:
+    where = _where(table, tp.dt)
+    found: list[str] = []
+    chain_end = ranges[-1].upper if ranges else 0
+    if tp.switched:
+        if tp.last_live_object_id is None:
+            found.append(f"{where}: switched but never closed")
+        if not ranges:
+            found.append(f"{where}: switched but never merged")
+        found += [f"{where}: {p}" for p in chain_problems(ranges, tp.next_object_id)]
+        if tp.last_live_object_id is not None and chain_end < tp.last_live_object_id:
+            found.append(
+                f"{where}: switched, but the chain ends at {chain_end}, below the last live id "
+                f"{tp.last_live_object_id}"
+            )
+    if tp.publication_seq > 0:
+        limit = chain_end if tp.switched else tp.next_object_id - 1
+        if not 1 <= tp.published_upper <= limit:
+            kind = "merged" if tp.switched else "live"
+            found.append(
+                f"{where}: the current {kind} publication covers 1..{tp.published_upper}, "
+                f"outside 1..{limit}"
+            )
+    return found
+
+
+def _snapshot(
+    ledger: Ledger, table: str, tp: TablePartition, attempts: int = 3
+) -> tuple[TablePartition, list[MergeRange]]:
+    """The row and its chain as of one moment: the row read between two equal chain reads."""
+    ranges = ledger.merge_ranges(table, tp.dt)
+    for _ in range(attempts):
+        tp = ledger.table_partition(table, tp.dt) or tp
+        again = ledger.merge_ranges(table, tp.dt)
+        if again == ranges:
+            break
+        ranges = again
+    return tp, ranges
+
+
+def published_rows(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcome:
+    """Rows three ways per published partition: the current manifest's Parquet footers (only
+    footers are read), the ledger's objects with ids `1..upper`, and the publication record.
+    Per date, so with ingestion's reconciliation it is end-to-end exactly-once."""
+    # Publications first, objects after: a publication only covers committed ids, so every id
+    # it covers is in a later read of the objects.
+    published = list(_published(ledger, table))
+    by_dt: dict[str, dict[int, RegisteredObject]] = {}
+    for obj in ledger.ledger_objects(table):
+        by_dt.setdefault(obj.dt, {})[obj.object_id] = obj
+    problems: list[str] = []
+    for tp, p in published:
+        if p is None:
+            problems.append(_no_record(table, tp))
+            continue
+        problems += _rows_problems(objects, table, p, by_dt.get(tp.dt, {}))
+    return _outcome(
+        "published_rows",
+        problems,
+        len(published),
+        "partitions",
+        f"{len(published)} published partitions serve exactly the rows the ledger committed",
+    )
+
+
+def _rows_problems(
+    objects: ObjectStore, table: str, p: Publication, small: dict[int, RegisteredObject]
+) -> list[str]:
+    where = _where(table, p.dt)
+    missing = [i for i in range(1, p.upper + 1) if i not in small]
+    if missing:
+        return [f"{where}: small object id {missing[0]} of 1..{p.upper} is not in the ledger"]
+    committed = sum(small[i].row_count for i in range(1, p.upper + 1))
+    try:
+        served = sum(
+            objects.parquet_metadata(objects.key_of(e.url)).num_rows
+            for e in read_spectrum(objects, p.location)
+        )
+    except (ObjectStoreError, OSError) as exc:
+        return [f"{where}: cannot count the manifest's rows: {exc}"]
+    problems = []
+    if served != committed:
+        problems.append(
+            f"{where}: the manifest (seq {p.seq}) serves {served} rows, the ledger committed "
+            f"{committed} for ids 1..{p.upper}"
+        )
+    if p.rows != committed:
+        problems.append(f"{where}: the publication records {p.rows} rows, committed {committed}")
+    return problems
+
+
+def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcome:
+    """Ledger first, catalog after (the publisher writes them in that order): a catalog ahead
+    of that read is a publication recorded meanwhile, judged on a second ledger read."""
+    published = {tp.dt: p for tp, p in _published(ledger, table)}
+    problems: list[str] = []
+    try:
+        in_catalog = (
+            {cp.dt: cp for cp in catalog.partitions(table)}
+            if catalog.table(table) is not None
+            else {}
+        )
+    except CatalogError as exc:
+        return _outcome("catalog_current", [f"{table}: {exc}"], 0, "partitions", "")
+    for dt in sorted(published.keys() | in_catalog.keys()):
+        p, cp = published.get(dt), in_catalog.get(dt)
+        if cp is not None and (p is None or cp.seq > p.seq):
+            records = ledger.publications(table, dt)
+            p = records[-1] if records else None
+        where = _where(table, dt)
+        if p is None:
+            what = "no publication record" if dt in published else "no publication"
+            problems.append(f"{where}: in the catalog, but the ledger has {what}")
+        elif cp is None:
+            problems.append(f"{where}: published (seq {p.seq}) but not in the catalog")
+        elif (cp.location, cp.seq) != (catalog_location(p.location), p.seq):
+            problems.append(
+                f"{where}: the catalog points at {cp.location} (seq {cp.seq}), the current "
+                f"publication is {catalog_location(p.location)} (seq {p.seq})"
+            )
+    checked = len(published.keys() | in_catalog.keys())
+    return _outcome(
+        "catalog_current",
+        problems,
+        checked,
+        "partitions",
+        f"all {checked} catalog partitions point at their current publication",
+    )
+
+
+def run_one(
+    name: str,
+    config: StreamConfig,
+    store: CoordinationStore,
+    objects: ObjectStore,
+    catalog: Catalog,
+) -> CheckOutcome:
+    """The check `name` of `CHECKS` for one stream's published table (`config.name`);
+    `objects` is the table's object store (manifests and data files), `catalog` the one the
+    publisher writes to."""
+    table = config.name
+    if name == "manifest_entries_exist":
+        return manifest_entries_exist(store, objects, table)
+    if name == "switch_coverage":
+        return switch_coverage(store, table)
+    if name == "published_rows":
+        return published_rows(store, objects, table)
+    if name == "catalog_current":
+        return catalog_current(store, catalog, table)
+    # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.
+    raise ValueError(f"no publication check {name!r}; known: {', '.join(CHECKS)}")
+
+
+def run_all(
+    config: StreamConfig, store: CoordinationStore, objects: ObjectStore, catalog: Catalog
+) -> list[CheckOutcome]:
+    """Every check of `CHECKS`, in that order (arguments as `run_one`). Read-only."""
+    return [run_one(name, config, store, objects, catalog) for name in CHECKS]
