@@ -222,9 +222,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 ownership_timeout_s=timing.ownership_timeout_seconds,
                 table=name,
             )
-            outcomes += publication_checks.run_all(
-                config, store, objects(config.table), catalog
-            )
+            outcomes += publication_checks.run_all(config, store, objects(config.table), catalog)
             results += [(name, outcome) for outcome in outcomes]
     finally:
         store.close_store()

@@ -23,12 +23,8 @@ from resources.catalog.base import Catalog, CatalogPartition
 from resources.catalog.settings import CatalogSettings
 from resources.errors import LeaseholdError
 from resources.objects.base import object_store_for
-from resources.publication.manifest import (
-    SYMLINK_NAME,
-    parse_symlink_text,
-    read_spectrum,
-    version_url_of,
-)
+from resources.publication.manifest import read_spectrum, version_url_of
+from resources.publication.reader import partition_files, read_partition
 from resources.settings import DATA_DIR_ENV
 from resources.streams import LakeSettings
 
@@ -68,7 +64,8 @@ def catalog_location(settings: CatalogSettings) -> str:
         )
     where = settings.glue_endpoint_url or "AWS"
     account = f", catalog {settings.glue_catalog_id}" if settings.glue_catalog_id else ""
-    return f"the Glue database {settings.glue_database!r} in {settings.glue_region} at {where}{account}"
+    database = settings.glue_database
+    return f"the Glue database {database!r} in {settings.glue_region} at {where}{account}"
 
 
 def open_catalog(settings: CatalogSettings) -> Catalog:
@@ -138,13 +135,14 @@ class TableReader:
         return partition
 
     def published(self, partition: CatalogPartition) -> Published:
-        """The partition's symlink manifest, read from its location as an engine reads it."""
-        objects = object_store_for(
-            partition.location.rstrip("/"),
-            endpoint_url=self.lake.s3_endpoint_url,
+        """The files the partition's symlink manifest lists, read as an engine reads them."""
+        urls = partition_files(
+            self.catalog,
+            partition.table,
+            partition.dt,
+            s3_endpoint_url=self.lake.s3_endpoint_url,
             region=self.lake.region,
         )
-        urls = parse_symlink_text(objects.get_bytes(SYMLINK_NAME))
         match = VERSION_DIR.search(partition.location)
         kind = match["kind"] if match else None
         upper = int(match["upper"]) if match else None
@@ -155,8 +153,9 @@ class TableReader:
         return [self.published(p) for p in self.catalog.partitions(table)]
 
     def files(self, table: str, dt: str) -> tuple[CatalogPartition, list[tuple[str, int | None]]]:
-        """The symlink manifest's URLs, each with its content length from the version's
-        Spectrum manifest (None if the Spectrum manifest does not list it)."""
+        """The symlink manifest's URLs, each with its content length from the same version's
+        Spectrum manifest (None if that does not list it: the catalog partition moved to a
+        newer version between the two reads)."""
         published = self.published(self.partition(table, dt))
         version_url = version_url_of(published.partition.location)
         objects = object_store_for(
@@ -166,9 +165,7 @@ class TableReader:
         return published.partition, [(url, lengths.get(url)) for url in published.urls]
 
     def read(self, table: str, dt: str, limit: int | None) -> pa.Table:
-        from resources.publication.reader import read_partition
-
-        self.partition(table, dt)  # an unknown table or date: one line saying so
+        self.partition(table, dt)  # an unknown table or date: one line saying where it looked
         return read_partition(
             self.catalog,
             table,

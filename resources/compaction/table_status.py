@@ -78,7 +78,9 @@ def table_status_text(table: str, partitions: Sequence[TablePartition]) -> str:
         f"({summary['switched']} switched to merged objects)"
     ]
     newest_first = sorted(partitions, key=lambda p: p.dt, reverse=True)
-    shown = sorted(newest_first, key=lambda p: p.unmerged == 0 and publication_due(p) is None)[:SHOWN]
+    shown = sorted(newest_first, key=lambda p: p.unmerged == 0 and publication_due(p) is None)[
+        :SHOWN
+    ]
     for p in shown:
         state = "closed" if p.closed else "open"
         due = f", merge due {iso_utc(p.merge_due_at_ms)}" if p.merge_due_at_ms else ""
