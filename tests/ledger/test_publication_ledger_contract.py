@@ -23,32 +23,9 @@ from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
 from tests.support.fakes import FakeClock, StoreFactory
 from tests.support.merge_ledger import DT, TABLE, acquire_job, ingest, merge, merged, obj
+from tests.support.publication_ledger import publication, published_state
 
 pytestmark = pytest.mark.contract
-
-
-def publication(
-    upper: int, *, switched: bool = False, token: str = "t", dt: str = DT
-) -> Publication:
-    """What a publisher asks to record; `seq` and `published_at_ms` are the ledger's to set."""
-    kind = "merged" if switched else "live"
-    return Publication(
-        table=TABLE,
-        dt=dt,
-        seq=0,
-        switched=switched,
-        upper=upper,
-        location=f"file:///lake/{TABLE}/_manifests/dt={dt}/{kind}-{upper}-{token}/",
-        files=upper,
-        rows=10 * upper,
-        bytes=1000 * upper,
-        published_at_ms=0,
-    )
-
-
-def published_state(store: CoordinationStore) -> tuple[int, bool, int, int]:
-    p = store.table_partition(TABLE, DT)
-    return (p.current_manifest_version, p.switched, p.published_upper, p.publication_seq)
 
 
 def test_live_then_newer_live_then_switched(store: CoordinationStore, clock: FakeClock) -> None:

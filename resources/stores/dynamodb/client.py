@@ -57,8 +57,9 @@ RETRYABLE_CODES = {
     "TransactionInProgressException",
     "Throttling",  # STS's code, when assuming the role (again) is throttled
 }
-# BatchGetItem's limit: keys per call.
+# BatchGetItem's and BatchWriteItem's limits: keys per call.
 BATCH_GET_KEYS = 100
+BATCH_WRITE_KEYS = 25
 CONNECTION_ERRORS = (
     EndpointConnectionError,
     ConnectionClosedError,
@@ -68,8 +69,9 @@ CONNECTION_ERRORS = (
 
 
 class UnprocessedKeysError(Exception):
-    """BatchGetItem left keys unprocessed (throttled, or over its 16 MB response): AWS asks
-    for those to be asked again with backoff, so it is retried like throttling."""
+    """BatchGetItem (or BatchWriteItem) left keys unprocessed (throttled, or over its 16 MB
+    response): AWS asks for those to be asked again with backoff, so it is retried like
+    throttling."""
 
 
 def error_code(exc: BaseException) -> str:
@@ -238,5 +240,26 @@ class DynamoDbClient:
             pending = out.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
             if pending:
                 raise UnprocessedKeysError(f"{len(pending)} of {asked} keys left unprocessed")
+
+        return attempt
+
+    def batch_delete(self, action: str, keys: Sequence[dict[str, Any]]) -> None:
+        """Delete the items of `keys` (distinct), `BATCH_WRITE_KEYS` per call; an absent item is
+        no error. Keys left unprocessed are sent again, and only those, with the same bounded,
+        jittered backoff as any throttled call."""
+        for start in range(0, len(keys), BATCH_WRITE_KEYS):
+            batch = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + BATCH_WRITE_KEYS]]
+            self.call(action, self._delete_attempt(batch))
+
+    def _delete_attempt(self, requests: list[dict[str, Any]]) -> Callable[[], None]:
+        pending = requests
+
+        def attempt() -> None:
+            nonlocal pending
+            out = self.client.batch_write_item(RequestItems={self.table_name: pending})
+            asked = len(pending)
+            pending = out.get("UnprocessedItems", {}).get(self.table_name, [])
+            if pending:
+                raise UnprocessedKeysError(f"{len(pending)} of {asked} deletes left unprocessed")
 
         return attempt

@@ -4,10 +4,13 @@ commit records, ledger reads.
 Part of `DynamoDbLeaseStore` (a mixin on its client). The ledger shares the lease table — new
 item types under their own `sourceIdentifier`s, so nothing needs a scan:
 - `[prefix|]table|tablePartition`, key dt: the id counter (`nextObjectId`), `lastLiveObjectId`,
-  the manifest versions, `mergedUpper` and `mergeDueAt` (absent: no pending merge job);
+  the manifest versions, `mergedUpper` and `mergeDueAt` (absent: no pending merge job), and the
+  current publication (`switched`, `publishedUpper`, `publicationSeq`; absent: never published);
 - `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object;
 - `[prefix|]table|dt|mergeRanges`, key the range's `lower` (`%019d`; `sentinel` for the
   sentinel), so rewriting the open range updates its item in place;
+- `[prefix|]table|dt|publications`, key the record's `seq` (`%019d`): one publication record,
+  so the history is one Query in `seq` order and forgetting is a key range;
 - `<source identifier>|commit`, key the source partition: the commit record.
 
 DynamoDB evaluates a comparison with an attribute the item lacks (or with an item that does
@@ -26,6 +29,7 @@ from botocore.exceptions import ClientError
 from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
+from resources.errors import LeaseholdError
 from resources.ledger.merge import (
     MergeChainError,
     MergeCommit,
@@ -43,7 +47,8 @@ from resources.ledger.model import (
     TablePartition,
     assign_ids,
 )
-from resources.stores.base import merge_writes
+from resources.ledger.publication import Publication
+from resources.stores.base import forget_bound, merge_writes, stamped_publication
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import cancellation_reasons, error_code
 
@@ -53,8 +58,9 @@ RANGE_NAMES = {"#lower": "lower", "#upper": "upper", "#url": "url", "#epoch": "e
 
 
 class DynamoDbLedger:
-    """The ledger half of `DynamoDbLeaseStore`, which provides `client`, `_call`, `table_name`,
-    `retry`, `partition_prefix`, `get` and `now_ms`."""
+    """The ledger half of `DynamoDbLeaseStore`, which provides `client`, `dynamodb` (the
+    wrapping `DynamoDbClient`), `_call`, `table_name`, `retry`, `partition_prefix`, `get` and
+    `now_ms`."""
 
     def _ledger_sid(self, kind: str, name: str) -> str:
         return "|".join([*([self.partition_prefix] if self.partition_prefix else []), name, kind])
@@ -72,6 +78,9 @@ class DynamoDbLedger:
         return codec.key(
             self._ranges_sid(table, dt), SENTINEL_KEY if lower is None else f"{lower:019d}"
         )
+
+    def _publications_sid(self, table: str, dt: str) -> str:
+        return self._ledger_sid("publications", f"{table}|{dt}")
 
     def _record_key(self, sid: str, key: str) -> dict[str, dict[str, str]]:
         return codec.key(f"{sid}|commit", key)
@@ -458,6 +467,131 @@ class DynamoDbLedger:
                 )
         return sorted(out, key=lambda o: (o.dt, o.object_id))
 
+    def record_publication(self, publication: Publication) -> Publication:
+        """Read the partition (strongly consistent), `stamped_publication` on it, then one
+        `TransactWriteItems`: the partition's current publication, conditional on the
+        `publicationSeq` as read (so of two racing publishers only one can move it), and the
+        history record, conditional on being new. A cancelled one means another publisher got
+        there first: read again — the check refuses ours if the partition now has our version
+        or a newer one, else the next attempt records it with the next `seq`."""
+        table, dt = publication.table, publication.dt
+        for _ in range(self.retry.max_attempts * 2):
+            raw = self._get_raw("record_publication", self._partition_key(table, dt))
+            stored = stamped_publication(
+                None if raw is None else _partition(table, raw), publication, self.now_ms()
+            )
+            assert raw is not None  # stamped_publication refuses a missing partition
+            writes = [
+                {"Update": self._published_partition_update(raw, stored)},
+                {"Put": self._publication_put(stored)},
+            ]
+            reasons = self._transact("record_publication", writes)
+            if reasons is None:
+                return stored
+            if reasons[0] != "ConditionalCheckFailed" and reasons[1] == "ConditionalCheckFailed":
+                # The row was as read, yet its next record exists: nothing else writes one.
+                raise LeaseholdError(
+                    f"{table} dt={dt}: publication record {stored.seq} exists although the "
+                    f"partition's current one is {stored.seq - 1}; the ledger needs repair"
+                )
+        raise StoreUnavailableError(
+            f"DynamoDB table {self.table_name!r}: record_publication of {table} dt={dt} kept "
+            "losing the race with other publishers"
+        )
+
+    def _published_partition_update(
+        self, raw: dict[str, Any], stored: Publication
+    ) -> dict[str, Any]:
+        """Only the publication's attributes: an ingestion or merge commit landing meanwhile
+        neither cancels this nor is cancelled by it (what `check_publication` read of them —
+        the committed ids and the chain's end — only ever grows)."""
+        values = {
+            ":cmv": codec.n(stored.manifest_version),
+            ":switched": {"BOOL": stored.switched},
+            ":upper": codec.n(stored.upper),
+            ":seq": codec.n(stored.seq),
+        }
+        if "publicationSeq" in raw:
+            condition = "publicationSeq = :read"
+            values[":read"] = raw["publicationSeq"]
+        else:
+            condition = "attribute_exists(nextObjectId) AND attribute_not_exists(publicationSeq)"
+        return {
+            "TableName": self.table_name,
+            "Key": {ATTR["sid"]: raw[ATTR["sid"]], ATTR["key"]: raw[ATTR["key"]]},
+            "UpdateExpression": (
+                "SET currentManifestVersion = :cmv, #switched = :switched, "
+                "publishedUpper = :upper, publicationSeq = :seq"
+            ),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#switched": "switched"},
+            "ExpressionAttributeValues": values,
+        }
+
+    def _publication_put(self, p: Publication) -> dict[str, Any]:
+        return {
+            "TableName": self.table_name,
+            "Item": {
+                **codec.key(self._publications_sid(p.table, p.dt), f"{p.seq:019d}"),
+                "switched": {"BOOL": p.switched},
+                "upper": codec.n(p.upper),
+                "location": codec.s(p.location),
+                "files": codec.n(p.files),
+                "rows": codec.n(p.rows),
+                "bytes": codec.n(p.bytes),
+                "publishedAt": codec.n(p.published_at_ms),
+            },
+            "ConditionExpression": "attribute_not_exists(#key)",
+            "ExpressionAttributeNames": {"#key": ATTR["key"]},
+        }
+
+    def publications(self, table: str, dt: str) -> list[Publication]:
+        """One Query of the partition's history items (their keys sort by `seq`)."""
+        raws = self._query_all("publications", self._publications_sid(table, dt))
+        return sorted((_publication(table, dt, raw) for raw in raws), key=lambda p: p.seq)
+
+    def forget_publications(self, table: str, dt: str, before_seq: int) -> int:
+        """The records below `forget_bound` (never the current one, as just read strongly
+        consistent) found by one key-range Query, then deleted in batches. Only garbage
+        collection forgets, and new records only get higher `seq`s, so nothing races it."""
+        bound = forget_bound(self.table_partition(table, dt), before_seq)
+        if bound <= 1:
+            return 0
+        sid = self._publications_sid(table, dt)
+
+        def query() -> list[dict[str, Any]]:
+            pages = self.client.get_paginator("query").paginate(
+                TableName=self.table_name,
+                KeyConditionExpression="#sid = :sid AND #key < :bound",
+                ExpressionAttributeNames={"#sid": ATTR["sid"], "#key": ATTR["key"]},
+                ExpressionAttributeValues={
+                    ":sid": codec.s(sid),
+                    ":bound": codec.s(f"{bound:019d}"),
+                },
+                ProjectionExpression="#sid, #key",
+                ConsistentRead=True,
+            )
+            return [raw for page in pages for raw in page.get("Items", [])]
+
+        keys = self._call("forget_publications", query)
+        self.dynamodb.batch_delete("forget_publications", keys)
+        return len(keys)
+
+
+def _publication(table: str, dt: str, raw: dict[str, Any]) -> Publication:
+    return Publication(
+        table=table,
+        dt=dt,
+        seq=int(raw[ATTR["key"]]["S"]),
+        switched=raw["switched"]["BOOL"],
+        upper=int(raw["upper"]["N"]),
+        location=raw["location"]["S"],
+        files=int(raw["files"]["N"]),
+        rows=int(raw["rows"]["N"]),
+        bytes=int(raw["bytes"]["N"]),
+        published_at_ms=int(raw["publishedAt"]["N"]),
+    )
+
 
 def _optional(raw: dict[str, Any], name: str) -> int | None:
     value = raw.get(name)
@@ -480,6 +614,8 @@ def _partition(table: str, raw: dict[str, Any]) -> TablePartition:
         switched=raw.get("switched", {"BOOL": False})["BOOL"],
         merged_upper=_number(raw, "mergedUpper", 0),
         merge_due_at_ms=_optional(raw, "mergeDueAt"),
+        published_upper=_number(raw, "publishedUpper", 0),
+        publication_seq=_number(raw, "publicationSeq", 0),
     )
 
 
