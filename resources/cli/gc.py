@@ -2,8 +2,10 @@
 
 The `GarbageCollector` decides what may go (`resources.publication.garbage`); this only runs
 it per stream with the configured safety delay and says what was (or would be) reclaimed, by
-reason. A stream whose collection fails does not stop the others: each failure is one line on
-stderr, and the exit status is 1 if there was one.
+reason. A stream whose collection stops (a manifest it cannot read, the store unreachable) does
+not stop the others, and deletions that failed are left for the next run: each is one line on
+stderr, and the exit status is 1 if there was one — the files are still there, so the next run
+finds them again.
 """
 
 from __future__ import annotations
@@ -63,7 +65,13 @@ def cmd_gc(args: argparse.Namespace) -> int:
             print(report_text(report, delay_s))
     for line in failed:
         print(f"leasehold: gc stopped: {line}", file=sys.stderr)
-    return 1 if failed else 0
+    for report in reports:
+        for error in report.errors:
+            print(f"leasehold: gc {report.table}: not deleted: {error}", file=sys.stderr)
+        if report.failed > len(report.errors):
+            more = report.failed - len(report.errors)
+            print(f"leasehold: gc {report.table}: {more} more not deleted", file=sys.stderr)
+    return 1 if failed or any(not r.ok for r in reports) else 0
 
 
 def report_json(report: GcReport, safety_delay_s: float) -> dict[str, Any]:
@@ -75,9 +83,10 @@ def report_json(report: GcReport, safety_delay_s: float) -> dict[str, Any]:
         "bytes": report.bytes,
         "byReason": {
             reason: {"files": files, "bytes": size}
-            for reason, (files, size) in sorted(report.by_reason.items())
+            for reason, (files, size) in report.by_reason.items()
         },
         "forgottenPublications": report.forgotten_publications,
+        "failedDeletions": report.failed,
     }
 
 
@@ -89,9 +98,10 @@ def report_text(report: GcReport, safety_delay_s: float) -> str:
     ]
     lines += [
         f"  {reason}: {files} files, {size} bytes"
-        for reason, (files, size) in sorted(report.by_reason.items())
+        for reason, (files, size) in report.by_reason.items()
     ]
-    if report.forgotten_publications or not report.dry_run:
-        forgot = "would forget" if report.dry_run else "forgot"
-        lines.append(f"  {forgot} {report.forgotten_publications} superseded publication records")
+    forgot = "would forget" if report.dry_run else "forgot"
+    lines.append(f"  {forgot} {report.forgotten_publications} superseded publication records")
+    if report.failed:
+        lines.append(f"  {report.failed} deletions failed (left for the next run)")
     return "\n".join(lines)

@@ -304,6 +304,8 @@ def test_gc_dry_run_reports_then_gc_deletes_what_the_switch_superseded(
     env.switch(DT)
     other = [o.url[len("file://") :] for o in env.store.ledger_objects(STREAM, DT2)]
     size = sum(Path(p).stat().st_size for p in smalls)
+    orphan = env.root / "lake/events" / f"dt={DT}" / "attempt-that-died.parquet"
+    orphan.write_bytes(b"PAR1 never committed")
 
     # The default safety delay (a day) keeps everything a reader of the old version may need.
     code, out, err = run(capsys, "gc", "--json")
@@ -311,7 +313,7 @@ def test_gc_dry_run_reports_then_gc_deletes_what_the_switch_superseded(
     (report,) = json.loads(out)
     assert (report["table"], report["files"], report["dryRun"]) == (STREAM, 0, False)
     assert report["safetyDelaySeconds"] == 86400
-    assert all(Path(p).exists() for p in smalls)
+    assert all(Path(p).exists() for p in smalls) and orphan.exists()
 
     monkeypatch.setenv("LEASEHOLD_GC_SAFETY_DELAY_SECONDS", "0")
     code, out, err = run(capsys, "gc", "--dry-run", "--json")
@@ -332,6 +334,8 @@ def test_gc_dry_run_reports_then_gc_deletes_what_the_switch_superseded(
         "(safety delay 0 s)"
     )
     assert f"  {small_reasons[0]}: 3 files, {size} bytes" in lines
+    assert "  orphan of a failed attempt: 1 files, 20 bytes" in lines
+    assert orphan.exists()
 
     code, out, err = run(capsys, "gc")
     assert (code, err) == (0, "")
@@ -339,8 +343,12 @@ def test_gc_dry_run_reports_then_gc_deletes_what_the_switch_superseded(
     assert lines[0] == (
         f"{STREAM}: deleted {report['files']} files, {report['bytes']} bytes (safety delay 0 s)"
     )
-    assert not any(Path(p).exists() for p in smalls)
-    assert not Path(live_version[len("file://") :]).exists()  # the superseded live manifest
+    assert not any(Path(p).exists() for p in smalls) and not orphan.exists()
+    version_dir = Path(live_version[len("file://") :]).parent  # the superseded live version
+    assert not (version_dir / "manifest.json").exists()
+    assert not (version_dir / "symlink" / "manifest").exists()
+    assert "  forgot 1 superseded publication records" in lines
+    assert [p.seq for p in env.store.publications(STREAM, DT)] == [2]
     assert all(Path(p).exists() for p in other)  # DT2 is live: its small objects are read
 
     # Readers are served exactly the same: the merged object and DT2's small object.
