@@ -46,8 +46,10 @@ def backend() -> str:
 
 
 @pytest.fixture
-def lake(make_store: StoreFactory, tmp_path: Path) -> Lake:
-    return Lake(make_store(ttl="P1D"), LocalObjectStore(tmp_path / "table"))
+def lake(make_store: StoreFactory, tmp_path: Path, clock: FakeClock) -> Lake:
+    store = make_store(ttl="P1D")
+    clock.now = time.time()  # the real now again, however long the store took to set up
+    return Lake(store, LocalObjectStore(tmp_path / "table"))
 
 
 def gc(lake: Lake, clock: FakeClock) -> GarbageCollector:

@@ -1,0 +1,101 @@
+"""A table to publish, in one process: small objects committed through the real fenced commit,
+merged by the real Spark `MergeWriter`, published to the local catalog file, on the
+parametrized store backend (the store's clock is the fake one)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resources.catalog.local import LocalCatalog
+from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
+from resources.compaction.merge_writer import MergeWriter
+from resources.ledger.publication import Publication
+from resources.objects.base import ObjectStore
+from resources.publication.publisher import PublicationOutcome, Publisher
+from resources.publication.reader import read_partition
+from resources.stores.base import CoordinationStore
+from resources.streams import StreamConfig
+from tests.support.merge_child import TABLE, Lake, commit_source, event_ids, write_small
+
+DT = "2027-01-15"
+"""The fake clock's day (it starts at 2027-01-15 08:00 UTC)."""
+
+
+class World:
+    """One stream's table and everything that acts on it. Every event id committed is kept per
+    date: the account published rows are judged against, independent of the store."""
+
+    def __init__(self, lake: Lake, store: CoordinationStore, catalog_path: Path, spark: Any):
+        self.lake, self.store, self.spark = lake, store, spark
+        self.config: StreamConfig = lake.config()
+        self.objects: ObjectStore = lake.objects()
+        self.catalog = LocalCatalog(catalog_path)
+        self.rng = random.Random(11)
+        self.committed: dict[tuple[str, int], list[str]] = {}
+        """(dt, ledger id) -> the event ids of that small object."""
+        self.n = 0
+
+    def ingest(self, count: int, dt: str = DT) -> None:
+        """`count` source objects of a few rows each on `dt`, each committed on its own."""
+        for _ in range(count):
+            key, rows = f"src/{self.n:04d}", self.rng.randint(2, 5)
+            self.n += 1
+            small = write_small(self.lake, key, dt, rows, self.rng)
+            (o,) = commit_source(self.store, key, [small], merge_after_s=600.0)
+            self.committed[(dt, o.object_id)] = event_ids(key, dt, rows)
+
+    def merge(self, dt: str = DT) -> list[MergeOutcome]:
+        runner = MergeRunner(
+            config=self.config, table=TABLE, store=self.store, objects=self.objects,
+            owner="merger", timing=self.lake.timing(),
+            write=MergeWriter(self.spark, self.config).write,
+            work_dir=Path(self.lake.root) / "work",
+        )  # fmt: skip
+        outcomes = list(runner.merge([dt]))
+        assert [o.outcome for o in outcomes][-1] == MERGED, [o.describe() for o in outcomes]
+        return outcomes
+
+    def close(self, dt: str = DT) -> None:
+        assert self.store.close_partition(TABLE, dt) is not None
+
+    def publisher(self, on_step: Callable[[str, str], None] | None = None) -> Publisher:
+        return Publisher(self.config, self.store, self.objects, self.catalog, on_step=on_step)
+
+    def publish(self, dt: str = DT) -> PublicationOutcome:
+        return self.publisher().publish_one(dt)
+
+    def current(self, dt: str = DT) -> Publication:
+        return self.store.publications(TABLE, dt)[-1]
+
+    def read(self, dt: str = DT) -> Counter[str]:
+        """The event ids an engine reading the catalog sees."""
+        rows = read_partition(self.catalog, TABLE, dt)
+        return Counter(rows.column("event_id").to_pylist())
+
+    def expected(self, dt: str = DT, upto: int | None = None) -> Counter[str]:
+        """The event ids committed on `dt` (in the objects with ids up to `upto`, if given)."""
+        return Counter(
+            e
+            for (d, object_id), ids in self.committed.items()
+            if d == dt and (upto is None or object_id <= upto)
+            for e in ids
+        )
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Lake:
+    return Lake(
+        settings={}, root=str(tmp_path), max_objects=1000, max_bytes=1 << 30, interval="PT10M",
+        timeout_s=60, renew_s=15,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def world(lake: Lake, store: CoordinationStore, tmp_path: Path, spark: Any) -> World:
+    return World(lake, store, tmp_path / "catalog.json", spark)

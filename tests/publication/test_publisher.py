@@ -1,0 +1,254 @@
+"""`Publisher` in one process on both store backends, with real Spark merges: live publication
+and republication, the switch (only once closed and merged), delayed objects after the next
+merge, a stale publisher refused, a crash after recording repaired, and a catalog that never
+moves back. Every published state is read back through the catalog, as an engine reads it,
+and judged by the publication checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resources.publication import checks
+from resources.publication.manifest import catalog_location, read_spectrum
+from resources.publication.publisher import (
+    CATALOG_REPAIRED,
+    FAILED,
+    PUBLISHED,
+    UP_TO_DATE,
+)
+from resources.publication.reader import (
+    PartitionNotPublishedError,
+    TableNotPublishedError,
+    partition_files,
+    read_partition,
+)
+from tests.publication.conftest import DT, World
+from tests.support.merge_child import TABLE
+
+
+class Crash(Exception):
+    """Stands for the process dying at a step (not a LeaseholdError: nothing catches it)."""
+
+
+def crash_at(step: str):  # type: ignore[no-untyped-def]
+    def on_step(reached: str, dt: str) -> None:
+        if reached == step:
+            raise Crash(f"{step} {dt}")
+
+    return on_step
+
+
+def assert_serves_exactly_what_was_committed(world: World, dt: str = DT) -> None:
+    """The catalog's partition is the ledger's current publication, its files hold exactly the
+    committed rows of the ids it covers, and every check passes."""
+    current = world.current(dt)
+    partition = world.catalog.partition(TABLE, dt)
+    assert partition is not None
+    assert (partition.location, partition.seq) == (catalog_location(current.location), current.seq)
+    assert world.read(dt) == world.expected(dt, upto=current.upper)
+    assert current.rows == sum(world.expected(dt, upto=current.upper).values())
+    outcomes = checks.run_all(world.config, world.store, world.objects, world.catalog)
+    assert [o.name for o in outcomes] == list(checks.CHECKS)
+    assert [o.summary for o in outcomes if not o.passed] == []
+
+
+def test_a_partition_is_published_live_after_ingestion_and_again_after_more_commits(
+    world: World,
+) -> None:
+    world.ingest(3)
+    publisher = world.publisher()
+    assert publisher.due() == [DT]
+    (first,) = publisher.publish([DT])
+    assert first.outcome == PUBLISHED and not first.switched_now
+    p = first.publication
+    assert p is not None and (p.seq, p.switched, p.upper, p.files) == (1, False, 3, 3)
+    assert p.rows == sum(world.expected().values())
+    assert [e.url for e in read_spectrum(world.objects, p.location)] == partition_files(
+        world.catalog, TABLE, DT
+    )
+    assert_serves_exactly_what_was_committed(world)
+    assert publisher.due() == []
+    assert world.publish().outcome == UP_TO_DATE
+
+    world.ingest(2)
+    assert publisher.due() == [DT]
+    second = world.publish()
+    assert second.outcome == PUBLISHED and second.publication is not None
+    assert (second.publication.seq, second.publication.upper) == (2, 5)
+    assert second.publication.location != p.location  # a new version, never an overwrite
+    assert [e.url for e in read_spectrum(world.objects, p.location)] == [
+        o.url for o in world.store.ledger_objects(TABLE, DT)[:3]
+    ]  # the old version is intact for a reader holding it
+    assert world.read() == world.expected()
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_the_switch_waits_for_the_close_and_a_merge_covering_every_live_id(
+    world: World,
+) -> None:
+    world.ingest(3)
+    world.merge()  # merged, not closed: still live
+    assert world.publish().publication.switched is False  # type: ignore[union-attr]
+    world.ingest(1)
+    world.close()  # live ids 1..4, the chain ends at 3: not yet
+    live = world.publish()
+    assert live.outcome == PUBLISHED and live.publication is not None
+    assert (live.publication.switched, live.publication.upper) == (False, 4)
+    assert world.publish().outcome == UP_TO_DATE
+    assert_serves_exactly_what_was_committed(world)
+
+    world.merge()  # the open range rewritten: (0, 4]
+    assert world.publisher().due() == [DT]
+    switched = world.publish()
+    assert switched.outcome == PUBLISHED and switched.switched_now
+    p = switched.publication
+    assert p is not None and (p.switched, p.upper, p.files, p.manifest_version) == (True, 4, 1, 4)
+    (merged,) = [r for r in world.store.merge_ranges(TABLE, DT) if not r.is_sentinel]
+    assert partition_files(world.catalog, TABLE, DT) == [merged.url]
+    assert world.read() == world.expected()
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_a_closed_partition_never_merged_stays_live(world: World) -> None:
+    world.ingest(2)
+    world.close()
+    first = world.publish()
+    assert first.outcome == PUBLISHED and first.publication is not None
+    assert first.publication.switched is False
+    assert world.publisher().due() == [] and world.publish().outcome == UP_TO_DATE
+    tp = world.store.table_partition(TABLE, DT)
+    assert tp is not None and not tp.switched and tp.current_manifest_version == 0
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_delayed_objects_are_published_after_the_next_merge(world: World) -> None:
+    world.ingest(3)
+    world.close()
+    world.merge()
+    assert world.publish().switched_now
+    world.ingest(2)  # delayed: committed after the close
+    assert all(o.delayed for o in world.store.ledger_objects(TABLE, DT)[3:])
+    assert world.publisher().due() == []  # switched: only a merge makes it due again
+    assert world.publish().outcome == UP_TO_DATE
+    assert world.read() == world.expected(upto=3)  # not visible yet
+
+    world.merge()
+    again = world.publish()
+    assert again.outcome == PUBLISHED and not again.switched_now
+    assert again.publication is not None and (again.publication.seq, again.publication.upper) == (
+        2,
+        5,
+    )
+    assert world.read() == world.expected()
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_a_slower_publisher_of_an_older_version_is_refused(world: World) -> None:
+    world.ingest(2)
+    racer: dict[str, object] = {}
+
+    def overtaken(step: str, dt: str) -> None:
+        if step == "written":  # the slow one wrote live up to 2; meanwhile 2 more commits
+            world.ingest(2)
+            racer["outcome"] = world.publish(dt)
+
+    slow = world.publisher(on_step=overtaken).publish_one(DT)
+    assert racer["outcome"].outcome == PUBLISHED  # type: ignore[attr-defined]
+    assert slow.outcome == UP_TO_DATE and "not newer" in slow.message
+    current = world.current()
+    assert (current.seq, current.upper) == (1, 4)
+    orphans = [
+        p.parent
+        for p in Path(world.lake.table_dir, "_manifests", f"dt={DT}").glob("*/manifest.json")
+        if f"file://{p.parent}/" != current.location
+    ]
+    assert len(orphans) == 1 and orphans[0].name.startswith("live-0000000000000000002-")
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_a_crash_after_recording_is_repaired_by_the_next_run(world: World) -> None:
+    world.ingest(2)
+    with pytest.raises(Crash):
+        world.publisher(on_step=crash_at("recorded")).publish_one(DT)
+    assert world.current().seq == 1 and world.catalog.partition(TABLE, DT) is None
+    assert not checks.run_one(
+        "catalog_current", world.config, world.store, world.objects, world.catalog
+    ).passed
+    publisher = world.publisher()
+    assert publisher.due() == [DT]  # nothing new to publish, but the catalog lags
+    repaired = publisher.publish_one(DT)
+    assert repaired.outcome == CATALOG_REPAIRED and repaired.publication == world.current()
+    assert publisher.due() == []
+    assert_serves_exactly_what_was_committed(world)
+
+    # Again with a catalog partition one version behind.
+    world.ingest(1)
+    with pytest.raises(Crash):
+        world.publisher(on_step=crash_at("recorded")).publish_one(DT)
+    assert world.catalog.partition(TABLE, DT).seq == 1  # type: ignore[union-attr]
+    assert world.publish().outcome == CATALOG_REPAIRED
+    assert world.read() == world.expected()
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_a_crash_after_writing_leaves_an_orphan_and_the_next_run_publishes(world: World) -> None:
+    world.ingest(2)
+    with pytest.raises(Crash):
+        world.publisher(on_step=crash_at("written")).publish_one(DT)
+    assert world.store.publications(TABLE, DT) == []
+    assert world.catalog.table(TABLE) is None
+    published = world.publish()
+    assert published.outcome == PUBLISHED and published.publication is not None
+    assert published.publication.seq == 1
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_the_catalog_never_moves_back_to_an_older_version(world: World) -> None:
+    world.ingest(2)
+    late: dict[str, object] = {}
+
+    def overtaken(step: str, dt: str) -> None:
+        if step == "recorded":  # seq 1 recorded; another run publishes seq 2 before we catalog
+            world.ingest(1)
+            late["outcome"] = world.publish(dt)
+
+    slow = world.publisher(on_step=overtaken).publish_one(DT)
+    assert slow.outcome == PUBLISHED and slow.publication is not None
+    assert slow.publication.seq == 1
+    assert late["outcome"].publication.seq == 2  # type: ignore[attr-defined]
+    partition = world.catalog.partition(TABLE, DT)
+    assert partition is not None and partition.seq == 2  # the slow seq 1 was refused
+    assert world.read() == world.expected()
+    older = catalog_location(world.store.publications(TABLE, DT)[0].location)
+    assert not world.catalog.publish_partition(TABLE, DT, older, 1)
+    assert_serves_exactly_what_was_committed(world)
+
+
+def test_due_lists_every_partition_to_publish_by_date_and_failures_do_not_raise(
+    world: World,
+) -> None:
+    for dt in ("2027-01-14", DT, "2027-01-13"):
+        world.ingest(1, dt)
+    publisher = world.publisher()
+    assert publisher.due() == ["2027-01-13", "2027-01-14", DT]
+    outcomes = list(publisher.publish(publisher.due() + ["2027-02-01"]))
+    assert [o.outcome for o in outcomes] == [PUBLISHED] * 3 + [FAILED]
+    assert "no such table partition" in outcomes[-1].message
+    assert publisher.due() == []
+    for dt in ("2027-01-13", "2027-01-14", DT):
+        assert_serves_exactly_what_was_committed(world, dt)
+    assert [c.name for c in world.catalog.table(TABLE).columns] == [  # type: ignore[union-attr]
+        "event_id", "user_id", "amount", "event_time",
+    ]  # fmt: skip
+
+
+def test_reading_what_was_never_published_says_so(world: World) -> None:
+    with pytest.raises(TableNotPublishedError):
+        read_partition(world.catalog, TABLE, DT)
+    world.ingest(1)
+    world.publish()
+    with pytest.raises(PartitionNotPublishedError):
+        partition_files(world.catalog, TABLE, "2027-01-16")
+    assert read_partition(world.catalog, TABLE, DT, limit=1).num_rows == 1
