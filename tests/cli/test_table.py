@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,15 +17,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from resources.catalog.glue import GlueCatalog
 from resources.catalog.local import LocalCatalog
 from resources.cli.main import EXIT_CONFIG, EXIT_FAILURE, main
 from resources.ledger.merge import MergedObject, merged_object_name
 from resources.ledger.model import SmallObject
 from resources.objects.base import ObjectStore, object_store_for
-from resources.publication.publisher import PUBLISHED, Publisher
+from resources.publication.publisher import CATALOG_REPAIRED, PUBLISHED, Publisher
 from resources.stores import CoordinationStore, build_store
 from resources.stores.settings import StoreSettings
 from resources.streams import LakeSettings, StreamConfig
+from tests.support.aws_server import LocalAwsServer
 from tests.support.merge_ledger import acquire_job, merge
 
 STREAM, DT, DT2 = "events", "2026-01-01", "2026-01-02"
@@ -250,6 +253,37 @@ def test_unknown_stream_and_unpublished_date_are_one_line_naming_the_catalog(
         ]
 
 
+def test_glue_is_read_the_same_way_and_named_in_errors(
+    env: Published, aws_server: LocalAwsServer, monkeypatch, capsys
+) -> None:
+    """The same ledger published to Glue (over HTTP to the loopback server): the commands read
+    it through Glue once LEASEHOLD_CATALOG says so."""
+    database = f"db_{uuid.uuid4().hex[:12]}"
+    glue = GlueCatalog(database, region="us-east-1", endpoint_url=aws_server.endpoint_url)
+    publisher = Publisher(env.config, env.store, env.objects, glue)
+    assert [o.outcome for o in publisher.publish([DT, DT2])] == [CATALOG_REPAIRED] * 2
+    monkeypatch.setenv("LEASEHOLD_CATALOG", "glue")
+    monkeypatch.setenv("LEASEHOLD_GLUE_DATABASE", database)
+    monkeypatch.setenv("LEASEHOLD_GLUE_ENDPOINT_URL", aws_server.endpoint_url)
+
+    code, out, err = run(capsys, "table", "ls", STREAM, "--json")
+    assert (code, err) == (0, "")
+    assert [(r["dt"], r["seq"], r["kind"], r["files"]) for r in json.loads(out)] == [
+        (DT, 1, "live", 3),
+        (DT2, 1, "live", 1),
+    ]
+    code, out, _ = run(capsys, "table", "read", STREAM, DT2, "--json")
+    assert (code, len(out.splitlines())) == (0, 5)
+
+    code, out, err = run(capsys, "table", "files", STREAM, "2026-01-03")
+    assert (code, out) == (EXIT_FAILURE, "")
+    assert err.splitlines() == [
+        f"leasehold: {STREAM} dt=2026-01-03 is not published in the Glue database "
+        f"{database!r} in us-east-1 at {aws_server.endpoint_url} "
+        f"(published: 2 dates, {DT} to {DT2})"
+    ]
+
+
 def test_a_missing_catalog_file_is_not_created(env: Published, monkeypatch, capsys) -> None:
     missing = env.root / "elsewhere" / "catalog.json"
     monkeypatch.setenv("LEASEHOLD_CATALOG_PATH", str(missing))
@@ -406,3 +440,23 @@ def test_status_shows_each_partitions_published_version(env: Published, capsys) 
     assert dt_line.endswith("; published seq 2 (merged up to 3)")
     (dt2_line,) = [line for line in lines if line.startswith(f"  dt={DT2} ")]
     assert dt2_line.endswith("; published seq 1 (live up to 1), publication as live due")
+
+
+def test_the_readmes_duckdb_snippet_reads_the_published_partition(env: Published) -> None:
+    """README "Querying the table": its SQL, with the location `table ls` shows, counts the
+    partition's committed rows."""
+    import duckdb
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Querying the table\n") :]
+    sql = section[section.index("```sql\n") + len("```sql\n") :]
+    sql = sql[: sql.index("```")]
+    location = LocalCatalog(env.catalog_path).partition(STREAM, DT).location
+    example = "data/lake/events/_manifests/dt=2026-01-01/<version>/symlink/"
+    assert example in sql
+    statements = sql.replace(example, location[len("file://") :]).split(";")
+    with duckdb.connect() as con:
+        for statement in statements[:-2]:
+            con.execute(statement)
+        (count,) = con.execute(statements[-2]).fetchone()  # type: ignore[misc]
+    assert count == 60
