@@ -1,6 +1,6 @@
 """`leasehold config`: every declared setting, where its value came from, all of it validated.
 
-A deployment is configured by a dozen variables spread over four declarations; when a run
+A deployment is configured by a few dozen variables spread over six declarations; when a run
 behaves unexpectedly the first question is which values it actually saw. This answers it from
 the same declarations the resources and the other commands read (`resources.settings`), and
 validates them the same way, so a value that would fail the code location at load fails here,
@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from resources.catalog.settings import CatalogSettings
 from resources.coordination.lease import TimingSettings
+from resources.publication.settings import PublicationSettings
 from resources.settings import Settings, declared, default_data_dir, env_values, field_doc
 from resources.spark.session import SparkSettings
 from resources.stores.settings import StoreSettings
@@ -25,6 +27,8 @@ DECLARATIONS: tuple[type[Settings], ...] = (
     TimingSettings,
     LakeSettings,
     SparkSettings,
+    CatalogSettings,
+    PublicationSettings,
 )
 """Every settings declaration of the project. A test checks that the Dagster resources
 declare exactly these, so a new declaration cannot be left out of this command."""

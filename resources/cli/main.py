@@ -1,5 +1,6 @@
 """`leasehold` command line: run the main job, check the streams, show coordination status and
-the configuration, purge expired items.
+the configuration, read the published tables as an engine does, collect garbage, purge expired
+items.
 
 The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
 resource (`resources.stores.settings`); with none set it is the embedded SQLite file.
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
+from resources.cli.gc import cmd_gc
+from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.status import status_json, status_text  # noqa: E402
 from resources.errors import ConfigError, LeaseholdError
@@ -174,15 +177,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Every check of every stream (or of --stream), read-only: exit 4 when one fails."""
+    from resources.catalog.opening import catalog_for
+    from resources.catalog.settings import CatalogSettings
     from resources.check_outcome import CheckOutcome
     from resources.compaction import checks as compaction_checks
     from resources.coordination.lease import TimingSettings
     from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
     from resources.objects.base import ObjectStore, object_store_for
+    from resources.publication import checks as publication_checks
 
     settings = settings_from_env()
     timing = TimingSettings.from_env()
+    catalog_settings = CatalogSettings.from_env()
     lake = LakeSettings.from_env()
     streams = lake.streams()
     if args.stream is not None and args.stream not in streams:
@@ -195,6 +202,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     results: list[tuple[str, CheckOutcome]] = []
     store = open_existing_store(settings)
+    catalog = catalog_for(catalog_settings)
     try:
         for name in [args.stream] if args.stream else sorted(streams):
             config = streams[name]
@@ -214,6 +222,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 ownership_timeout_s=timing.ownership_timeout_seconds,
                 table=name,
             )
+            outcomes += publication_checks.run_all(config, store, objects(config.table), catalog)
             results += [(name, outcome) for outcome in outcomes]
     finally:
         store.close_store()
@@ -247,8 +256,9 @@ EXIT_CHECK_FAILED = 4
 EPILOG = """\
 exit status:
   0  success (`check`: every check passed or only warned)
-  1  failure: a store or object store unreachable, no store where one was looked for, a run
-     that crashed
+  1  failure: a store, object store or catalog unreachable, no store or catalog where one
+     was looked for, a table or date the catalog does not have, a run that crashed, a stream
+     whose garbage collection stopped (`gc` collects the others)
   2  invalid configuration (the message names the field; `leasehold config` checks it all
      and shows what each setting is and where it came from) or invalid command line
   3  `run`: some source partitions were not ingested, each listed with its reason and when it
@@ -310,12 +320,62 @@ def build_parser() -> argparse.ArgumentParser:
     check = add(
         "check",
         help="run every check of every stream, read-only: rows reconcile, unique record ids, "
-        "lease health, source completeness (exit 4 when one fails)",
+        "lease health, source completeness, merge chains, publication (exit 4 when one fails)",
     )
     check.add_argument("--stream", default=None, help="only this stream of the streams file")
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(fn=cmd_check)
+    table = add(
+        "table",
+        help="a stream's published table as a query engine sees it: through the catalog "
+        "(LEASEHOLD_CATALOG) and the manifest each partition points at",
+    )
+    table_sub = table.add_subparsers(dest="table_command", required=True)
+
+    def add_table(name: str, help: str) -> argparse.ArgumentParser:
+        command = table_sub.add_parser(
+            name, help=help, parents=[common], epilog=EPILOG, formatter_class=parser.formatter_class
+        )
+        command.add_argument("stream", help="the stream (its table has the stream's name)")
+        return command
+
+    ls = add_table("ls", help="the catalog's partitions: dt, publication seq, version, files")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(fn=cmd_table_ls)
+    files = add_table("files", help="the data files a partition's manifest lists, with lengths")
+    files.add_argument("date", type=date_arg, help="the partition's date, YYYY-MM-DD")
+    files.add_argument("--json", action="store_true", help="machine-readable output")
+    files.set_defaults(fn=cmd_table_files)
+    read = add_table("read", help="a partition's rows, read through its manifest")
+    read.add_argument("date", type=date_arg, help="the partition's date, YYYY-MM-DD")
+    read.add_argument(
+        "--limit", type=non_negative, default=None, help="at most N rows (default: all)"
+    )
+    read.add_argument("--json", action="store_true", help="one JSON object per row")
+    read.set_defaults(fn=cmd_table_read)
+    gc = add(
+        "gc",
+        help="delete the table files no retained manifest version and no ledger state needs, "
+        "once LEASEHOLD_GC_SAFETY_DELAY_SECONDS passed",
+    )
+    gc.add_argument("--stream", default=None, help="only this stream of the streams file")
+    gc.add_argument(
+        "--dry-run", action="store_true", help="say what would be deleted; delete nothing"
+    )
+    gc.add_argument("--json", action="store_true", help="machine-readable output")
+    gc.set_defaults(fn=cmd_gc)
     return parser
+
+
+def non_negative(value: str) -> int:
+    """argparse type of a count (a bad one is exit 2)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count (0, 1, 2, ...)")
+    return number
 
 
 def configure_logging(debug: bool) -> None:

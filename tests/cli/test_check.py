@@ -110,6 +110,10 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         ["PASS", STREAM, "merged_objects_exist"],
         ["PASS", STREAM, "merged_rows"],
         ["PASS", STREAM, "merge_jobs"],
+        ["PASS", STREAM, "manifest_entries_exist"],
+        ["PASS", STREAM, "switch_coverage"],
+        ["PASS", STREAM, "published_rows"],
+        ["PASS", STREAM, "catalog_current"],
     ]
     assert lines[0].endswith("4 committed partitions reconcile")
     assert lines[3].endswith("all 4 source objects have a lease item")
@@ -159,6 +163,10 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         "merged_objects_exist": "PASS",
         "merged_rows": "PASS",
         "merge_jobs": "PASS",
+        "manifest_entries_exist": "PASS",
+        "switch_coverage": "PASS",
+        "published_rows": "PASS",
+        "catalog_current": "PASS",
     }
     assert rows[0]["metadata"]["mismatches"] == 1
 

@@ -1,0 +1,273 @@
+"""`leasehold table ls|files|read`: a published table seen the way an external engine sees it.
+
+Everything here starts at the catalog (`LEASEHOLD_CATALOG`: the local catalog file or Glue) and
+follows a partition's location to its manifest version, as Athena or Spark would; nothing reads
+the ledger or lists a prefix. So what these commands show is what a user's query gets, and a
+disagreement with `leasehold status` (the ledger's view) is itself worth seeing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from resources.catalog.base import Catalog, CatalogPartition
+from resources.catalog.settings import CatalogSettings
+from resources.errors import LeaseholdError
+from resources.objects.base import object_store_for
+from resources.publication.manifest import read_spectrum, version_url_of
+from resources.publication.reader import partition_files, read_partition
+from resources.settings import DATA_DIR_ENV
+from resources.streams import LakeSettings
+
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+VERSION_DIR = re.compile(r"/(?P<kind>live|merged)-(?P<upper>\d+)-[0-9a-f]+/symlink/$")
+"""A catalog location's version directory (`resources.publication.manifest.new_version_key`)."""
+
+
+class CatalogNotFoundError(LeaseholdError):
+    """The configured local catalog file does not exist: nothing was published there."""
+
+
+def date_arg(value: str) -> str:
+    """argparse type of a table partition's date: `YYYY-MM-DD` (a bad one is exit 2)."""
+    try:
+        if DATE.fullmatch(value):
+            datetime.date.fromisoformat(value)
+            return value
+    except ValueError:
+        pass  # reported below, the same way as a malformed one
+    raise argparse.ArgumentTypeError(f"{value!r} is not a date (YYYY-MM-DD)")
+
+
+def catalog_location(settings: CatalogSettings) -> str:
+    """Where the catalog is, for messages: the file and the variable that chose it, or the
+    Glue database, region and endpoint."""
+    if settings.catalog == "local":
+        path = settings.local_path().resolve()
+        if settings.catalog_path:
+            return f"the local catalog {path} (LEASEHOLD_CATALOG_PATH)"
+        if DATA_DIR_ENV in os.environ:
+            return f"the local catalog {path} ({DATA_DIR_ENV}; LEASEHOLD_CATALOG_PATH unset)"
+        return (
+            f"the local catalog {path} (the default under the working directory: "
+            f"LEASEHOLD_CATALOG_PATH and {DATA_DIR_ENV} unset)"
+        )
+    where = settings.glue_endpoint_url or "AWS"
+    account = f", catalog {settings.glue_catalog_id}" if settings.glue_catalog_id else ""
+    database = settings.glue_database
+    return f"the Glue database {database!r} in {settings.glue_region} at {where}{account}"
+
+
+def open_catalog(settings: CatalogSettings) -> Catalog:
+    """The configured catalog, for reading: a local catalog file must exist (an empty one in
+    the wrong directory would answer "no such table" for the wrong reason)."""
+    from resources.catalog.opening import catalog_for
+
+    if settings.catalog == "local" and not settings.local_path().exists():
+        raise CatalogNotFoundError(
+            f"no catalog: {catalog_location(settings)} does not exist; "
+            "publication creates it (`leasehold run`)"
+        )
+    return catalog_for(settings)
+
+
+@dataclass(frozen=True)
+class Published:
+    """One catalog partition and what its manifest version lists."""
+
+    partition: CatalogPartition
+    kind: str | None
+    """`live` or `merged`, from the version directory's name (None: not a name leasehold
+    writes)."""
+    upper: int | None
+    urls: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dt": self.partition.dt,
+            "seq": self.partition.seq,
+            "kind": self.kind,
+            "switched": self.kind == "merged",
+            "upper": self.upper,
+            "files": len(self.urls),
+            "location": self.partition.location,
+        }
+
+
+class TableReader:
+    """A stream's table through the configured catalog, with the lake's S3 settings."""
+
+    def __init__(self, settings: CatalogSettings, lake: LakeSettings) -> None:
+        self.settings = settings
+        self.lake = lake
+        self.catalog = open_catalog(settings)
+
+    def where(self) -> str:
+        return catalog_location(self.settings)
+
+    def require_table(self, table: str) -> None:
+        if self.catalog.table(table) is None:
+            tables = self.catalog.tables()
+            has = f"it has {', '.join(tables)}" if tables else "it has no tables yet"
+            raise LeaseholdError(f"no table {table!r} in {self.where()} ({has})")
+
+    def partition(self, table: str, dt: str) -> CatalogPartition:
+        self.require_table(table)
+        partition = self.catalog.partition(table, dt)
+        if partition is None:
+            dates = [p.dt for p in self.catalog.partitions(table)]
+            has = (
+                f"published: {len(dates)} dates, {dates[0]} to {dates[-1]}"
+                if dates
+                else "no date is published yet"
+            )
+            raise LeaseholdError(f"{table} dt={dt} is not published in {self.where()} ({has})")
+        return partition
+
+    def published(self, partition: CatalogPartition) -> Published:
+        """The files the partition's symlink manifest lists, read as an engine reads them."""
+        urls = partition_files(
+            self.catalog,
+            partition.table,
+            partition.dt,
+            s3_endpoint_url=self.lake.s3_endpoint_url,
+            region=self.lake.region,
+        )
+        match = VERSION_DIR.search(partition.location)
+        kind = match["kind"] if match else None
+        upper = int(match["upper"]) if match else None
+        return Published(partition, kind, upper, urls)
+
+    def ls(self, table: str) -> list[Published]:
+        self.require_table(table)
+        return [self.published(p) for p in self.catalog.partitions(table)]
+
+    def files(self, table: str, dt: str) -> tuple[CatalogPartition, list[tuple[str, int | None]]]:
+        """The symlink manifest's URLs, each with its content length from the same version's
+        Spectrum manifest (None if that does not list it: the catalog partition moved to a
+        newer version between the two reads)."""
+        published = self.published(self.partition(table, dt))
+        version_url = version_url_of(published.partition.location)
+        objects = object_store_for(
+            version_url.rstrip("/"), endpoint_url=self.lake.s3_endpoint_url, region=self.lake.region
+        )
+        lengths = {e.url: e.content_length for e in read_spectrum(objects, version_url)}
+        return published.partition, [(url, lengths.get(url)) for url in published.urls]
+
+    def read(self, table: str, dt: str, limit: int | None) -> pa.Table:
+        self.partition(table, dt)  # an unknown table or date: one line saying where it looked
+        return read_partition(
+            self.catalog,
+            table,
+            dt,
+            limit=limit,
+            s3_endpoint_url=self.lake.s3_endpoint_url,
+            region=self.lake.region,
+        )
+
+
+def _reader() -> TableReader:
+    return TableReader(CatalogSettings.from_env(), LakeSettings.from_env())
+
+
+def cmd_table_ls(args: argparse.Namespace) -> int:
+    reader = _reader()
+    rows = reader.ls(args.stream)
+    if args.json:
+        print(json.dumps([r.as_json() for r in rows], indent=2))
+        return 0
+    print(ls_text(args.stream, rows, reader.where()))
+    return 0
+
+
+def ls_text(table: str, rows: Sequence[Published], where: str) -> str:
+    if not rows:
+        return f"table {table}: no partition published yet ({where})"
+    header = ("dt", "seq", "version", "files", "location")
+    cells = [header] + [
+        (
+            r.partition.dt,
+            str(r.partition.seq),
+            f"{r.kind} {r.upper}" if r.kind else "?",
+            str(len(r.urls)),
+            r.partition.location,
+        )
+        for r in rows
+    ]
+    switched = sum(r.kind == "merged" for r in rows)
+    lines = [
+        f"table {table}: {len(rows)} partitions published ({switched} switched to merged "
+        f"objects, {len(rows) - switched} live), {where}"
+    ]
+    return "\n".join(lines + _aligned(cells))
+
+
+def cmd_table_files(args: argparse.Namespace) -> int:
+    reader = _reader()
+    partition, files = reader.files(args.stream, args.date)
+    if args.json:
+        document = {
+            "dt": partition.dt,
+            "seq": partition.seq,
+            "location": partition.location,
+            "files": [{"url": url, "contentLength": length} for url, length in files],
+        }
+        print(json.dumps(document, indent=2))
+        return 0
+    for url, length in files:
+        print(f"{'?' if length is None else length:>12}  {url}")
+    total = sum(length or 0 for _, length in files)
+    print(f"{len(files)} files, {total} bytes: {partition.location} (seq {partition.seq})")
+    return 0
+
+
+def cmd_table_read(args: argparse.Namespace) -> int:
+    rows = _reader().read(args.stream, args.date, args.limit).to_pylist()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, default=_json_value))
+        return 0
+    print(rows_text(rows))
+    return 0
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)
+
+
+MAX_CELL = 40
+"""A text table's cell is cut to this many characters (the JSON lines are not)."""
+
+
+def rows_text(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    header = tuple(rows[0])
+    cells = [header] + [tuple(_cell(row[c]) for c in header) for row in rows]
+    return "\n".join(_aligned(cells) + [f"({len(rows)} rows)"])
+
+
+def _cell(value: object) -> str:
+    text = "NULL" if value is None else _json_value(value) if not isinstance(value, str) else value
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _aligned(cells: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
