@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,10 @@ class ObjectStoreError(LeaseholdError):
 class ObjectInfo:
     key: str
     size: int
+    modified_ms: int
+    """When the object was last written (local: its mtime; S3: `LastModified`, whole seconds):
+    garbage collection deletes nothing younger than its safety delay, so a file written by an
+    attempt that has not committed yet is never taken for an orphan."""
 
 
 class ObjectStore(ABC):
@@ -36,6 +41,12 @@ class ObjectStore(ABC):
     @abstractmethod
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
         """Up to `limit` objects with key > `start_after`, in key order."""
+
+    @abstractmethod
+    def list_prefix(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with `prefix` ("" = all), in key order, fetched a page
+        at a time: garbage collection walks a whole table root without holding it in memory
+        at once (S3) and without a cursor of its own."""
 
     @abstractmethod
     def local_copy(self, key: str, scratch: Path) -> Path:

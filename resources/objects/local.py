@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,20 +35,36 @@ class LocalObjectStore(ObjectStore):
         return path
 
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
-        if not self.root.is_dir():
-            return []
-        keys = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        keys = sorted(k for k in self._keys(self.root) if start_after is None or k > start_after)
+        return list(self._infos(keys, limit))
+
+    def list_prefix(self, prefix: str) -> Iterator[ObjectInfo]:
+        # Walk only the deepest directory the prefix names in full ("merged/dt=x/" -> merged/dt=x).
+        directory, _, _ = prefix.rpartition("/")
+        start = self._path(directory) if directory else self.root
+        keys = sorted(k for k in self._keys(start) if k.startswith(prefix))
+        return self._infos(keys, len(keys))
+
+    def _keys(self, start: Path) -> Iterator[str]:
+        if not start.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             rel = os.path.relpath(dirpath, self.root)
             for name in filenames:
                 if name.startswith(".") or name.endswith(".tmp"):
                     continue  # in-flight writes, never source objects
-                key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
-                if start_after is None or key > start_after:
-                    keys.append(key)
-        keys.sort()
-        return [ObjectInfo(k, (self.root / k).stat().st_size) for k in keys[:limit]]
+                yield name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+
+    def _infos(self, keys: list[str], limit: int) -> Iterator[ObjectInfo]:
+        """Each key's size and mtime, read as it is reached; one deleted since the walk is
+        skipped (it is no longer an object)."""
+        for key in keys[:limit]:
+            try:
+                st = (self.root / key).stat()
+            except FileNotFoundError:
+                continue
+            yield ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def local_copy(self, key: str, scratch: Path) -> Path:
         path = self._path(key)
@@ -58,6 +75,10 @@ class LocalObjectStore(ObjectStore):
     def move_file(self, local_path: Path, key: str) -> str:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
+        # The object's age starts now, not when the local file was written: garbage collection
+        # takes an old enough object nothing names for an orphan. (Before the rename, so the
+        # object never appears with the old mtime.)
+        os.utime(local_path)
         try:
             os.replace(local_path, target)
         except OSError:  # another filesystem: copy to a temp name, then rename atomically

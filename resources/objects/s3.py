@@ -6,9 +6,10 @@ and a call that still fails raises `ObjectStoreError` naming the action and the 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +33,9 @@ FOOTER_GUESS = 64 * 1024
 
 
 class S3ObjectStore(ObjectStore):
+    list_page_size = 1000
+    """Keys per list request (S3's maximum); the contract tests lower it to cross pages."""
+
     def __init__(
         self,
         bucket: str,
@@ -81,18 +85,32 @@ class S3ObjectStore(ObjectStore):
         )
 
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
-        out: list[ObjectInfo] = []
         base = self._key("") if self.prefix else ""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base}
-        kwargs["StartAfter"] = self._key(start_after) if start_after is not None else base
-        while len(out) < limit:
+        start = self._key(start_after) if start_after is not None else base
+        return list(itertools.islice(self._pages(base, start), limit))
+
+    def list_prefix(self, prefix: str) -> Iterator[ObjectInfo]:
+        return self._pages(self._key(prefix), None)
+
+    def _pages(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        """Objects under `prefix` (a bucket key prefix), in key order, one page per request,
+        fetched only as far as the caller reads."""
+        base = self._key("") if self.prefix else ""
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": prefix,
+            "MaxKeys": self.list_page_size,
+        }
+        if start_after is not None:
+            kwargs["StartAfter"] = start_after
+        while True:
             page = self._call("list", "", lambda kw=dict(kwargs): self.client.list_objects_v2(**kw))
             for obj in page.get("Contents", []):
-                out.append(ObjectInfo(obj["Key"][len(base) :], obj["Size"]))
+                modified = int(obj["LastModified"].timestamp() * 1000)
+                yield ObjectInfo(obj["Key"][len(base) :], obj["Size"], modified)
             if not page.get("IsTruncated"):
-                break
+                return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
-        return out[:limit]
 
     def local_copy(self, key: str, scratch: Path) -> Path:
         from botocore.exceptions import ClientError

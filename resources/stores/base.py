@@ -6,14 +6,16 @@ lease transition (COMPLETED, or renewed for chunked work), the ids (`assign_ids`
 and what a refusal means. A backend only writes it all as one transaction (`_commit`). A merge
 commit is the same shape: the job lease's give-up transition, its metrics and refusal are
 here, and so is what it writes (`merge_writes`: the range, the sentinel, the partition's new
-bounds and due time); the backend's `_commit_merge` writes them and the lease together.
+bounds and due time); the backend's `_commit_merge` writes them and the lease together. A
+publication's bookkeeping is here too (`stamped_publication`, `forget_bound`): each backend
+only writes the record and the partition's new current version as one transaction.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from resources.coordination import metrics as m
 from resources.coordination.errors import StoreUnavailableError
@@ -35,6 +37,7 @@ from resources.ledger.model import (
     check_commit_size,
     group_by_partition,
 )
+from resources.ledger.publication import Publication, check_publication
 
 TablePartitionObjects = dict[tuple[str, str], list[SmallObject]]
 
@@ -87,6 +90,25 @@ def merge_writes(
         interval_s=merge.interval_s,
     )
     return MergeWrites(written, sentinel, merged_upper, desired, due)
+
+
+def stamped_publication(
+    partition: TablePartition | None, publication: Publication, now_ms: int
+) -> Publication:
+    """The record `record_publication` stores, decided from the partition as its transaction
+    read it: `check_publication` first (raising, nothing written), then the next `seq` and
+    the moment it became current. Whatever `seq`/`published_at_ms` the caller put in are
+    ignored: only the ledger orders publications."""
+    check_publication(partition, publication)
+    assert partition is not None  # check_publication refuses a missing partition
+    return replace(publication, seq=partition.publication_seq + 1, published_at_ms=now_ms)
+
+
+def forget_bound(partition: TablePartition | None, before_seq: int) -> int:
+    """Records with `seq` below this may be forgotten: `before_seq`, but never the current one
+    (the partition's `publication_seq`), whatever the caller asks: the record of what readers
+    are served now is what garbage collection keeps files for."""
+    return min(before_seq, 0 if partition is None else partition.publication_seq)
 
 
 class CoordinationStore(LeaseStore, Ledger, ABC):

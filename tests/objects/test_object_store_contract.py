@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import time
 import uuid
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.objects.base import ObjectStore, ObjectStoreError, object_store_for
+from resources.objects.s3 import S3ObjectStore
 
 pytestmark = pytest.mark.contract
 
@@ -97,3 +100,51 @@ def test_parquet_metadata_refuses_what_is_not_parquet(objects: ObjectStore) -> N
         objects.parquet_metadata("not.parquet")
     with pytest.raises(ObjectStoreError):
         objects.parquet_metadata("absent.parquet")
+
+
+def test_list_prefix_walks_a_prefix_in_key_order_across_pages(objects: ObjectStore) -> None:
+    if isinstance(objects, S3ObjectStore):
+        objects.list_page_size = 2  # several list requests, continued by token
+    keys = [
+        "_manifests/dt=2026-01-01/live-1/manifest.json",
+        "_manifests/dt=2026-01-01/live-1/symlink/manifest",
+        "dt=2026-01-01/a.parquet",
+        "dt=2026-01-01/b.parquet",
+        "dt=2026-01-02/c.parquet",
+        "dt=2026-01-1x/d.parquet",
+        "merged/dt=2026-01-01/1-abc/part.parquet",
+        "merged/dt=2026-01-01/2-def/part.parquet",
+    ]
+    for key in reversed(keys):
+        objects.put_bytes(key, key.encode())
+    assert [o.key for o in objects.list_prefix("")] == sorted(keys)
+    assert [o.key for o in objects.list_prefix("dt=2026-01-01/")] == keys[2:4]
+    assert [o.key for o in objects.list_prefix("dt=2026-01-0")] == keys[2:5]
+    assert [o.key for o in objects.list_prefix("dt=2026-01-")] == keys[2:6]
+    assert [o.key for o in objects.list_prefix("merged/dt=2026-01-01/2")] == keys[7:]
+    assert [o.key for o in objects.list_prefix("_manifests/dt=2026-01-01/live-1/")] == keys[:2]
+    assert list(objects.list_prefix("nothing/")) == []
+    assert list(objects.list_prefix("dt=2026-01-01/a")) == list(objects.list_after(keys[1], 1))
+    assert {o.key: o.size for o in objects.list_prefix("")} == {k: len(k.encode()) for k in keys}
+
+
+def test_list_prefix_of_an_empty_store_is_empty(objects: ObjectStore) -> None:
+    assert list(objects.list_prefix("")) == []
+
+
+def test_modified_ms_is_when_the_object_was_written(objects: ObjectStore, tmp_path: Path) -> None:
+    before = int(time.time() * 1000)
+    objects.put_bytes("dt=2026-01-01/put.bin", b"x")
+    # A local file written long ago and published now is an object of now: its age decides
+    # when garbage collection may take it for an orphan.
+    local = tmp_path / "old.bin"
+    local.write_bytes(b"y")
+    os.utime(local, (before / 1000 - 86400, before / 1000 - 86400))
+    objects.move_file(local, "dt=2026-01-01/moved.bin")
+    after = int(time.time() * 1000)
+    listed = {o.key: o.modified_ms for o in objects.list_prefix("dt=2026-01-01/")}
+    assert listed.keys() == {"dt=2026-01-01/put.bin", "dt=2026-01-01/moved.bin"}
+    for modified in listed.values():
+        # S3's LastModified has whole seconds.
+        assert before - 1000 <= modified <= after + 1000
+    assert {o.key: o.modified_ms for o in objects.list_after(None, 10)} == listed

@@ -1,5 +1,6 @@
-"""SQLite-only: a store file written before the ledger knew merges keeps working — a run adds
-the missing columns and table on open, a read-only look reads them as their defaults."""
+"""SQLite-only: a store file written before the ledger knew merges (or publications) keeps
+working — a run adds the missing columns and tables on open, a read-only look reads them as
+their defaults."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+from resources.ledger.publication import Publication
 from resources.stores import build_store, open_existing_store
 from resources.stores.settings import StoreSettings
 from resources.stores.sqlite import schema
@@ -14,14 +16,28 @@ from tests.support.fakes import FakeClock
 from tests.support.merge_ledger import DT, INTERVAL, TABLE, acquire_job, ingest, merge, merged, obj
 
 NEW_COLUMNS = "    merged_upper INTEGER NOT NULL DEFAULT 0,\n    merge_due_at INTEGER,\n"
+PUBLICATION_COLUMNS = (
+    "    published_upper INTEGER NOT NULL DEFAULT 0,\n"
+    "    publication_seq INTEGER NOT NULL DEFAULT 0,\n"
+)
 
 
-def earlier_version(path: Path) -> None:
-    """The file as the release before merges left it: no merge columns, no merge ranges, one
-    table partition with two committed ids."""
-    old = schema.SCHEMA.replace(NEW_COLUMNS, "")
-    old = re.sub(r"-- One partition's chain.*?WITHOUT ROWID;\n", "", old, flags=re.S)
-    assert NEW_COLUMNS not in old and "merge_ranges" not in old
+def without_publications(text: str) -> str:
+    """The schema as the release before publications (issue 13) wrote it."""
+    old = text.replace(PUBLICATION_COLUMNS, "")
+    old = re.sub(r"-- One partition's publication history.*?WITHOUT ROWID;\n", "", old, flags=re.S)
+    assert PUBLICATION_COLUMNS not in old and "publications" not in old
+    return old
+
+
+def earlier_version(path: Path, *, merges: bool = False) -> None:
+    """The file as the release before merges left it (`merges`: the one before publications):
+    no merge columns, no merge ranges, one table partition with two committed ids."""
+    old = without_publications(schema.SCHEMA)
+    if not merges:
+        old = old.replace(NEW_COLUMNS, "")
+        old = re.sub(r"-- One partition's chain.*?WITHOUT ROWID;\n", "", old, flags=re.S)
+        assert NEW_COLUMNS not in old and "merge_ranges" not in old
     db = sqlite3.connect(path)
     db.executescript(old)
     db.execute(
@@ -71,3 +87,45 @@ def test_a_run_upgrades_an_old_file_and_merges_in_it(tmp_path: Path) -> None:
     again = build_store(StoreSettings(sqlite_path=str(path)))  # opening again changes nothing
     assert again.table_partition(TABLE, DT).merged_upper == 3
     again.close_store()
+
+
+def publication(upper: int) -> Publication:
+    return Publication(TABLE, DT, 0, False, upper, f"file:///m/live-{upper}/", upper, 1, 1, 0)
+
+
+def test_a_read_only_look_at_a_file_before_publications(tmp_path: Path) -> None:
+    path = tmp_path / "merges.db"
+    earlier_version(path, merges=True)
+    reader = open_existing_store(StoreSettings(sqlite_path=str(path)))
+    partition = reader.table_partition(TABLE, DT)
+    assert (partition.published_upper, partition.publication_seq) == (0, 0)
+    assert partition.current_manifest_version == -1 and not partition.switched
+    assert reader.table_partitions(TABLE) == [partition]
+    assert reader.publications(TABLE, DT) == []
+    reader.close_store()
+    assert "publication_seq" not in columns(path) and "merged_upper" in columns(path)
+
+
+def test_a_run_upgrades_a_file_before_publications_and_publishes_in_it(tmp_path: Path) -> None:
+    path = tmp_path / "merges.db"
+    earlier_version(path, merges=True)
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    assert {"published_upper", "publication_seq"} <= columns(path)
+    recorded = store.record_publication(publication(2))
+    assert recorded.seq == 1 and store.publications(TABLE, DT) == [recorded]
+    store.close_store()
+    again = build_store(StoreSettings(sqlite_path=str(path)))  # opening again changes nothing
+    partition = again.table_partition(TABLE, DT)
+    assert (partition.published_upper, partition.publication_seq) == (2, 1)
+    assert partition.current_manifest_version == 0
+    again.close_store()
+
+
+def test_a_file_before_merges_gets_every_later_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    earlier_version(path)
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    wanted = {"merged_upper", "merge_due_at", "published_upper", "publication_seq"}
+    assert wanted <= columns(path)
+    assert store.record_publication(publication(2)).seq == 1
+    store.close_store()

@@ -2,7 +2,8 @@
 
 Part of `SqliteLeaseStore` (a mixin on its connections): a commit is one `BEGIN IMMEDIATE`
 transaction that checks the lease's guard, registers the objects and applies the lease change;
-a merge commit is one too, over the merge job's lease, the chain and the partition row.
+a merge commit is one too, over the merge job's lease, the chain and the partition row, and
+so is recording a publication, over the partition row and its history.
 """
 
 from __future__ import annotations
@@ -24,24 +25,50 @@ from resources.ledger.model import (
     TablePartition,
     assign_ids,
 )
-from resources.stores.base import merge_writes
+from resources.ledger.publication import Publication
+from resources.stores.base import forget_bound, merge_writes, stamped_publication
 
 RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
+PUBLICATION_COLUMNS = (
+    "tbl, dt, seq, switched, upper, location, file_count, row_count, byte_count, published_at"
+)
 
 
 def _partition(row: Any) -> TablePartition:
     return TablePartition(
-        *row[:6], switched=bool(row[6]), merged_upper=row[7], merge_due_at_ms=row[8]
+        *row[:6],
+        switched=bool(row[6]),
+        merged_upper=row[7],
+        merge_due_at_ms=row[8],
+        published_upper=row[9],
+        publication_seq=row[10],
+    )
+
+
+def _publication(row: Any) -> Publication:
+    return Publication(
+        table=row[0],
+        dt=row[1],
+        seq=row[2],
+        switched=bool(row[3]),
+        upper=row[4],
+        location=row[5],
+        files=row[6],
+        rows=row[7],
+        bytes=row[8],
+        published_at_ms=row[9],
     )
 
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
     `_connection`, `now_ms`, and what the file holds: `_partition_select` (the partition
-    columns, defaults for those an old file lacks) and `_has_merge_ranges`."""
+    columns, defaults for those an old file lacks), `_has_merge_ranges` and
+    `_has_publications`."""
 
     _partition_select: str
     _has_merge_ranges: bool
+    _has_publications: bool
 
     def _commit(
         self,
@@ -264,3 +291,64 @@ class SqliteLedger:
                 r.updated_at_ms,
             ),
         )
+
+    def record_publication(self, publication: Publication) -> Publication:
+        """One `BEGIN IMMEDIATE` transaction: the partition as stored is checked and updated
+        under the write lock, so of two racing publishers of one version the second reads the
+        first's row and is refused."""
+        table, dt = publication.table, publication.dt
+
+        def record(db: sqlite3.Connection) -> Publication:
+            stored = stamped_publication(
+                self._table_partition(db, table, dt), publication, self.now_ms()
+            )
+            db.execute(
+                "UPDATE table_partitions SET current_manifest_version = ?, switched = ?, "
+                "published_upper = ?, publication_seq = ? WHERE tbl = ? AND dt = ?",
+                (
+                    stored.manifest_version,
+                    int(stored.switched),
+                    stored.upper,
+                    stored.seq,
+                    table,
+                    dt,
+                ),
+            )
+            db.execute(
+                f"INSERT INTO publications ({PUBLICATION_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    table,
+                    dt,
+                    stored.seq,
+                    int(stored.switched),
+                    stored.upper,
+                    stored.location,
+                    stored.files,
+                    stored.rows,
+                    stored.bytes,
+                    stored.published_at_ms,
+                ),
+            )
+            return stored
+
+        return self._run("record_publication", record)
+
+    def publications(self, table: str, dt: str) -> list[Publication]:
+        if not self._has_publications:  # an earlier version's file, opened without CREATE
+            return []
+        rows = self._connection().execute(
+            f"SELECT {PUBLICATION_COLUMNS} FROM publications WHERE tbl = ? AND dt = ? ORDER BY seq",
+            (table, dt),
+        )
+        return [_publication(r) for r in rows.fetchall()]
+
+    def forget_publications(self, table: str, dt: str, before_seq: int) -> int:
+        def forget(db: sqlite3.Connection) -> int:
+            bound = forget_bound(self._table_partition(db, table, dt), before_seq)
+            return db.execute(
+                "DELETE FROM publications WHERE tbl = ? AND dt = ? AND seq < ?",
+                (table, dt, bound),
+            ).rowcount
+
+        return self._run("forget_publications", forget)

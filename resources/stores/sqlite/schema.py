@@ -1,8 +1,8 @@
 """The SQLite store's tables, the item row codec and the index-range queries.
 
 One table per kind of record: lease items (Data Prepper's attribute names as columns), the
-ledger's table partitions, small objects, merge ranges and commit records, and the metrics
-counters. Files written by an earlier version get the columns added since on open
+ledger's table partitions, small objects, merge ranges, publications and commit records, and
+the metrics counters. Files written by an earlier version get the columns added since on open
 (`ADDED_COLUMNS`): `CREATE TABLE IF NOT EXISTS` leaves an existing table as it was.
 """
 
@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS table_partitions (
     switched INTEGER NOT NULL DEFAULT 0,
     merged_upper INTEGER NOT NULL DEFAULT 0,
     merge_due_at INTEGER,
+    published_upper INTEGER NOT NULL DEFAULT 0,
+    publication_seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tbl, dt)
 ) WITHOUT ROWID;
 -- One partition's chain; keyed by `upper` so rewriting the open range is one UPDATE of its row.
@@ -90,6 +92,20 @@ CREATE TABLE IF NOT EXISTS merge_ranges (
     epoch INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (tbl, dt, upper)
+) WITHOUT ROWID;
+-- One partition's publication history, by `seq`; the last is current.
+CREATE TABLE IF NOT EXISTS publications (
+    tbl TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    switched INTEGER NOT NULL,
+    upper INTEGER NOT NULL,
+    location TEXT NOT NULL,
+    file_count INTEGER NOT NULL,
+    row_count INTEGER NOT NULL,
+    byte_count INTEGER NOT NULL,
+    published_at INTEGER NOT NULL,
+    PRIMARY KEY (tbl, dt, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS small_objects (
     tbl TEXT NOT NULL,
@@ -132,16 +148,21 @@ PARTITION_COLUMNS = (
     "switched",
     "merged_upper",
     "merge_due_at",
+    "published_upper",
+    "publication_seq",
 )
 ADDED_COLUMNS = {
     "table_partitions": (
         ("merged_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
         ("merge_due_at", "INTEGER", "NULL"),
+        ("published_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
+        ("publication_seq", "INTEGER NOT NULL DEFAULT 0", "0"),
     ),
 }
 """Columns added to existing tables since the first release: (column, definition, the value
 a reader of a file that lacks it sees)."""
 HAS_MERGE_RANGES = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merge_ranges'"
+HAS_PUBLICATIONS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'"
 
 
 def missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:

@@ -66,6 +66,7 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         db = self._connection()
         self._partition_select = schema.partition_select(db)
         self._has_merge_ranges = db.execute(schema.HAS_MERGE_RANGES).fetchone() is not None
+        self._has_publications = db.execute(schema.HAS_PUBLICATIONS).fetchone() is not None
 
     # -- plumbing --------------------------------------------------------------------------------
 
