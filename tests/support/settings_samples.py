@@ -39,6 +39,8 @@ VALID: dict[str, str] = {
     "LEASEHOLD_STS_ROLE_ARN": "arn:aws:iam::123456789012:role/leasehold",
     "LEASEHOLD_SPARK_MASTER": "local[2]",
     "LEASEHOLD_SPARK_REMOTE": "sc://127.0.0.1:15002",
+    "LEASEHOLD_CATALOG": "glue",
+    "LEASEHOLD_GLUE_ENDPOINT_URL": "http://127.0.0.1:5000",
 }
 """Valid values where the derived one (`sample`) would not do."""
 
