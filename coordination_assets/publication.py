@@ -194,16 +194,22 @@ def build_publication_checks(stream: str) -> list[AssetChecksDefinition]:
 
 
 def gc_metadata(report: GcReport) -> dict[str, object]:
-    """What one collection reclaimed: totals, and files and bytes per reason."""
+    """What one collection reclaimed: totals, and files and bytes per reason (`files_<reason>`,
+    `bytes_<reason>`, the reason's words joined by `_`)."""
     metadata: dict[str, object] = {
         "files": report.files,
         "bytes": report.bytes,
         "forgotten_publications": report.forgotten_publications,
+        "failed_deletions": report.failed,
         "dry_run": report.dry_run,
+        "by_reason": MetadataValue.json(
+            {reason: {"files": n, "bytes": b} for reason, (n, b) in report.by_reason.items()}
+        ),
     }
-    for reason, (files, size) in sorted(report.by_reason.items()):
-        metadata[f"files_{reason}"] = files
-        metadata[f"bytes_{reason}"] = size
+    for reason, (files, size) in report.by_reason.items():
+        slug = "_".join(reason.split())
+        metadata[f"files_{slug}"] = files
+        metadata[f"bytes_{slug}"] = size
     return metadata
 
 
@@ -223,11 +229,14 @@ def build_gc_job(stream: str) -> JobDefinition:
         report = collector.collect()
         flush_or_keep(coordination.store)
         metadata = gc_metadata(report)
-        context.log.info(
-            f"{report.table}: reclaimed {report.files} files, {report.bytes} bytes; "
-            f"{report.forgotten_publications} publication records forgotten"
-        )
+        context.log.info(report.describe())
         context.log_event(AssetObservation(asset_key=table_asset_key(stream), metadata=metadata))
+        if not report.ok:
+            # What was deleted is recorded above; the files that failed are found again, for
+            # the same reason, by the next collection.
+            raise Failure(
+                f"{report.failed} deletions failed: {'; '.join(report.errors)}", metadata=metadata
+            )
         yield Output(None, metadata=metadata)
 
     @job(
