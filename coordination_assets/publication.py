@@ -184,7 +184,7 @@ def build_publication_checks(stream: str) -> list[AssetChecksDefinition]:
                 config,
                 coordination.store,
                 lake.object_store(config.table),
-                catalog.catalog(),
+                catalog.open_catalog(),
             )
             return asset_check_result(outcome)
 

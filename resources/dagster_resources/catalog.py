@@ -35,7 +35,8 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self.validate_settings()  # a bad setting fails the run before any step does work
 
-    def catalog(self) -> Catalog:
+    def open_catalog(self) -> Catalog:
+        """Not `catalog()`: `catalog` is the setting that names the backend."""
         if self._catalog is None:
             self._catalog = catalog_for(self.settings_of(CatalogSettings))
         return self._catalog
@@ -48,7 +49,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
     ) -> Publisher:
         config = lake.stream(stream)
         return Publisher(
-            config, coordination.store, lake.object_store(config.table), self.catalog()
+            config, coordination.store, lake.object_store(config.table), self.open_catalog()
         )
 
     def garbage_collector(
