@@ -9,6 +9,7 @@ from pathlib import Path
 from dagster import (
     AssetSelection,
     DagsterEventType,
+    DagsterInstance,
     DagsterRunStatus,
     Definitions,
     RunRequest,
@@ -30,8 +31,15 @@ from resources.catalog.opening import catalog_for
 from resources.catalog.settings import CatalogSettings
 from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.instance import write_instance_yaml
 from resources.dagster_resources.lake import LakeResource
-from resources.dagster_resources.runs import DUE_ONLY_TAG, PUBLISH_TAG, RANGE_END, RANGE_START
+from resources.dagster_resources.runs import (
+    DUE_ONLY_TAG,
+    GC_TAG,
+    PUBLISH_TAG,
+    RANGE_END,
+    RANGE_START,
+)
 from resources.ingestion.sample_data import write_sample_sources
 from resources.objects.base import object_store_for
 from resources.publication.checks import CHECKS
@@ -142,6 +150,17 @@ def test_a_publication_run_in_flight_is_not_asked_for_twice(env: PipelineEnv, sp
     instance.report_run_failed(queued)  # failed before it published anything: asked again
     (retry,) = publish_tick(instance, resources, waiting.cursor).run_requests
     assert (retry.tags[RANGE_START], retry.tags[RANGE_END]) == (DATES[0], DATES[-1])
+
+
+def test_the_instance_runs_one_publication_and_one_gc_at_a_time_per_stream(tmp_path: Path):
+    """The queue's limits: per value of the tag (the stream), so streams do not wait on each
+    other."""
+    write_instance_yaml(tmp_path)
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    for tag in (PUBLISH_TAG, GC_TAG):
+        (limit,) = [limit for limit in limits if limit["key"] == tag]
+        assert limit == {"key": tag, "limit": 1, "value": {"applyLimitPerUniqueValue": True}}
 
 
 def test_publications_dagster_missed_are_recorded_without_a_run(env: PipelineEnv, spark):

@@ -131,13 +131,13 @@ def test_from_env_binds_each_set_variable(monkeypatch: pytest.MonkeyPatch) -> No
         ("LEASEHOLD_GLUE_ENDPOINT_URL", "glue.local", "glue_endpoint_url", CatalogConfigError),
         (
             "LEASEHOLD_MAX_PUBLICATIONS_PER_RUN",
-            "0",
+            "many",
             "max_publications_per_run",
             PublicationConfigError,
         ),
         (
             "LEASEHOLD_GC_SAFETY_DELAY_SECONDS",
-            "-1",
+            "a day",
             "gc_safety_delay_seconds",
             PublicationConfigError,
         ),
