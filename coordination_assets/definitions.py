@@ -1,9 +1,10 @@
 """The code location: every Dagster definition of leasehold, bound to its resources.
 
-Thin on purpose: domain logic lives in `resources/`; this file only says what exists. One
-ingestion asset, discovery sensor, merge asset, merge sensor and set of checks per stream of
-`streams.yaml`; an invalid
-streams file or store variable fails the code location at load, naming the field.
+Thin on purpose: domain logic lives in `resources/`; this file only says what exists. Per
+stream of `streams.yaml`: an ingestion asset and discovery sensor, a merge asset and merge
+sensor, a published-table asset and publication sensor, their checks and the checks sensor, a
+garbage-collection job and its hourly schedule. An invalid streams file, store, catalog or
+publication variable fails the code location at load, naming the field.
 """
 
 import warnings
@@ -22,6 +23,14 @@ from coordination_assets.ingestion import (
     build_ingestion_asset,
     build_ingestion_checks,
 )
+from coordination_assets.publication import (
+    build_gc_job,
+    build_gc_schedule,
+    build_publication_asset,
+    build_publication_checks,
+    build_publication_sensor,
+)
+from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
@@ -38,23 +47,32 @@ def build_definitions() -> Definitions:
     fields to `EnvVar`s, which resolve only in a run. Each `from_env()` validates its variables
     first, so a bad one fails the code location at load, naming the field."""
     streams = sorted(LakeSettings.from_env().streams())
-    checks = {s: [*build_ingestion_checks(s), *build_merge_checks(s)] for s in streams}
+    checks = {
+        s: [*build_ingestion_checks(s), *build_merge_checks(s), *build_publication_checks(s)]
+        for s in streams
+    }
+    gc_jobs = {s: build_gc_job(s) for s in streams}
     return Definitions(
         assets=[
             coordination_status,
             *(build_ingestion_asset(s) for s in streams),
             *(build_merge_asset(s) for s in streams),
+            *(build_publication_asset(s) for s in streams),
         ],
         asset_checks=[lease_health, *(c for s in streams for c in checks[s])],
         sensors=[
             *(build_discovery_sensor(s) for s in streams),
             *(build_merge_sensor(s) for s in streams),
+            *(build_publication_sensor(s) for s in streams),
             *(build_checks_sensor(s, checks[s]) for s in streams),
         ],
+        jobs=list(gc_jobs.values()),
+        schedules=[build_gc_schedule(s, gc_jobs[s]) for s in streams],
         resources={
             "coordination": CoordinationResource.from_env(),
             "lake": LakeResource.from_env(),
             "spark": SparkResource.from_env(),
+            "catalog": CatalogResource.from_env(),
         },
         # One asset per run: a step process of its own (the multiprocess default) would cost a
         # process start and, for ingestion, a second SparkSession's worth of memory for nothing;

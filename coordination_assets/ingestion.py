@@ -41,6 +41,7 @@ from resources.dagster_resources.runs import (
     CHECKS_TAG,
     EXPECTED_COUNT,
     MERGE_TAG,
+    PUBLISH_TAG,
     STREAM_TAG,
     ended_since,
 )
@@ -210,8 +211,8 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
 def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> SensorDefinition:
     """Asset checks attached to an asset that yields materializations instead of its output are
     skipped in that asset's runs (ARCHITECTURE §8), so they run in runs of their own: after
-    every ingestion or merge run of the stream ends, and at least every
-    `check_interval_seconds`. `checks`: the stream's ingestion and merge checks."""
+    every ingestion, merge or publication run of the stream ends, and at least every
+    `check_interval_seconds`. `checks`: the stream's ingestion, merge and publication checks."""
     check_keys = [key for c in checks for key in c.check_keys]
 
     @sensor(
@@ -219,18 +220,20 @@ def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> Sen
         asset_selection=AssetSelection.checks(*checks),
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
-        description=f"Runs the asset checks of {stream!r} after its ingestion and merge runs "
-        "end, and on a period.",
+        description=f"Runs the asset checks of {stream!r} after its ingestion, merge and "
+        "publication runs end, and on a period.",
     )
     def checks_sensor(context: SensorEvaluationContext, lake: LakeResource):
         state = json.loads(context.cursor) if context.cursor else {}
         runs_seen_s, last_check_s = state.get("runs_seen_s", 0.0), state.get("last_check_s", 0.0)
         ended, runs_seen_s = ended_since(
-            context.instance, stream, runs_seen_s, tags=(STREAM_TAG, MERGE_TAG)
+            context.instance, stream, runs_seen_s, tags=(STREAM_TAG, MERGE_TAG, PUBLISH_TAG)
         )
         now = time.time()
         if not ended and now - last_check_s < lake.check_interval_seconds:
-            return SkipReason("no ingestion or merge run ended since the last checks run")
+            return SkipReason(
+                "no ingestion, merge or publication run ended since the last checks run"
+            )
         return SensorResult(
             run_requests=[
                 RunRequest(

@@ -3,8 +3,9 @@
 `leasehold run` uses it: evaluate the discovery sensor, apply its dynamic-partition request and
 the commits it records, execute each run it requests (new ranges and work left behind), until
 it asks for nothing new; then the same with the merge sensor (close the table partitions whose
-day ended, merge those due); then run the asset checks. The same sensors, assets and checks that
-`dagster dev` runs — only the scheduling differs.
+day ended, merge those due), then with the publication sensor (switch and publish what became
+due, repair a catalog that lags); then run the asset checks. The same sensors, assets and
+checks that `dagster dev` runs — only the scheduling differs.
 """
 
 import os
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from dagster import (
+    AssetKey,
     AssetMaterialization,
+    AssetRecordsFilter,
     AssetsDefinition,
     AssetSelection,
     DagsterInstance,
@@ -47,6 +50,14 @@ from coordination_assets.ingestion import (
     main_job_cursor_key,
     partitions_for,
 )
+from coordination_assets.publication import (
+    FAILED_PUBLICATIONS,
+    build_publication_asset,
+    build_publication_checks,
+    build_publication_sensor,
+    publish_cursor_key,
+    table_asset_key,
+)
 from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
 from resources.dagster_resources.runs import (
     CHECKS_TAG,
@@ -59,6 +70,36 @@ from resources.dagster_resources.runs import (
 )
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+MAX_TABLE_LINES = 30
+"""Table partitions the summary lists one per line; the rest are counted (`leasehold table ls`
+lists them all)."""
+
+
+@dataclass(frozen=True)
+class TablePartitionState:
+    """What Dagster last recorded for a table partition of the published table."""
+
+    dt: str
+    seq: int = 0
+    """0: never published."""
+    switched: bool = False
+    upper: int = 0
+    files: int = 0
+    rows: int = 0
+
+    def describe(self) -> str:
+        if self.seq == 0:
+            return f"dt={self.dt}: not published"
+        kind = "merged" if self.switched else "live"
+        return (
+            f"dt={self.dt}: v{self.seq} ({kind}, ids 1..{self.upper}), "
+            f"{_count(self.files, 'file')}, {self.rows} rows"
+        )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 @dataclass
@@ -88,6 +129,15 @@ class MainJobReport:
     merge_totals: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("objects_merged", "rows", "carry_over"), 0)
     )
+    publish_runs: int = 0
+    publications: list[str] = field(default_factory=list)
+    """One line per publication made current: table partition, version, kind, files, rows,
+    the Spectrum manifest's URL."""
+    switched_now: int = 0
+    not_published: dict[str, str] = field(default_factory=dict)
+    """`dt=<date>` -> why its publication failed (it stays due; the sensor asks again)."""
+    table: dict[str, TablePartitionState] = field(default_factory=dict)
+    """Each table partition Dagster knows (its dates) -> what it publishes at the end, by dt."""
 
     @property
     def failed_partitions(self) -> list[str]:
@@ -107,8 +157,27 @@ class MainJobReport:
             f"({self.merge_totals['objects_merged']} small objects, "
             f"{self.merge_totals['rows']} rows, {self.merge_totals['carry_over']} carried over); "
             f"not merged: {len(self.not_merged)}\n"
+            f"publication runs: {self.publish_runs}; publications: {len(self.publications)} "
+            f"({self.switched_now} switched now); not published: {len(self.not_published)}\n"
+            f"{self.describe_table()}\n"
             f"checks: {checks or 'none'}"
         )
+
+    def describe_table(self) -> str:
+        """Each table partition's published version and file count, one line each."""
+        states = list(self.table.values())
+        published = [s for s in states if s.seq > 0]
+        merged = sum(s.switched for s in published)
+        lines = [
+            f"table partitions: {len(published)} published ({merged} merged, "
+            f"{len(published) - merged} live), {len(states) - len(published)} not published"
+        ]
+        lines += [f"  {s.describe()}" for s in states[:MAX_TABLE_LINES]]
+        if len(states) > MAX_TABLE_LINES:
+            lines.append(
+                f"  (and {len(states) - MAX_TABLE_LINES} more: leasehold table ls <stream>)"
+            )
+        return "\n".join(lines)
 
 
 def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:
@@ -167,9 +236,11 @@ def run_stream(
             executed.add(str(run.run_key))
             _execute(run, asset_def, instance, resources, report, log, stream)
     merge_asset, merge_checks = _merge(defs, instance, stream, report, max_ticks, log)
-    all_checks = [*checks, *merge_checks]
+    table_asset, publication_checks = _publish(defs, instance, stream, report, max_ticks, log)
+    report.table = table_states(instance, stream)
+    all_checks = [*checks, *merge_checks, *publication_checks]
     check_run = materialize(
-        [asset_def, merge_asset, *all_checks],
+        [asset_def, merge_asset, table_asset, *all_checks],
         instance=instance,
         resources=resources,
         selection=AssetSelection.checks(*all_checks),
@@ -286,6 +357,115 @@ def _execute_merge(
                 report.crashed_runs.append(error.message.strip() if error else str(event.message))
     log(f"{stream}: merge run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
     return False
+
+
+def _publish(
+    defs: Definitions,
+    instance: DagsterInstance,
+    stream: str,
+    report: MainJobReport,
+    max_ticks: int,
+    log: Callable[[str], None],
+) -> tuple[AssetsDefinition, list]:
+    """Tick the publication sensor and execute the publication runs it requests until it
+    requests none, or only ranges that already failed in this invocation. Returns the
+    published-table asset and its checks, for the checks run."""
+    sensor = build_publication_sensor(stream)
+    asset_def = build_publication_asset(stream)
+    resources = defs.resources or {}
+    failed_ranges: set[tuple[str, str]] = set()
+    ticks = _sensor_ticks(
+        sensor, instance, resources, dates_for(stream), publish_cursor_key(stream), max_ticks
+    )
+    for result in ticks:
+        if not isinstance(result, SensorResult):
+            break
+        runs = [
+            r
+            for r in result.run_requests or []
+            if (r.tags[RANGE_START], r.tags[RANGE_END]) not in failed_ranges
+        ]
+        if not runs:
+            break
+        for run in runs:
+            if not _execute_publication(run, asset_def, instance, resources, report, log, stream):
+                failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
+    return asset_def, build_publication_checks(stream)
+
+
+def _execute_publication(
+    run: RunRequest,
+    asset_def: AssetsDefinition,
+    instance: DagsterInstance,
+    resources: dict,
+    report: MainJobReport,
+    log: Callable[[str], None],
+    stream: str,
+) -> bool:
+    report.publish_runs += 1
+    outcome = materialize(
+        [asset_def],
+        instance=instance,
+        resources=resources,
+        tags={**run.tags, **in_this_process()},
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    for event in outcome.get_asset_materialization_events():
+        metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+        report.not_published.pop(f"dt={event.partition}", None)
+        report.switched_now += bool(metadata["switched_now"])
+        line = f"{stream} dt={event.partition}: {publication_line(metadata)}"
+        report.publications.append(line)
+        log(line)
+    if outcome.success:
+        return True
+    for event in outcome.all_events:
+        if event.is_step_failure:
+            user = event.step_failure_data.user_failure_data
+            if user is not None and FAILED_PUBLICATIONS in user.metadata:
+                for line in user.metadata[FAILED_PUBLICATIONS].value:  # type: ignore[union-attr]
+                    report.not_published[line.split(":", 1)[0]] = line
+            else:
+                error = event.step_failure_data.error
+                report.crashed_runs.append(error.message.strip() if error else str(event.message))
+    log(f"{stream}: publication run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
+    return False
+
+
+def publication_line(metadata: Mapping[str, Any]) -> str:
+    """`published v3 (merged, switched now): 1 file, 3996 rows, manifest <url>` from the
+    published-table asset's metadata."""
+    verb = "catalog repaired to" if metadata["outcome"] == "catalog_repaired" else "published"
+    kind = str(metadata["kind"]) + (", switched now" if metadata["switched_now"] else "")
+    return (
+        f"{verb} v{metadata['seq']} ({kind}): {_count(int(metadata['files']), 'file')}, "
+        f"{metadata['rows']} rows, manifest {metadata['manifest']}"
+    )
+
+
+def table_states(instance: DagsterInstance, stream: str) -> dict[str, TablePartitionState]:
+    """Each of the stream's dates -> what Dagster last recorded as its publication."""
+    key: AssetKey = table_asset_key(stream)
+    states = {}
+    for dt in sorted(instance.get_dynamic_partitions(dates_for(stream).name)):
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, asset_partitions=[dt]), limit=1
+        ).records
+        materialization = records[0].asset_materialization if records else None
+        if materialization is None:
+            states[dt] = TablePartitionState(dt)
+            continue
+        metadata = {k: v.value for k, v in materialization.metadata.items()}
+        states[dt] = TablePartitionState(
+            dt,
+            seq=int(metadata["seq"]),  # type: ignore[arg-type]
+            switched=bool(metadata["switched"]),
+            upper=int(metadata["upper"]),  # type: ignore[arg-type]
+            files=int(metadata["files"]),  # type: ignore[arg-type]
+            rows=int(metadata["rows"]),  # type: ignore[arg-type]
+        )
+    return states
 
 
 def in_this_process() -> dict[str, str]:

@@ -46,7 +46,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
-from resources.dagster_resources.runs import MERGE_TAG, STREAM_TAG
+from resources.dagster_resources.runs import GC_TAG, MERGE_TAG, PUBLISH_TAG, STREAM_TAG
 
 # Dagster's own busy timeout for its SQLite storages.
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
@@ -101,6 +101,8 @@ run_monitoring:
 # Every ingestion run starts a SparkSession (~1 GB driver, all cores): at most
 # {SPARK_RUN_LIMIT} at once, the rest wait in the queue without starting a process. Merge runs
 # (a SparkSession each too): one at a time per stream; the merge job leases decide within.
+# Publication runs and garbage collections: one at a time per stream each. The ledger's
+# conditional write keeps racing publishers safe; the limit keeps them from racing at all.
 concurrency:
   runs:
     max_concurrent_runs: 10
@@ -108,6 +110,14 @@ concurrency:
       - key: {STREAM_TAG}
         limit: {SPARK_RUN_LIMIT}
       - key: {MERGE_TAG}
+        limit: 1
+        value:
+          applyLimitPerUniqueValue: true
+      - key: {PUBLISH_TAG}
+        limit: 1
+        value:
+          applyLimitPerUniqueValue: true
+      - key: {GC_TAG}
         limit: 1
         value:
           applyLimitPerUniqueValue: true

@@ -31,9 +31,14 @@ STREAM_TAG = "leasehold/stream"
 CHECKS_TAG = "leasehold/checks"
 MERGE_TAG = "leasehold/merge"
 """A merge run of the stream's table partitions (its range tags name dates, not sources)."""
+PUBLISH_TAG = "leasehold/publish"
+"""A publication run of the stream's table partitions (its range tags name dates)."""
+GC_TAG = "leasehold/gc"
+"""A garbage-collection run of the stream's table."""
 DUE_ONLY_TAG = "leasehold/merge_due_only"
-"""A sensor's merge run merges only what is due when it gets there; a hand-launched one merges
-every partition of its range that has unmerged objects."""
+"""A sensor's merge or publication run does only what is due when it gets there; a
+hand-launched one merges every partition of its range that has unmerged objects, or publishes
+every partition of its range (an up-to-date one is left as it is)."""
 PROCESS_TAG = "leasehold/process"
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -110,12 +115,18 @@ DIES_IN = (
 
 
 def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
-    """Mark the stream's runs — ingestion, merges and checks — whose process is gone failed
-    (or canceled); their run ids."""
+    """Mark the stream's runs — ingestion, merges, publications, garbage collections and
+    checks — whose process is gone failed (or canceled); their run ids."""
     dead = []
     runs = {
         run.run_id: run
-        for tags in ({STREAM_TAG: stream}, {MERGE_TAG: stream}, {CHECKS_TAG: stream})
+        for tags in (
+            {STREAM_TAG: stream},
+            {MERGE_TAG: stream},
+            {PUBLISH_TAG: stream},
+            {GC_TAG: stream},
+            {CHECKS_TAG: stream},
+        )
         for run in (
             r.dagster_run for r in instance.get_run_records(RunsFilter(tags=tags, statuses=DIES_IN))
         )
@@ -148,7 +159,7 @@ class RunSpan:
 
 def in_flight_spans(instance: DagsterInstance, stream: str, tag: str = STREAM_TAG) -> list[RunSpan]:
     """The spans of the stream's runs in flight: ingestion runs, or with `tag=MERGE_TAG` its
-    merge runs."""
+    merge runs (`PUBLISH_TAG`: its publication runs)."""
     spans = []
     records = instance.get_run_records(RunsFilter(tags={tag: stream}, statuses=list(IN_FLIGHT)))
     for record in records:

@@ -78,7 +78,12 @@ def test_a_partition_a_later_run_ingested_is_not_reported_failed(tmp_path: Path,
         held_epoch=held.epoch,
     )
     defs = Definitions(
-        resources={"coordination": env.coordination(), "lake": lake, "spark": SparkResource()}
+        resources={
+            "coordination": env.coordination(),
+            "lake": lake,
+            "spark": SparkResource(),
+            "catalog": env.catalog(),
+        }
     )
     lines: list[str] = []
     report = run_stream(defs, env.instance(), STREAM, log=lines.append)

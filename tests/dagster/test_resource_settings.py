@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 from dagster import Definitions, EnvVar, build_resources
 
+from resources.catalog.settings import CatalogConfigError
 from resources.coordination.errors import StoreConfigError
+from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
 from resources.errors import ConfigError
+from resources.publication.settings import PublicationConfigError
 from resources.settings import field_types
 from tests.support.settings_samples import Variable, documented_variables, sample
 from tests.test_settings import DECLARATIONS
@@ -54,7 +57,12 @@ def test_the_code_location_reads_its_streams_file_from_the_environment(
     assert [s.name for s in defs.sensors or []] == [
         "clicks_discovery",
         "clicks_merge",
+        "clicks_publish",
         "clicks_checks",
+    ]
+    assert [j.name for j in defs.jobs or []] == ["clicks_gc"]
+    assert [(s.name, s.job_name) for s in defs.schedules or []] == [
+        ("clicks_gc_hourly", "clicks_gc")
     ]
     with build_resources(defs.resources or {}) as resources:
         assert sorted(resources.lake.streams()) == ["clicks"]
@@ -64,7 +72,7 @@ def test_the_code_location_reads_its_streams_file_from_the_environment(
         )
 
 
-RESOURCES = (CoordinationResource, LakeResource, SparkResource)
+RESOURCES = (CoordinationResource, LakeResource, SparkResource, CatalogResource)
 
 
 def test_the_resources_declare_every_setting() -> None:
@@ -119,6 +127,20 @@ def test_from_env_binds_each_set_variable(monkeypatch: pytest.MonkeyPatch) -> No
         ("LEASEHOLD_STORE_BACKEND", "cassandra", "backend", StoreConfigError),
         ("LEASEHOLD_SKIP_TABLE_CREATION", "maybe", "skip_table_creation", StoreConfigError),
         ("LEASEHOLD_S3_ENDPOINT_URL", "localhost:9000", "s3_endpoint_url", ConfigError),
+        ("LEASEHOLD_CATALOG", "hive", "catalog", CatalogConfigError),
+        ("LEASEHOLD_GLUE_ENDPOINT_URL", "glue.local", "glue_endpoint_url", CatalogConfigError),
+        (
+            "LEASEHOLD_MAX_PUBLICATIONS_PER_RUN",
+            "many",
+            "max_publications_per_run",
+            PublicationConfigError,
+        ),
+        (
+            "LEASEHOLD_GC_SAFETY_DELAY_SECONDS",
+            "a day",
+            "gc_safety_delay_seconds",
+            PublicationConfigError,
+        ),
     ],
 )
 def test_a_bad_variable_fails_the_code_location_at_load_naming_the_field(
@@ -147,6 +169,8 @@ def test_a_bad_variable_fails_the_code_location_at_load_naming_the_field(
         ),
         (CoordinationResource(backend="dynamodb", billing_mode="FREE"), "billing_mode"),
         (LakeResource(chunk_size=0), "chunk_size"),
+        (CatalogResource(catalog="hive"), "catalog"),
+        (CatalogResource(max_publications_per_run=0), "max_publications_per_run"),
     ],
 )
 def test_setup_validates_through_the_declarations(resource, field: str) -> None:
@@ -191,5 +215,6 @@ def test_the_code_location_loads_with_each_variable_set(
     assert [s.name for s in defs.sensors or []] == [
         *(f"{s}_discovery" for s in streams),
         *(f"{s}_merge" for s in streams),
+        *(f"{s}_publish" for s in streams),
         *(f"{s}_checks" for s in streams),
     ]

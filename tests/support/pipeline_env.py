@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from dagster import DagsterInstance
 
 from resources.coordination.lease_store import LeaseStore
+from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.instance import write_instance_yaml
 from resources.dagster_resources.lake import LakeResource
@@ -60,8 +61,17 @@ class PipelineEnv:
             reconcile_interval_seconds=self.reconcile_interval_s,
         )
 
+    def catalog(self, **fields: Any) -> CatalogResource:
+        """The local catalog file under the pipeline's root."""
+        return CatalogResource(catalog_path=str(self.root / "catalog.json"), **fields)
+
     def resources(self) -> dict[str, Any]:
-        return {"coordination": self.coordination(), "lake": self.lake(), "spark": SparkResource()}
+        return {
+            "coordination": self.coordination(),
+            "lake": self.lake(),
+            "spark": SparkResource(),
+            "catalog": self.catalog(),
+        }
 
     def store(self) -> LeaseStore:
         return build_store(self.settings)
