@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from resources.catalog.glue import name_problem
 from resources.errors import ConfigError
 from resources.settings import Settings, default_data_dir, http_url, one_of, setting
 
@@ -34,7 +35,10 @@ class CatalogSettings(Settings):
         doc="the local catalog file (default `$LEASEHOLD_DATA_DIR/catalog.json`)",
     )
     glue_database: str = setting(
-        "leasehold", env="LEASEHOLD_GLUE_DATABASE", doc="Glue database (created if missing)"
+        "leasehold",
+        env="LEASEHOLD_GLUE_DATABASE",
+        doc="Glue database (created if missing)",
+        check=lambda v: name_problem(v, "database"),
     )
     glue_region: str = setting("us-east-1", env="LEASEHOLD_GLUE_REGION", doc="Glue region")
     glue_endpoint_url: str | None = setting(
