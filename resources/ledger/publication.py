@@ -96,10 +96,10 @@ def publication_due(tp: TablePartition) -> PublicationKind | None:
 
     Switched: again as merged whenever the chain went past what is published (`current <
     desired`). Not switched: as merged (the switch) once it is closed and the chain covers
-    every live id — never for a partition that was never merged; else as live whenever ids
-    were committed past what is published.
+    every live id — never for a partition that was never merged; else as live whenever live
+    ids (`live_upper`) were committed past what is published.
     """
-    last = tp.next_object_id - 1
+    last = live_upper(tp)
     if tp.switched:
         return MERGED if tp.merged_upper > tp.published_upper else None
     if switch_ready(tp):
@@ -107,6 +107,16 @@ def publication_due(tp: TablePartition) -> PublicationKind | None:
     if last > 0 and (tp.current_manifest_version < 0 or last > tp.published_upper):
         return LIVE
     return None
+
+
+def live_upper(tp: TablePartition) -> int:
+    """The last id a live publication may cover: every committed id while the partition is
+    open, only its live ids (`1..last_live_object_id`) once it is closed. Delayed objects
+    become visible when merged: a live manifest naming them would be followed by a switch to a
+    chain that need not reach them yet (it only has to cover the live ids), and readers would
+    see their records vanish until the next merge."""
+    last = tp.next_object_id - 1
+    return last if tp.last_live_object_id is None else min(last, tp.last_live_object_id)
 
 
 def switch_ready(tp: TablePartition) -> bool:
@@ -120,8 +130,8 @@ def switch_ready(tp: TablePartition) -> bool:
 
 def check_publication(tp: TablePartition | None, publication: Publication) -> None:
     """Raise `StalePublicationError` unless `publication` may become the partition's current
-    one: newer than the current version, and covering only what the ledger holds (committed
-    ids; for a merged one, ids the chain covers)."""
+    one: newer than the current version, and covering only what the ledger holds (a live one:
+    `live_upper`, never a delayed id; a merged one: ids the chain covers)."""
     if tp is None:
         raise LeaseholdError(
             f"{publication.table} dt={publication.dt}: no such table partition to publish"
@@ -129,7 +139,9 @@ def check_publication(tp: TablePartition | None, publication: Publication) -> No
     current = current_version(tp)
     if current is not None and publication.version <= current:
         raise StalePublicationError(publication, current)
-    if publication.switched and publication.upper != tp.merged_upper:
+    if publication.switched:
+        if publication.upper == tp.merged_upper > 0:
+            return
         # The chain a merged manifest lists is the current one only while its end is the
         # partition's `merged_upper` (every merge commit raises it): a manifest of an older
         # chain may name a rewritten range's superseded object, which garbage collection
@@ -145,7 +157,7 @@ def check_publication(tp: TablePartition | None, publication: Publication) -> No
             f"{publication.table} dt={publication.dt}: a merged publication up to "
             f"{publication.upper} is outside the chain, which ends at {tp.merged_upper}"
         )
-    limit = tp.next_object_id - 1
+    limit = live_upper(tp)
     if publication.upper < 1 or publication.upper > limit:
         raise LeaseholdError(
             f"{publication.table} dt={publication.dt}: a {kind_of(publication)} publication up "

@@ -21,7 +21,7 @@ from resources.check_outcome import CheckOutcome
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
-from resources.ledger.publication import Publication
+from resources.ledger.publication import Publication, live_upper
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.publication.manifest import (
     SYMLINK_DIR,
@@ -182,7 +182,8 @@ def _coverage_problems(table: str, tp: TablePartition, ranges: list[MergeRange])
                 f"{tp.last_live_object_id}"
             )
     if tp.publication_seq > 0:
-        limit = chain_end if tp.switched else tp.next_object_id - 1
+        # A live publication never names a delayed object (they wait for their merge).
+        limit = chain_end if tp.switched else live_upper(tp)
         if not 1 <= tp.published_upper <= limit:
             kind = "merged" if tp.switched else "live"
             found.append(

@@ -2,8 +2,9 @@
 
 One publication of one table partition, in the order that keeps every reader safe:
 1. Read the partition and decide what is due (`publication_due`): its live small objects
-   (`1..next_object_id-1`) before the switch, its merge chain's objects once it is closed and
-   the chain covers every live id, and again after each later merge.
+   (`1..live_upper`: every id while open, never a delayed one) before the switch, its merge
+   chain's objects once it is closed and the chain covers every live id, and again after each
+   later merge.
 2. Write the version's two manifests under a directory no other attempt uses
    (`manifest.new_version_key`): nothing points at it yet, so a crash leaves an orphan only.
 3. Record it in the ledger (`Ledger.record_publication`, one conditional write): it becomes
@@ -43,6 +44,7 @@ from resources.ledger.publication import (
     PublicationKind,
     StalePublicationError,
     live_files,
+    live_upper,
     merged_files,
     publication_due,
 )
@@ -218,7 +220,7 @@ class Publisher:
     def _files(self, tp: TablePartition, kind: PublicationKind) -> tuple[int, list[DataFile]]:
         """(upper, files) of the publication due: every id `1..upper` exactly once."""
         if kind == LIVE:
-            upper = tp.next_object_id - 1
+            upper = live_upper(tp)
             files = live_files(self.store.ledger_objects(self.table, tp.dt), upper)
             if len(files) != upper:
                 raise PublicationError(

@@ -19,6 +19,7 @@ from resources.ledger.publication import (
     current_data_files,
     current_version,
     live_files,
+    live_upper,
     merged_files,
     publication_due,
     retained,
@@ -72,6 +73,8 @@ def publication(upper: int, *, switched: bool = False, seq: int = 0, at: int = 0
         (partition(6, last_live=3, merged_upper=5, published=(True, 3)), MERGED),  # republish
         (partition(6, last_live=3, merged_upper=5, published=(True, 5)), None),
         (partition(8, last_live=3, merged_upper=5, published=(True, 5)), None),  # delayed wait
+        (partition(6, last_live=3), LIVE),  # closed, delayed 4..5: live up to 3 only
+        (partition(6, last_live=3, merged_upper=2, published=(False, 3)), None),  # delayed wait
     ],
 )
 def test_publication_due(tp: TablePartition, due: str | None) -> None:
@@ -84,6 +87,17 @@ def test_switch_ready_needs_closed_merged_and_covered() -> None:
     assert not switch_ready(partition(4, last_live=3, merged_upper=2))
     assert switch_ready(partition(4, last_live=3, merged_upper=3))
     assert switch_ready(partition(6, last_live=3, merged_upper=5))  # delayed ones merged too
+
+
+def test_a_live_publication_never_covers_a_delayed_id() -> None:
+    """Else the switch, which only has to cover the live ids, could follow a live manifest
+    naming delayed objects its chain does not reach yet: their records would vanish."""
+    assert live_upper(partition(6)) == 5  # open: every committed id
+    closed = partition(6, last_live=3, merged_upper=2, published=(False, 2))
+    assert live_upper(closed) == 3
+    check_publication(closed, publication(3))
+    with pytest.raises(LeaseholdError, match=r"outside 1\.\.3"):
+        check_publication(closed, publication(5))
 
 
 def test_version_orders_switched_above_any_live() -> None:
