@@ -30,6 +30,9 @@ from resources.errors import LeaseholdError
 from resources.ledger.merge import MergeRange
 from resources.ledger.model import RegisteredObject, TablePartition
 
+MAX_UNRECORDED_AGE_MS = 10 * 60 * 1000
+"""How old a version's manifests may be when the ledger records it (see `written_at_ms`)."""
+
 PublicationKind = Literal["live", "merged"]
 LIVE: PublicationKind = "live"
 MERGED: PublicationKind = "merged"
@@ -58,6 +61,11 @@ class Publication:
     published_at_ms: int
     """When the ledger recorded it (set by `record_publication`): the moment it became current
     and its predecessor superseded."""
+    written_at_ms: int = 0
+    """When the publisher began writing its manifests (0: not said). `record_publication`
+    refuses a version written more than `MAX_UNRECORDED_AGE_MS` ago, and garbage collection
+    keeps an unrecorded version at least twice that long: a publisher paused between writing
+    and recording can never make current a version whose manifests were collected."""
 
     @property
     def version(self) -> tuple[bool, int]:
@@ -128,10 +136,13 @@ def switch_ready(tp: TablePartition) -> bool:
     )
 
 
-def check_publication(tp: TablePartition | None, publication: Publication) -> None:
+def check_publication(
+    tp: TablePartition | None, publication: Publication, now_ms: int | None = None
+) -> None:
     """Raise `StalePublicationError` unless `publication` may become the partition's current
-    one: newer than the current version, and covering only what the ledger holds (a live one:
-    `live_upper`, never a delayed id; a merged one: ids the chain covers)."""
+    one: newer than the current version, covering only what the ledger holds (a live one:
+    `live_upper`, never a delayed id; a merged one: ids the chain covers), and (given `now_ms`,
+    the ledger's clock) written less than `MAX_UNRECORDED_AGE_MS` ago."""
     if tp is None:
         raise LeaseholdError(
             f"{publication.table} dt={publication.dt}: no such table partition to publish"
@@ -139,6 +150,17 @@ def check_publication(tp: TablePartition | None, publication: Publication) -> No
     current = current_version(tp)
     if current is not None and publication.version <= current:
         raise StalePublicationError(publication, current)
+    age_ms = (
+        0 if now_ms is None or not publication.written_at_ms else now_ms - publication.written_at_ms
+    )
+    if age_ms > MAX_UNRECORDED_AGE_MS:
+        raise StalePublicationError(
+            publication,
+            current or (False, 0),
+            f"was written {age_ms / 1000:.0f} s ago, more than "
+            f"{MAX_UNRECORDED_AGE_MS / 1000:.0f} s: garbage collection may have taken its "
+            "manifests",
+        )
     if publication.switched:
         if publication.upper == tp.merged_upper > 0:
             return

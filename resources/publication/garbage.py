@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from resources.errors import LeaseholdError
 from resources.ledger.model import TablePartition
-from resources.ledger.publication import Publication, retained
+from resources.ledger.publication import MAX_UNRECORDED_AGE_MS, Publication, retained
 from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
 from resources.publication.manifest import MANIFESTS_PREFIX, read_spectrum
 from resources.stores.base import CoordinationStore
@@ -108,12 +108,19 @@ class _KeepSet:
     keys: set[str] = field(default_factory=set)
     prefixes: list[str] = field(default_factory=list)
     """Retained manifest version directories (all of a version's files stay)."""
+    recorded: list[str] = field(default_factory=list)
+    """Every version directory the ledger's publication history names, retained or not."""
     ledger_small: set[str] = field(default_factory=set)
     """Every small object the ledger holds (kept or not): how a deletion is classified."""
     forget: dict[str, int] = field(default_factory=dict)
 
     def holds(self, key: str) -> bool:
         return key in self.keys or any(key.startswith(p) for p in self.prefixes)
+
+    def unrecorded_manifest(self, key: str) -> bool:
+        return key.startswith(MANIFESTS_PREFIX) and not any(
+            key.startswith(p) for p in self.recorded
+        )
 
 
 class GarbageCollector:
@@ -151,7 +158,7 @@ class GarbageCollector:
         deletions: list[Deletion] = []
         kept = 0
         for info in listed:
-            if keep.holds(info.key) or not self._old(info, now):
+            if keep.holds(info.key) or not self._old(info, now, keep.unrecorded_manifest(info.key)):
                 kept += 1
             else:
                 deletions.append(Deletion(info.key, info.size, self._reason(info.key, keep)))
@@ -221,6 +228,10 @@ class GarbageCollector:
         dt = tp.dt
         publications = self.store.publications(self.table, dt)
         kept = retained(publications, now, self.safety_delay_ms) if publications else []
+        for p in publications:
+            version_key = self._key(p.location)
+            if version_key is not None:
+                keep.recorded.append(version_key.rstrip("/") + "/")
         for p in kept:
             self._keep_version(p, keep)
         if kept and kept[0].seq > publications[0].seq:
@@ -276,8 +287,14 @@ class GarbageCollector:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def _old(self, info: ObjectInfo, now: int) -> bool:
-        return now - info.modified_ms > self.safety_delay_ms
+    def _old(self, info: ObjectInfo, now: int, unrecorded_manifest: bool) -> bool:
+        """Older than the safety delay; a manifest no publication record names (a publisher
+        may still record it) also older than twice the age at which the ledger stops
+        accepting it (`MAX_UNRECORDED_AGE_MS`: clocks may differ)."""
+        min_age = self.safety_delay_ms
+        if unrecorded_manifest:
+            min_age = max(min_age, 2 * MAX_UNRECORDED_AGE_MS)
+        return now - info.modified_ms > min_age
 
     @staticmethod
     def _reason(key: str, keep: _KeepSet) -> str:

@@ -186,6 +186,7 @@ class Publisher:
         if kind is None:
             return self._repair_catalog(tp)
         upper, files = self._files(tp, kind)
+        written_at_ms = self.clock_ms()
         version_url = write_version(self.objects, new_version_key(dt, kind, upper), files)
         self.on_step("written", dt)
         proposed = Publication(
@@ -199,6 +200,7 @@ class Publisher:
             rows=sum(f.row_count for f in files),
             bytes=sum(f.content_length for f in files),
             published_at_ms=self.clock_ms(),
+            written_at_ms=written_at_ms,
         )
         try:
             recorded = self.store.record_publication(proposed)

@@ -99,7 +99,7 @@ def stamped_publication(
     read it: `check_publication` first (raising, nothing written), then the next `seq` and
     the moment it became current. Whatever `seq`/`published_at_ms` the caller put in are
     ignored: only the ledger orders publications."""
-    check_publication(partition, publication)
+    check_publication(partition, publication, now_ms)
     assert partition is not None  # check_publication refuses a missing partition
     return replace(publication, seq=partition.publication_seq + 1, published_at_ms=now_ms)
 

@@ -4,6 +4,8 @@ manifest lists (ARCHITECTURE §6)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from resources.errors import LeaseholdError
@@ -11,6 +13,7 @@ from resources.ledger.merge import MergeRange
 from resources.ledger.model import RegisteredObject, TablePartition
 from resources.ledger.publication import (
     LIVE,
+    MAX_UNRECORDED_AGE_MS,
     MERGED,
     DataFile,
     Publication,
@@ -186,3 +189,14 @@ def merge_range(lower: int | None, upper: int) -> MergeRange:
 
 def file(url: str, n: int) -> DataFile:
     return DataFile(url, n, n)
+
+
+def test_a_version_written_too_long_ago_is_refused() -> None:
+    """A publisher paused between writing its manifests and recording them must not make a
+    version current whose manifests garbage collection may already have taken."""
+    tp = partition(3)
+    written = replace(publication(2), written_at_ms=1_000)
+    check_publication(tp, written, now_ms=1_000 + MAX_UNRECORDED_AGE_MS)
+    with pytest.raises(StalePublicationError, match="was written"):
+        check_publication(tp, written, now_ms=1_000 + MAX_UNRECORDED_AGE_MS + 1)
+    check_publication(tp, publication(2), now_ms=10**12)  # not said: not judged

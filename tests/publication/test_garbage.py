@@ -16,7 +16,7 @@ import pytest
 
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
-from resources.ledger.publication import retained
+from resources.ledger.publication import MAX_UNRECORDED_AGE_MS, retained
 from resources.objects.base import ObjectInfo, ObjectStoreError
 from resources.objects.local import LocalObjectStore
 from resources.publication.garbage import (
@@ -318,3 +318,24 @@ def test_a_source_or_quarantine_under_the_table_root_is_refused(lake: Lake) -> N
         GarbageCollector(config, lake.store, lake.objects, safety_delay_s=DELAY_S)
     beside = replace(config, quarantine=lake.objects.root_url + "_quarantine")
     GarbageCollector(beside, lake.store, lake.objects, safety_delay_s=DELAY_S)
+
+
+def test_an_unrecorded_manifest_stays_while_a_paused_publisher_could_still_record_it(
+    lake: Lake, clock: FakeClock
+) -> None:
+    """The ledger refuses a version written more than MAX_UNRECORDED_AGE_MS ago; until twice
+    that, a manifest no record names may still become current, whatever the safety delay."""
+    lake.ingest(100)
+    key = f"_manifests/dt={DT}/live-1-paused/manifest.json"
+    lake.objects.put_bytes(key, b"{}")
+    short = GarbageCollector(
+        stream_config(lake.objects.root_url),
+        lake.store,
+        lake.objects,
+        safety_delay_s=60.0,
+        clock_ms=lambda: int(clock.now * 1000),
+    )
+    clock.advance(2 * MAX_UNRECORDED_AGE_MS / 1000 - 5)
+    assert key not in deletions(short.plan())
+    clock.advance(10)
+    assert deletions(short.plan())[key] == EXPIRED_MANIFEST
