@@ -290,73 +290,30 @@ def _merge(
     """Tick the merge sensor and execute the merge runs it requests until it requests none
     (carry-over makes a partition due again at once) or only ranges that already failed in
     this invocation. Returns the merge asset and its checks, for the checks run."""
-    sensor = build_merge_sensor(stream)
     asset_def = build_merge_asset(stream)
-    resources = defs.resources or {}
-    failed_ranges: set[tuple[str, str]] = set()
-    ticks = _sensor_ticks(
-        sensor, instance, resources, dates_for(stream), merge_cursor_key(stream), max_ticks
-    )
-    for result in ticks:
-        if not isinstance(result, SensorResult):
-            break
-        runs = [
-            r
-            for r in result.run_requests or []
-            if (r.tags[RANGE_START], r.tags[RANGE_END]) not in failed_ranges
-        ]
-        if not runs:
-            break
-        for run in runs:
-            if not _execute_merge(run, asset_def, instance, resources, report, log, stream):
-                failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
-    return asset_def, build_merge_checks(stream)
 
-
-def _execute_merge(
-    run: RunRequest,
-    asset_def: AssetsDefinition,
-    instance: DagsterInstance,
-    resources: dict,
-    report: MainJobReport,
-    log: Callable[[str], None],
-    stream: str,
-) -> bool:
-    report.merge_runs += 1
-    outcome = materialize(
-        [asset_def],
-        instance=instance,
-        resources=resources,
-        tags={**run.tags, **in_this_process()},
-        raise_on_error=False,
-        run_config=QUIET,
-    )
-    for event in outcome.get_asset_materialization_events():
-        metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-        report.not_merged.pop(str(event.partition), None)
+    def merged(dt: str, metadata: Mapping[str, Any]) -> None:
+        report.not_merged.pop(dt, None)
         for name in report.merge_totals:
-            report.merge_totals[name] += int(metadata[name])  # type: ignore[arg-type]
+            report.merge_totals[name] += int(metadata[name])
         line = (
-            f"{stream} dt={event.partition}: merged {metadata['objects_merged']} objects "
+            f"{stream} dt={dt}: merged {metadata['objects_merged']} objects "
             f"({metadata['delayed_objects_merged']} delayed), {metadata['rows']} rows, "
             f"{metadata['bytes_in']} -> {metadata['bytes_out']} bytes into range "
             f"{metadata['range']}" + ("; carried over" if metadata["carry_over"] else "")
         )
         report.merges.append(line)
         log(line)
-    if outcome.success:
-        return True
-    for event in outcome.all_events:
-        if event.is_step_failure:
-            user = event.step_failure_data.user_failure_data
-            if user is not None and FAILED_MERGES in user.metadata:
-                for line in user.metadata[FAILED_MERGES].value:  # type: ignore[union-attr]
-                    report.not_merged[line.split(":", 1)[0]] = line
-            else:
-                error = event.step_failure_data.error
-                report.crashed_runs.append(error.message.strip() if error else str(event.message))
-    log(f"{stream}: merge run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
-    return False
+
+    runner = _RangeRun(asset_def, instance, defs.resources or {}, report, log, stream)
+
+    def execute(run: RunRequest) -> bool:
+        report.merge_runs += 1
+        return runner.execute(run, "merge", merged, FAILED_MERGES, report.not_merged)
+
+    sensor = build_merge_sensor(stream)
+    _range_runs(sensor, merge_cursor_key(stream), defs, instance, stream, max_ticks, execute)
+    return asset_def, build_merge_checks(stream)
 
 
 def _publish(
@@ -370,13 +327,44 @@ def _publish(
     """Tick the publication sensor and execute the publication runs it requests until it
     requests none, or only ranges that already failed in this invocation. Returns the
     published-table asset and its checks, for the checks run."""
-    sensor = build_publication_sensor(stream)
     asset_def = build_publication_asset(stream)
-    resources = defs.resources or {}
+
+    def published(dt: str, metadata: Mapping[str, Any]) -> None:
+        report.not_published.pop(f"dt={dt}", None)
+        report.switched_now += bool(metadata["switched_now"])
+        line = f"{stream} dt={dt}: {publication_line(metadata)}"
+        report.publications.append(line)
+        log(line)
+
+    runner = _RangeRun(asset_def, instance, defs.resources or {}, report, log, stream)
+
+    def execute(run: RunRequest) -> bool:
+        report.publish_runs += 1
+        return runner.execute(
+            run, "publication", published, FAILED_PUBLICATIONS, report.not_published
+        )
+
+    sensor = build_publication_sensor(stream)
+    _range_runs(sensor, publish_cursor_key(stream), defs, instance, stream, max_ticks, execute)
+    return asset_def, build_publication_checks(stream)
+
+
+def _range_runs(
+    sensor: SensorDefinition,
+    cursor_key: str,
+    defs: Definitions,
+    instance: DagsterInstance,
+    stream: str,
+    max_ticks: int,
+    execute: Callable[[RunRequest], bool],
+) -> None:
+    """Tick `sensor` (the merge or the publication sensor) and `execute` each range run it
+    requests, until it requests none or only ranges that already failed in this invocation:
+    one that failed is not executed again (it stays due, and the sensor asks again next time),
+    so a failure that persists cannot keep `leasehold run` going until `max_ticks`."""
     failed_ranges: set[tuple[str, str]] = set()
-    ticks = _sensor_ticks(
-        sensor, instance, resources, dates_for(stream), publish_cursor_key(stream), max_ticks
-    )
+    resources = defs.resources or {}
+    ticks = _sensor_ticks(sensor, instance, resources, dates_for(stream), cursor_key, max_ticks)
     for result in ticks:
         if not isinstance(result, SensorResult):
             break
@@ -388,49 +376,58 @@ def _publish(
         if not runs:
             break
         for run in runs:
-            if not _execute_publication(run, asset_def, instance, resources, report, log, stream):
+            if not execute(run):
                 failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
-    return asset_def, build_publication_checks(stream)
 
 
-def _execute_publication(
-    run: RunRequest,
-    asset_def: AssetsDefinition,
-    instance: DagsterInstance,
-    resources: dict,
-    report: MainJobReport,
-    log: Callable[[str], None],
-    stream: str,
-) -> bool:
-    report.publish_runs += 1
-    outcome = materialize(
-        [asset_def],
-        instance=instance,
-        resources=resources,
-        tags={**run.tags, **in_this_process()},
-        raise_on_error=False,
-        run_config=QUIET,
-    )
-    for event in outcome.get_asset_materialization_events():
-        metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-        report.not_published.pop(f"dt={event.partition}", None)
-        report.switched_now += bool(metadata["switched_now"])
-        line = f"{stream} dt={event.partition}: {publication_line(metadata)}"
-        report.publications.append(line)
-        log(line)
-    if outcome.success:
-        return True
-    for event in outcome.all_events:
-        if event.is_step_failure:
-            user = event.step_failure_data.user_failure_data
-            if user is not None and FAILED_PUBLICATIONS in user.metadata:
-                for line in user.metadata[FAILED_PUBLICATIONS].value:  # type: ignore[union-attr]
-                    report.not_published[line.split(":", 1)[0]] = line
-            else:
-                error = event.step_failure_data.error
-                report.crashed_runs.append(error.message.strip() if error else str(event.message))
-    log(f"{stream}: publication run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
-    return False
+@dataclass(frozen=True)
+class _RangeRun:
+    """Executes a merge or publication run in this process, into the report."""
+
+    asset_def: AssetsDefinition
+    instance: DagsterInstance
+    resources: Mapping[str, Any]
+    report: MainJobReport
+    log: Callable[[str], None]
+    stream: str
+
+    def execute(
+        self,
+        run: RunRequest,
+        what: str,
+        materialized: Callable[[str, Mapping[str, Any]], None],
+        failed_key: str,
+        failures: dict[str, str],
+    ) -> bool:
+        """Execute `run`; `materialized(dt, metadata)` for each table partition it
+        materialized, and each failure line its asset reported under `failed_key` into
+        `failures` (by its `dt=<date>`); another error is a crashed run. Whether it succeeded."""
+        outcome = materialize(
+            [self.asset_def],
+            instance=self.instance,
+            resources=self.resources,
+            tags={**run.tags, **in_this_process()},
+            raise_on_error=False,
+            run_config=QUIET,
+        )
+        for event in outcome.get_asset_materialization_events():
+            metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+            materialized(str(event.partition), metadata)
+        if outcome.success:
+            return True
+        for event in outcome.all_events:
+            if event.is_step_failure:
+                user = event.step_failure_data.user_failure_data
+                if user is not None and failed_key in user.metadata:
+                    for line in user.metadata[failed_key].value:  # type: ignore[union-attr]
+                        failures[line.split(":", 1)[0]] = line
+                else:
+                    error = event.step_failure_data.error
+                    message = error.message.strip() if error else str(event.message)
+                    self.report.crashed_runs.append(message)
+        first, last = run.tags[RANGE_START], run.tags[RANGE_END]
+        self.log(f"{self.stream}: {what} run {first} .. {last} failed")
+        return False
 
 
 def publication_line(metadata: Mapping[str, Any]) -> str:
