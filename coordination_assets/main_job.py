@@ -305,14 +305,16 @@ def _merge(
         report.merges.append(line)
         log(line)
 
-    runner = _RangeRun(asset_def, instance, defs.resources or {}, report, log, stream)
-
-    def execute(run: RunRequest) -> bool:
-        report.merge_runs += 1
-        return runner.execute(run, "merge", merged, FAILED_MERGES, report.not_merged)
-
-    sensor = build_merge_sensor(stream)
-    _range_runs(sensor, merge_cursor_key(stream), defs, instance, stream, max_ticks, execute)
+    merges = _RangePass(
+        "merge",
+        build_merge_sensor(stream),
+        merge_cursor_key(stream),
+        asset_def,
+        FAILED_MERGES,
+        report.not_merged,
+        merged,
+    )
+    report.merge_runs += _range_runs(merges, defs, instance, stream, report, max_ticks, log)
     return asset_def, build_merge_checks(stream)
 
 
@@ -336,35 +338,55 @@ def _publish(
         report.publications.append(line)
         log(line)
 
-    runner = _RangeRun(asset_def, instance, defs.resources or {}, report, log, stream)
-
-    def execute(run: RunRequest) -> bool:
-        report.publish_runs += 1
-        return runner.execute(
-            run, "publication", published, FAILED_PUBLICATIONS, report.not_published
-        )
-
-    sensor = build_publication_sensor(stream)
-    _range_runs(sensor, publish_cursor_key(stream), defs, instance, stream, max_ticks, execute)
+    publications = _RangePass(
+        "publication",
+        build_publication_sensor(stream),
+        publish_cursor_key(stream),
+        asset_def,
+        FAILED_PUBLICATIONS,
+        report.not_published,
+        published,
+    )
+    report.publish_runs += _range_runs(publications, defs, instance, stream, report, max_ticks, log)
     return asset_def, build_publication_checks(stream)
 
 
+@dataclass(frozen=True)
+class _RangePass:
+    """What differs between the merge and the publication passes of `leasehold run`."""
+
+    what: str
+    """`merge` or `publication`, for the log."""
+    sensor: SensorDefinition
+    cursor_key: str
+    asset_def: AssetsDefinition
+    failed_key: str
+    """The metadata key under which the asset's `Failure` lists its failed table partitions."""
+    failures: dict[str, str]
+    """The report's failure lines of this pass, by `dt=<date>`: a line is put in when its
+    table partition fails, taken out by `materialized` when a later run makes it."""
+    materialized: Callable[[str, Mapping[str, Any]], None]
+    """Records one table partition's materialization (its date, its metadata) in the report."""
+
+
 def _range_runs(
-    sensor: SensorDefinition,
-    cursor_key: str,
+    ranges: _RangePass,
     defs: Definitions,
     instance: DagsterInstance,
     stream: str,
+    report: MainJobReport,
     max_ticks: int,
-    execute: Callable[[RunRequest], bool],
-) -> None:
-    """Tick `sensor` (the merge or the publication sensor) and `execute` each range run it
-    requests, until it requests none or only ranges that already failed in this invocation:
-    one that failed is not executed again (it stays due, and the sensor asks again next time),
-    so a failure that persists cannot keep `leasehold run` going until `max_ticks`."""
+    log: Callable[[str], None],
+) -> int:
+    """Tick the pass's sensor and execute each range run it requests, until it requests none
+    or only ranges that already failed in this invocation: one that failed is not executed
+    again (it stays due, and the sensor asks again next time). The number of runs executed."""
+    executed = 0
     failed_ranges: set[tuple[str, str]] = set()
     resources = defs.resources or {}
-    ticks = _sensor_ticks(sensor, instance, resources, dates_for(stream), cursor_key, max_ticks)
+    ticks = _sensor_ticks(
+        ranges.sensor, instance, resources, dates_for(stream), ranges.cursor_key, max_ticks
+    )
     for result in ticks:
         if not isinstance(result, SensorResult):
             break
@@ -376,58 +398,48 @@ def _range_runs(
         if not runs:
             break
         for run in runs:
-            if not execute(run):
+            executed += 1
+            if not _execute_range(run, ranges, instance, resources, report, log, stream):
                 failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
+    return executed
 
 
-@dataclass(frozen=True)
-class _RangeRun:
-    """Executes a merge or publication run in this process, into the report."""
-
-    asset_def: AssetsDefinition
-    instance: DagsterInstance
-    resources: Mapping[str, Any]
-    report: MainJobReport
-    log: Callable[[str], None]
-    stream: str
-
-    def execute(
-        self,
-        run: RunRequest,
-        what: str,
-        materialized: Callable[[str, Mapping[str, Any]], None],
-        failed_key: str,
-        failures: dict[str, str],
-    ) -> bool:
-        """Execute `run`; `materialized(dt, metadata)` for each table partition it
-        materialized, and each failure line its asset reported under `failed_key` into
-        `failures` (by its `dt=<date>`); another error is a crashed run. Whether it succeeded."""
-        outcome = materialize(
-            [self.asset_def],
-            instance=self.instance,
-            resources=self.resources,
-            tags={**run.tags, **in_this_process()},
-            raise_on_error=False,
-            run_config=QUIET,
-        )
-        for event in outcome.get_asset_materialization_events():
-            metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-            materialized(str(event.partition), metadata)
-        if outcome.success:
-            return True
-        for event in outcome.all_events:
-            if event.is_step_failure:
-                user = event.step_failure_data.user_failure_data
-                if user is not None and failed_key in user.metadata:
-                    for line in user.metadata[failed_key].value:  # type: ignore[union-attr]
-                        failures[line.split(":", 1)[0]] = line
-                else:
-                    error = event.step_failure_data.error
-                    message = error.message.strip() if error else str(event.message)
-                    self.report.crashed_runs.append(message)
-        first, last = run.tags[RANGE_START], run.tags[RANGE_END]
-        self.log(f"{self.stream}: {what} run {first} .. {last} failed")
-        return False
+def _execute_range(
+    run: RunRequest,
+    ranges: _RangePass,
+    instance: DagsterInstance,
+    resources: Mapping[str, Any],
+    report: MainJobReport,
+    log: Callable[[str], None],
+    stream: str,
+) -> bool:
+    """Execute a merge or publication run in this process, into the report; whether it
+    succeeded. An error that is not a table partition's failure is a crashed run."""
+    outcome = materialize(
+        [ranges.asset_def],
+        instance=instance,
+        resources=resources,
+        tags={**run.tags, **in_this_process()},
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    for event in outcome.get_asset_materialization_events():
+        metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+        ranges.materialized(str(event.partition), metadata)
+    if outcome.success:
+        return True
+    for event in outcome.all_events:
+        if event.is_step_failure:
+            user = event.step_failure_data.user_failure_data
+            if user is not None and ranges.failed_key in user.metadata:
+                for line in user.metadata[ranges.failed_key].value:  # type: ignore[union-attr]
+                    ranges.failures[line.split(":", 1)[0]] = line
+            else:
+                error = event.step_failure_data.error
+                report.crashed_runs.append(error.message.strip() if error else str(event.message))
+    first, last = run.tags[RANGE_START], run.tags[RANGE_END]
+    log(f"{stream}: {ranges.what} run {first} .. {last} failed")
+    return False
 
 
 def publication_line(metadata: Mapping[str, Any]) -> str:
