@@ -22,18 +22,15 @@ from dagster import (
     AssetMaterialization,
     AssetsDefinition,
     BackfillPolicy,
-    DefaultSensorStatus,
     DynamicPartitionsDefinition,
-    Failure,
-    MetadataValue,
     SensorDefinition,
     SensorEvaluationContext,
     asset,
     asset_check,
-    sensor,
 )
 
 from coordination_assets.ingestion import ingestion_asset_key
+from coordination_assets.table_runs import fail_if_any, stays_due_line, table_sensor
 from resources.compaction import checks as suite
 from resources.compaction.merge_runner import MERGED, MergeOutcome
 from resources.coordination.metrics import flush_or_keep
@@ -107,34 +104,23 @@ def build_merge_asset(stream: str) -> AssetsDefinition:
             else:
                 context.log.info(outcome.describe())
         flush_or_keep(coordination.store)
-        if failed:
-            lines = list(failed.values())
-            raise Failure(
-                f"{len(failed)} of {len(todo)} table partitions not merged:\n"
-                + "\n".join(lines[:20]),
-                metadata={FAILED_MERGES: MetadataValue.json(lines[:1000])},
-            )
+        fail_if_any(failed, len(todo), "merged", FAILED_MERGES)
 
     return merged
 
 
 def merge_failure_line(outcome: MergeOutcome) -> str:
-    return (
-        f"dt={outcome.dt}: {outcome.outcome}: {outcome.message}; its merge job stays due, "
-        "the merge sensor asks for it again"
-    )
+    return stays_due_line(outcome.dt, outcome.outcome, outcome.message, "merge job", "merge sensor")
 
 
 def build_merge_sensor(stream: str) -> SensorDefinition:
     dates = dates_for(stream)
     asset_key = merge_asset_key(stream)
 
-    @sensor(
-        name=f"{stream}_merge",
-        asset_selection=[asset_key],
-        minimum_interval_seconds=30,
-        default_status=DefaultSensorStatus.RUNNING,
-        description=f"Closes {stream!r}'s table partitions whose day ended, requests merges "
+    @table_sensor(
+        f"{stream}_merge",
+        asset_key,
+        f"Closes {stream!r}'s table partitions whose day ended, requests merges "
         "of those whose merge job is due or that just closed, records merges Dagster missed.",
     )
     def merge_sensor(

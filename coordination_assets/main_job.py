@@ -290,73 +290,32 @@ def _merge(
     """Tick the merge sensor and execute the merge runs it requests until it requests none
     (carry-over makes a partition due again at once) or only ranges that already failed in
     this invocation. Returns the merge asset and its checks, for the checks run."""
-    sensor = build_merge_sensor(stream)
     asset_def = build_merge_asset(stream)
-    resources = defs.resources or {}
-    failed_ranges: set[tuple[str, str]] = set()
-    ticks = _sensor_ticks(
-        sensor, instance, resources, dates_for(stream), merge_cursor_key(stream), max_ticks
-    )
-    for result in ticks:
-        if not isinstance(result, SensorResult):
-            break
-        runs = [
-            r
-            for r in result.run_requests or []
-            if (r.tags[RANGE_START], r.tags[RANGE_END]) not in failed_ranges
-        ]
-        if not runs:
-            break
-        for run in runs:
-            if not _execute_merge(run, asset_def, instance, resources, report, log, stream):
-                failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
-    return asset_def, build_merge_checks(stream)
 
-
-def _execute_merge(
-    run: RunRequest,
-    asset_def: AssetsDefinition,
-    instance: DagsterInstance,
-    resources: dict,
-    report: MainJobReport,
-    log: Callable[[str], None],
-    stream: str,
-) -> bool:
-    report.merge_runs += 1
-    outcome = materialize(
-        [asset_def],
-        instance=instance,
-        resources=resources,
-        tags={**run.tags, **in_this_process()},
-        raise_on_error=False,
-        run_config=QUIET,
-    )
-    for event in outcome.get_asset_materialization_events():
-        metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-        report.not_merged.pop(str(event.partition), None)
+    def merged(dt: str, metadata: Mapping[str, Any]) -> None:
+        report.not_merged.pop(dt, None)
         for name in report.merge_totals:
-            report.merge_totals[name] += int(metadata[name])  # type: ignore[arg-type]
+            report.merge_totals[name] += int(metadata[name])
         line = (
-            f"{stream} dt={event.partition}: merged {metadata['objects_merged']} objects "
+            f"{stream} dt={dt}: merged {metadata['objects_merged']} objects "
             f"({metadata['delayed_objects_merged']} delayed), {metadata['rows']} rows, "
             f"{metadata['bytes_in']} -> {metadata['bytes_out']} bytes into range "
             f"{metadata['range']}" + ("; carried over" if metadata["carry_over"] else "")
         )
         report.merges.append(line)
         log(line)
-    if outcome.success:
-        return True
-    for event in outcome.all_events:
-        if event.is_step_failure:
-            user = event.step_failure_data.user_failure_data
-            if user is not None and FAILED_MERGES in user.metadata:
-                for line in user.metadata[FAILED_MERGES].value:  # type: ignore[union-attr]
-                    report.not_merged[line.split(":", 1)[0]] = line
-            else:
-                error = event.step_failure_data.error
-                report.crashed_runs.append(error.message.strip() if error else str(event.message))
-    log(f"{stream}: merge run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
-    return False
+
+    merges = _RangePass(
+        "merge",
+        build_merge_sensor(stream),
+        merge_cursor_key(stream),
+        asset_def,
+        FAILED_MERGES,
+        report.not_merged,
+        merged,
+    )
+    report.merge_runs += _range_runs(merges, defs, instance, stream, report, max_ticks, log)
+    return asset_def, build_merge_checks(stream)
 
 
 def _publish(
@@ -370,12 +329,63 @@ def _publish(
     """Tick the publication sensor and execute the publication runs it requests until it
     requests none, or only ranges that already failed in this invocation. Returns the
     published-table asset and its checks, for the checks run."""
-    sensor = build_publication_sensor(stream)
     asset_def = build_publication_asset(stream)
-    resources = defs.resources or {}
+
+    def published(dt: str, metadata: Mapping[str, Any]) -> None:
+        report.not_published.pop(f"dt={dt}", None)
+        report.switched_now += bool(metadata["switched_now"])
+        line = f"{stream} dt={dt}: {publication_line(metadata)}"
+        report.publications.append(line)
+        log(line)
+
+    publications = _RangePass(
+        "publication",
+        build_publication_sensor(stream),
+        publish_cursor_key(stream),
+        asset_def,
+        FAILED_PUBLICATIONS,
+        report.not_published,
+        published,
+    )
+    report.publish_runs += _range_runs(publications, defs, instance, stream, report, max_ticks, log)
+    return asset_def, build_publication_checks(stream)
+
+
+@dataclass(frozen=True)
+class _RangePass:
+    """What differs between the merge and the publication passes of `leasehold run`."""
+
+    what: str
+    """`merge` or `publication`, for the log."""
+    sensor: SensorDefinition
+    cursor_key: str
+    asset_def: AssetsDefinition
+    failed_key: str
+    """The metadata key under which the asset's `Failure` lists its failed table partitions."""
+    failures: dict[str, str]
+    """The report's failure lines of this pass, by `dt=<date>`: a line is put in when its
+    table partition fails, taken out by `materialized` when a later run makes it."""
+    materialized: Callable[[str, Mapping[str, Any]], None]
+    """Records one table partition's materialization (its date, its metadata) in the report."""
+
+
+def _range_runs(
+    ranges: _RangePass,
+    defs: Definitions,
+    instance: DagsterInstance,
+    stream: str,
+    report: MainJobReport,
+    max_ticks: int,
+    log: Callable[[str], None],
+) -> int:
+    """Tick the pass's sensor and execute each range run it requests, until it requests none
+    or only ranges that already failed in this invocation: one that failed is not executed
+    again (it stays due, and the sensor asks again next time). The number of runs executed."""
+    executed = 0
     failed_ranges: set[tuple[str, str]] = set()
+    resources = defs.resources or {}
     ticks = _sensor_ticks(
-        sensor, instance, resources, dates_for(stream), publish_cursor_key(stream), max_ticks
+        ranges.sensor, instance, resources, dates_for(stream), ranges.cursor_key, max_ticks
     )
     for result in ticks:
         if not isinstance(result, SensorResult):
@@ -388,23 +398,25 @@ def _publish(
         if not runs:
             break
         for run in runs:
-            if not _execute_publication(run, asset_def, instance, resources, report, log, stream):
+            executed += 1
+            if not _execute_range(run, ranges, instance, resources, report, log, stream):
                 failed_ranges.add((run.tags[RANGE_START], run.tags[RANGE_END]))
-    return asset_def, build_publication_checks(stream)
+    return executed
 
 
-def _execute_publication(
+def _execute_range(
     run: RunRequest,
-    asset_def: AssetsDefinition,
+    ranges: _RangePass,
     instance: DagsterInstance,
-    resources: dict,
+    resources: Mapping[str, Any],
     report: MainJobReport,
     log: Callable[[str], None],
     stream: str,
 ) -> bool:
-    report.publish_runs += 1
+    """Execute a merge or publication run in this process, into the report; whether it
+    succeeded. An error that is not a table partition's failure is a crashed run."""
     outcome = materialize(
-        [asset_def],
+        [ranges.asset_def],
         instance=instance,
         resources=resources,
         tags={**run.tags, **in_this_process()},
@@ -413,23 +425,20 @@ def _execute_publication(
     )
     for event in outcome.get_asset_materialization_events():
         metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-        report.not_published.pop(f"dt={event.partition}", None)
-        report.switched_now += bool(metadata["switched_now"])
-        line = f"{stream} dt={event.partition}: {publication_line(metadata)}"
-        report.publications.append(line)
-        log(line)
+        ranges.materialized(str(event.partition), metadata)
     if outcome.success:
         return True
     for event in outcome.all_events:
         if event.is_step_failure:
             user = event.step_failure_data.user_failure_data
-            if user is not None and FAILED_PUBLICATIONS in user.metadata:
-                for line in user.metadata[FAILED_PUBLICATIONS].value:  # type: ignore[union-attr]
-                    report.not_published[line.split(":", 1)[0]] = line
+            if user is not None and ranges.failed_key in user.metadata:
+                for line in user.metadata[ranges.failed_key].value:  # type: ignore[union-attr]
+                    ranges.failures[line.split(":", 1)[0]] = line
             else:
                 error = event.step_failure_data.error
                 report.crashed_runs.append(error.message.strip() if error else str(event.message))
-    log(f"{stream}: publication run {run.tags[RANGE_START]} .. {run.tags[RANGE_END]} failed")
+    first, last = run.tags[RANGE_START], run.tags[RANGE_END]
+    log(f"{stream}: {ranges.what} run {first} .. {last} failed")
     return False
 
 

@@ -25,7 +25,6 @@ from dagster import (
     AssetsDefinition,
     BackfillPolicy,
     DefaultScheduleStatus,
-    DefaultSensorStatus,
     Failure,
     JobDefinition,
     MetadataValue,
@@ -38,10 +37,10 @@ from dagster import (
     asset_check,
     job,
     op,
-    sensor,
 )
 
 from coordination_assets.compaction import dates_for, merge_asset_key
+from coordination_assets.table_runs import fail_if_any, stays_due_line, table_sensor
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.check_result import asset_check_result
@@ -122,21 +121,14 @@ def build_publication_asset(stream: str) -> AssetsDefinition:
             else:
                 context.log.info(outcome.describe())
         flush_or_keep(coordination.store)
-        if failed:
-            lines = list(failed.values())
-            raise Failure(
-                f"{len(failed)} of {len(todo)} table partitions not published:\n"
-                + "\n".join(lines[:20]),
-                metadata={FAILED_PUBLICATIONS: MetadataValue.json(lines[:1000])},
-            )
+        fail_if_any(failed, len(todo), "published", FAILED_PUBLICATIONS)
 
     return table
 
 
 def publication_failure_line(outcome: PublicationOutcome) -> str:
-    return (
-        f"dt={outcome.dt}: {outcome.outcome}: {outcome.message}; its publication stays due, "
-        "the publication sensor asks for it again"
+    return stays_due_line(
+        outcome.dt, outcome.outcome, outcome.message, "publication", "publication sensor"
     )
 
 
@@ -144,12 +136,10 @@ def build_publication_sensor(stream: str) -> SensorDefinition:
     dates = dates_for(stream)
     asset_key = table_asset_key(stream)
 
-    @sensor(
-        name=f"{stream}_publish",
-        asset_selection=[asset_key],
-        minimum_interval_seconds=30,
-        default_status=DefaultSensorStatus.RUNNING,
-        description=f"Requests publication of {stream!r}'s table partitions whose manifest is "
+    @table_sensor(
+        f"{stream}_publish",
+        asset_key,
+        f"Requests publication of {stream!r}'s table partitions whose manifest is "
         "behind the ledger (new objects, a switch, a merge) or whose catalog partition lags, "
         "records publications Dagster missed.",
     )

@@ -13,9 +13,7 @@ notices, which shows its check was live all along.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,11 +27,11 @@ from resources.publication.garbage import GarbageCollector
 from resources.publication.manifest import read_spectrum
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
+from tests.support.child_processes import child_processes, spawn_child, wait_for
 from tests.support.publication_lake import Lake, stream_config
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 DELAY_S = 2.0
 LIMIT_S = 45.0
 """The whole race, bounded: the reader stops by then whatever happens."""
@@ -45,12 +43,7 @@ def now_ms() -> int:
 
 @pytest.fixture
 def reader() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(30)
+    yield from child_processes()
 
 
 def lake_objects(
@@ -66,14 +59,6 @@ def lake_objects(
     )
     url = f"s3://{bucket}/tables/events"
     return object_store_for(url, endpoint_url=server.endpoint_url), server.endpoint_url
-
-
-def wait_for(path: Path, proc: subprocess.Popen[bytes], limit_s: float = 30) -> None:
-    deadline = time.monotonic() + limit_s
-    while not path.exists():
-        assert proc.poll() is None, f"the reader exited with {proc.returncode}"
-        assert time.monotonic() < deadline, f"no {path.name} within {limit_s}s"
-        time.sleep(0.02)
 
 
 def test_gc_never_deletes_what_a_reader_of_the_previous_version_reads(
@@ -111,12 +96,7 @@ def test_gc_never_deletes_what_a_reader_of_the_previous_version_reads(
         "limit_s": LIMIT_S,
         **{name: str(path) for name, path in files.items()},
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.gc_reader_child", json.dumps(payload)],
-        cwd=ROOT,
-        env=os.environ.copy(),
-    )
-    reader.append(proc)
+    proc = spawn_child(reader, "gc_reader_child", payload)
     wait_for(files["ready"], proc)
 
     # v+1: the switch to the merged object; from its publication v is retained DELAY_S more.

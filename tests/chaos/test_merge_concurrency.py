@@ -21,7 +21,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,8 +38,9 @@ from resources.coordination.items import ItemType, PartitionStatus
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
+from tests.support.child_processes import child_processes, spawn_child
+from tests.support.child_processes import wait_for as child_processes_wait_for
 from tests.support.merge_child import (
-    ROOT,
     TABLE,
     Lake,
     commit_source,
@@ -67,26 +67,13 @@ date a quarter of the way in, committer 1 the second later, committer 2 the firs
 
 @pytest.fixture
 def children() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            os.kill(p.pid, signal.SIGCONT)
-            p.kill()
-        p.wait(30)
+    yield from child_processes()
 
 
 def spawn(
     children: list[subprocess.Popen[bytes]], role: str, lake: Lake, **args: Any
 ) -> subprocess.Popen[bytes]:
-    payload = {"role": role, "lake": lake.__dict__, **args}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.merge_child", json.dumps(payload)],
-        cwd=ROOT,
-        env=os.environ.copy(),
-    )
-    children.append(proc)
-    return proc
+    return spawn_child(children, "merge_child", {"role": role, "lake": lake.__dict__, **args})
 
 
 def spawn_merge(
@@ -115,11 +102,7 @@ def release(marker: Path) -> None:
 
 
 def wait_for(path: Path, proc: subprocess.Popen[bytes], limit_s: float = 60) -> None:
-    deadline = time.monotonic() + limit_s
-    while not path.exists():
-        assert proc.poll() is None, f"child exited with {proc.returncode} before {path.name}"
-        assert time.monotonic() < deadline, f"no {path.name} after {limit_s} s"
-        time.sleep(0.02)
+    child_processes_wait_for(path, proc, limit_s)
 
 
 # -- the lake ------------------------------------------------------------------------------------

@@ -19,11 +19,9 @@ ledger id and record ids) and from what the readers read, not only from what the
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -56,8 +54,8 @@ from resources.publication.publisher import (
 from resources.publication.reader import read_partition
 from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
+from tests.support.child_processes import child_processes, spawn_child, wait_for
 from tests.support.merge_child import (
-    ROOT,
     TABLE,
     Lake,
     commit_source,
@@ -86,33 +84,13 @@ SWITCH_LIMIT_S = 30.0
 
 @pytest.fixture
 def children() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(30)
+    yield from child_processes()
 
 
 def spawn(
     children: list[subprocess.Popen[bytes]], module: str, role: str, lake: Lake, **args: Any
 ) -> subprocess.Popen[bytes]:
-    payload = {"role": role, "lake": lake.__dict__, **args}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", f"tests.support.{module}", json.dumps(payload)],
-        cwd=ROOT,
-        env=os.environ.copy(),
-    )
-    children.append(proc)
-    return proc
-
-
-def wait_for(path: Path, proc: subprocess.Popen[bytes], limit_s: float = 30) -> None:
-    deadline = time.monotonic() + limit_s
-    while not path.exists():
-        assert proc.poll() is None, f"child exited with {proc.returncode} before {path.name}"
-        assert time.monotonic() < deadline, f"no {path.name} after {limit_s} s"
-        time.sleep(0.02)
+    return spawn_child(children, module, {"role": role, "lake": lake.__dict__, **args})
 
 
 # -- the lake and its catalog ----------------------------------------------------------------------

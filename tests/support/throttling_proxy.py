@@ -8,77 +8,47 @@ AWS does to a batch read, and no local server does.
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlparse
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.loopback_proxy import LoopbackProxy
 
 THROTTLED = (
     b'{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",'
     b'"message":"The level of configured provisioned throughput for the table was exceeded."}'
 )
+DROPPED = ("content-length", "transfer-encoding", "connection", "x-amz-crc32")
+"""Upstream headers not passed on: the proxy sends the body whole, with its own length and
+checksum (the body may be rewritten)."""
 
 
-class ThrottlingProxy:
+class ThrottlingProxy(LoopbackProxy):
     def __init__(self, upstream: str) -> None:
-        self.upstream = urlparse(upstream)
+        super().__init__(upstream)
         self.throttle_next = 0
         self.throttled = 0
         self.defer_batch_gets = 0
         """The next N BatchGetItem answers leave half their keys (at least one) unprocessed."""
         self.deferred_keys = 0
         self.forwarded = 0
-        self._lock = threading.Lock()
-        proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with proxy._lock:
-                    throttle = proxy.throttle_next > 0
-                    if throttle:
-                        proxy.throttle_next -= 1
-                        proxy.throttled += 1
-                    else:
-                        proxy.forwarded += 1
-                if throttle:
-                    self.send_response(400)
-                    self.send_header("Content-Type", "application/x-amz-json-1.0")
-                    self.send_header("Content-Length", str(len(THROTTLED)))
-                    self.end_headers()
-                    self.wfile.write(THROTTLED)
-                    return
-                conn = http.client.HTTPConnection(
-                    proxy.upstream.hostname, proxy.upstream.port, timeout=30
-                )
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                conn.request("POST", self.path, body=body, headers=headers)
-                response = conn.getresponse()
-                data = response.read()
-                if self.headers.get("X-Amz-Target", "").endswith(".BatchGetItem"):
-                    data = proxy._defer_some(body, data)
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in (
-                        "content-length",
-                        "transfer-encoding",
-                        "connection",
-                        "x-amz-crc32",
-                    ):
-                        self.send_header(key, value)
-                self.send_header("x-amz-crc32", str(zlib.crc32(data)))
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                conn.close()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def handle_post(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        with self._lock:
+            throttle = self.throttle_next > 0
+            if throttle:
+                self.throttle_next -= 1
+                self.throttled += 1
+            else:
+                self.forwarded += 1
+        if throttle:
+            self.answer(handler, 400, THROTTLED, (("Content-Type", "application/x-amz-json-1.0"),))
+            return
+        status, headers, data = self.forward(handler, body)
+        if handler.headers.get("X-Amz-Target", "").endswith(".BatchGetItem"):
+            data = self._defer_some(body, data)
+        kept = [(k, v) for k, v in headers if k.lower() not in DROPPED]
+        self.answer(handler, status, data, [*kept, ("x-amz-crc32", str(zlib.crc32(data)))])
 
     def _defer_some(self, request: bytes, response: bytes) -> bytes:
         """Move the second half of each table's requested keys from the answer to
@@ -100,16 +70,3 @@ class ThrottlingProxy:
             answer.setdefault("UnprocessedKeys", {})[table] = {**spec, "Keys": deferred}
             self.deferred_keys += len(deferred)
         return json.dumps(answer).encode()
-
-    @property
-    def endpoint_url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> ThrottlingProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
