@@ -7,7 +7,8 @@ Athena, Trino and Presto read every file in that directory as a list of data-fil
 a prefix of data files. Each partition carries the publication `seq` it was set from;
 `publish_partition` never replaces a partition with a lower `seq`, so a slow publisher cannot
 move a partition back to an older version (Glue has no conditional update: the check is
-read-then-write there, and the publisher repairs a catalog that lags the ledger).
+read-then-write there: after every write the publisher checks the partition against the
+ledger's current publication and puts it forward again if a racing writer moved it back).
 """
 
 from __future__ import annotations

@@ -60,6 +60,9 @@ UP_TO_DATE = "up_to_date"
 CATALOG_REPAIRED = "catalog_repaired"
 FAILED = "failed"
 
+MAX_CATCH_UPS = 3
+"""Corrections of a catalog partition moved back by a racing writer, per publication."""
+
 
 @dataclass(frozen=True)
 class PublicationOutcome:
@@ -279,6 +282,30 @@ class Publisher:
             self._table_ensured = True
         self.catalog.publish_partition(
             self.table, publication.dt, catalog_location(publication.location), publication.seq
+        )
+        self._catch_up(publication.dt)
+
+    def _catch_up(self, dt: str) -> None:
+        """Put the catalog partition forward again if it is behind the ledger's current
+        publication. Glue has no conditional update (`publish_partition` reads, then writes):
+        two publishers racing can leave the older version written last. Each checks after its
+        write, so the last one to write also sees the newest record and restores it."""
+        for _ in range(MAX_CATCH_UPS):
+            tp = self.store.table_partition(self.table, dt)
+            cataloged = self.catalog.partition(self.table, dt)
+            if tp is None or not _lags(tp, None if cataloged is None else cataloged.seq):
+                return
+            current = self.store.publications(self.table, dt)[-1]
+            log.warning(
+                "%s dt=%s: the catalog had seq %s after our write, the ledger %d: put forward",
+                self.table, dt, None if cataloged is None else cataloged.seq, current.seq,
+            )  # fmt: skip
+            self.catalog.publish_partition(
+                self.table, dt, catalog_location(current.location), current.seq
+            )
+        raise PublicationError(
+            f"the catalog partition still lags the ledger after {MAX_CATCH_UPS} corrections "
+            "(another writer keeps moving it back); the next run repairs it"
         )
 
 

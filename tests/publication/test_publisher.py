@@ -6,10 +6,12 @@ and judged by the publication checks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from resources.catalog.local import LocalCatalog
 from resources.publication import checks
 from resources.publication.manifest import catalog_location, read_spectrum
 from resources.publication.publisher import (
@@ -17,6 +19,7 @@ from resources.publication.publisher import (
     FAILED,
     PUBLISHED,
     UP_TO_DATE,
+    Publisher,
 )
 from resources.publication.reader import (
     PartitionNotPublishedError,
@@ -272,4 +275,46 @@ def test_a_half_read_merge_chain_is_refused_and_published_next_time(
     assert world.store.publications(TABLE, DT) == []
     monkeypatch.undo()
     assert world.publish().switched_now
+    assert_serves_exactly_what_was_committed(world)
+
+
+class ReadThenWriteCatalog(LocalCatalog):
+    """Glue's behaviour: `publish_partition` reads the partition, then writes unconditionally.
+    `between` runs once between the two, where a racing publisher's whole publication lands."""
+
+    def __init__(self, path: Path, between: Callable[[], None]) -> None:
+        super().__init__(path)
+        self.between: Callable[[], None] | None = between
+
+    def publish_partition(self, table: str, dt: str, location: str, seq: int) -> bool:
+        before = self.partition(table, dt) if self.table(table) else None
+        if self.between is not None:
+            between, self.between = self.between, None
+            between()
+        if before is not None and before.seq >= seq:
+            return False
+        # Written over whatever is there now: the racer's newer partition is lost.
+        self._mutate(lambda data: data["tables"][table]["partitions"].pop(dt, None) or True)
+        return super().publish_partition(table, dt, location, seq)
+
+
+def test_a_publisher_that_wrote_an_older_version_over_a_newer_one_puts_the_newer_back(
+    world: World,
+) -> None:
+    world.ingest(2)
+
+    def racer() -> None:
+        world.ingest(1)
+        newer = world.publish()  # seq 2, recorded and cataloged while ours is mid-write
+        assert newer.outcome == PUBLISHED and newer.publication is not None
+        assert newer.publication.seq == 2
+
+    slow = Publisher(
+        world.config, world.store, world.objects, ReadThenWriteCatalog(world.catalog.path, racer)
+    )
+    outcome = slow.publish_one(DT)
+    assert outcome.outcome == PUBLISHED and outcome.publication is not None
+    assert outcome.publication.seq == 1
+    partition = world.catalog.partition(TABLE, DT)
+    assert partition is not None and partition.seq == 2  # put forward after the lost update
     assert_serves_exactly_what_was_committed(world)
