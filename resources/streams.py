@@ -69,6 +69,21 @@ class MergeSettings:
 
 
 @dataclass(frozen=True)
+class PartitionSettings:
+    """How discovery cuts a listing into work units (ARCHITECTURE §5; README "Work units").
+
+    A work unit — one lease item, one Dagster partition — is up to `max_objects` consecutive
+    objects of one listing holding at most `max_bytes` together. The defaults (README, "Work
+    units: sizes") keep a unit to one Spark read (`MAX_READ_BYTES`, 256 MiB) and make the
+    per-unit costs (a lease, a Dagster partition and its events, ~40 ms) a rounding error per
+    object, while a million objects a day stay ~1,000 Dagster partitions a day. `max_objects: 1`
+    is one object per partition."""
+
+    max_objects: int = 1000
+    max_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class StreamConfig:
     name: str
     source: str
@@ -82,6 +97,7 @@ class StreamConfig:
     csv_header: bool = True
     csv_delimiter: str = ","
     merge: MergeSettings = field(default_factory=MergeSettings)
+    partition: PartitionSettings = field(default_factory=PartitionSettings)
 
     @property
     def column_names(self) -> list[str]:
@@ -108,7 +124,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "-", "must be a mapping of fields")
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
-        "quarantine", "csv", "merge",
+        "quarantine", "csv", "merge", "partition",
     }  # fmt: skip
     for key in raw:
         if key not in known:
@@ -163,6 +179,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         if key not in MergeSettings.__annotations__:
             known = ", ".join(MergeSettings.__annotations__)
             raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {known}")
+    partition = _positive_ints(name, "partition", raw.get("partition"), PartitionSettings)
     if merge.sort_by is None:
         merge = replace(merge, sort_by=event_time)
     elif merge.sort_by not in names:
@@ -180,7 +197,27 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         csv_header=bool(csv.get("header", True)),
         csv_delimiter=delimiter,
         merge=merge,
+        partition=partition,
     )
+
+
+def _positive_ints(stream: str, section: str, raw: Any, kind: type[PartitionSettings]) -> Any:
+    """A settings section of positive integers, every field named in errors."""
+    if raw is None:
+        return kind()
+    if not isinstance(raw, dict):
+        raise StreamConfigError(stream, section, "must be a mapping of fields")
+    known = kind.__annotations__
+    for key, value in raw.items():
+        if key not in known:
+            raise StreamConfigError(
+                stream, f"{section}.{key}", f"unknown field; known: {', '.join(known)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StreamConfigError(
+                stream, f"{section}.{key}", f"{value!r} must be a positive integer"
+            )
+    return kind(**raw)
 
 
 def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, StreamConfig]:
@@ -260,10 +297,14 @@ class LakeSettings(Settings):
         doc="the checks sensor runs the asset checks after ingestion runs and at least this often",
         check=at_least(1),
     )
-    # Partitions per Spark read. A run reads the next chunk while it commits this one (and
-    # Dagster records it), so several chunks per run hide most of the event-log cost.
+    # Source objects per Spark read, in whole work units (at least one). A run reads the next
+    # chunk while it commits this one (and Dagster records it), so several chunks per run hide
+    # most of the commit and event-log cost.
     chunk_size: int = setting(
-        250, env="LEASEHOLD_CHUNK_SIZE", doc="source partitions per Spark read", check=at_least(1)
+        250,
+        env="LEASEHOLD_CHUNK_SIZE",
+        doc="source objects per Spark read (whole work units, at least one)",
+        check=at_least(1),
     )
     # A merge is one Spark job of up to `merge.max_bytes`; a run of many merges pays Dagster's
     # launch and the SparkSession once. Bounded so one run's failure delays few partitions.

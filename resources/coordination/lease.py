@@ -282,9 +282,11 @@ class Lease:
     def give_up(self) -> LeaseItem:
         return self._owner_write(self.store.give_up, final=True)
 
-    def commit(self, write: Callable[[LeaseToken], LeaseItem]) -> LeaseItem:
-        """Run a backend commit (ledger + COMPLETED in one transaction) fenced by this lease."""
-        return self._owner_write(write, final=True)
+    def commit(self, write: Callable[[LeaseToken], LeaseItem], final: bool = True) -> LeaseItem:
+        """Run a backend commit (ledger + COMPLETED in one transaction) fenced by this lease;
+        with `final=False`, a commit that keeps the lease (a unit committed in several
+        transactions), which extends ownership like a renewal."""
+        return self._owner_write(write, final=final)
 
     # -- background renewal ----------------------------------------------------------------------
 

@@ -126,6 +126,17 @@ class LeaseStore(ABC):
         asking it of every source object. Read-only."""
 
     @abstractmethod
+    def items_between(
+        self, source_identifier: str, after: str | None, upto: str
+    ) -> Iterator[LeaseItem]:
+        """Items whose partition key is > `after` (None: from the first) and <= `upto`, in key
+        order (code point order, which is UTF-8 byte order: the order listings come in).
+
+        A key range of the table's range key — never a scan — so a caller walking a listing
+        page by page can walk the lease items beside it and read each item once per pass:
+        how a listed object is found inside a work unit whose key is another object's."""
+
+    @abstractmethod
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         """Every item (of one source identifier, or all). For status and checks, not hot paths."""
 
@@ -139,13 +150,21 @@ class LeaseStore(ABC):
         source_identifier: str,
         partition_keys: Sequence[str],
         progress_state: str | None = None,
+        progress_states: Sequence[str | None] | None = None,
     ) -> int:
         """Create UNASSIGNED items for keys that have none; idempotent; batched.
 
         Creation order (the order of `partition_keys`, then call order) is the UNASSIGNED
-        acquisition order. Returns how many items were new.
+        acquisition order. `progress_states`, one per key, gives each item its own initial
+        progress (a work unit's objects); else every item gets `progress_state`. Returns how
+        many items were new.
         """
-        keys = list(dict.fromkeys(partition_keys))
+        if progress_states is None:
+            progress_states = [progress_state] * len(partition_keys)
+        if len(progress_states) != len(partition_keys):
+            raise ValueError("one progress state per partition key")
+        initial = dict(zip(partition_keys, progress_states, strict=True))
+        keys = list(initial)
         if not keys:
             return 0
         now = self.now_ms()
@@ -157,7 +176,7 @@ class LeaseStore(ABC):
                 key,
                 now_ms=now,
                 seq=base + i,
-                progress_state=progress_state,
+                progress_state=initial[key],
                 expiration_time=self.expiration_at(now),
             )
             for i, key in enumerate(keys)

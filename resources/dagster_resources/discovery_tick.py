@@ -166,6 +166,7 @@ class DiscoveryTick:
         cursor = SensorCursor.parse(raw_cursor)
         dead = fail_dead_runs(self.instance, self.stream)
         lister = self.lake.lister(self.stream)
+        config = self.lake.stream(self.stream)
         found = Discovery(
             self.store,
             self.stream,
@@ -173,6 +174,8 @@ class DiscoveryTick:
             owner=self.coordination.owner,
             timeout_s=self.coordination.ownership_timeout_seconds,
             max_objects_per_tick=self.lake.max_objects_per_tick,
+            unit_max_objects=config.partition.max_objects,
+            unit_max_bytes=config.partition.max_bytes,
         ).discover(cursor.discovery)
         if found.skipped_reason:
             return SkipReason(found.skipped_reason)
@@ -183,6 +186,8 @@ class DiscoveryTick:
             lister,
             interval_s=self.lake.reconcile_interval_seconds,
             max_objects=self.lake.max_objects_per_tick,
+            unit_max_objects=config.partition.max_objects,
+            unit_max_bytes=config.partition.max_bytes,
         ).step(cursor.reconcile, cursor.discovery)  # what discovery just listed is known
         added = list(
             dict.fromkeys(

@@ -83,8 +83,10 @@ class LakeResource(settings_resource(LakeSettings)):
 
             return SourceReader(spark.session(), config)
 
-        def read_batch(files: dict[str, Path], staging: Path, attempt: str):
-            return reader().start(files, staging, attempt)
+        def read_batch(
+            files: dict[str, Path], staging: Path, attempt: str, groups: dict[str, str]
+        ):
+            return reader().start(files, staging, attempt, groups)
 
         def publisher(store: ObjectStore) -> Publish:
             return lambda local, key: store.move_file(local, key)

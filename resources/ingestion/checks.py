@@ -18,6 +18,7 @@ from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.discovery import SUPPLIER_STATE, Lister
 from resources.ingestion.runner import quarantine_table
 from resources.ingestion.source_listing import listing_pages
+from resources.ingestion.work_units import UnitCoverage
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject
@@ -153,15 +154,16 @@ class UnleasedReport:
 def find_unleased_objects(
     store: LeaseStore, stream: str, lister: Lister, page_size: int = 1000, keep: int = 50
 ) -> UnleasedReport:
-    """Every source object has a lease item: else no run will ever ingest it. Lists the
-    whole source through discovery's own lister (same keys), asking the store per page which
-    keys it lacks: O(objects), memory O(page). An object after discovery's cursor may simply
+    """Every source object is held by a work unit: else no run will ever ingest it. Lists the
+    whole source through discovery's own lister (same keys), walking the lease items beside it
+    (`UnitCoverage`): O(objects), memory O(page). An object after discovery's cursor may simply
     not be discovered yet; one behind it was listed and lost."""
     sid = store.source_identifier(stream)
     report = UnleasedReport(cursor=store.read_global_state(stream, SUPPLIER_STATE).get("cursor"))
+    coverage = UnitCoverage(store, sid)
     for keys in listing_pages(lister, page_size):
         report.listed += len(keys)
-        missing = store.missing_keys(sid, keys)
+        missing = coverage.uncovered(keys)
         report.unleased += len(missing)
         if report.cursor is not None:
             report.behind_cursor += sum(1 for key in missing if key <= report.cursor)

@@ -41,10 +41,13 @@ def write_quarantine(
     out: Path,
     attempt: str,
     header_skipped: bool,
-) -> Iterator[tuple[int, StagedFile]]:
-    """One quarantine object per source with bad records: source key, line, reason, text.
-    The raw line of a JSON record that parsed but failed a check is not known yet (None) and is
-    looked up here."""
+    groups: dict[str, str],
+) -> Iterator[tuple[str, StagedFile]]:
+    """One quarantine object per group (work unit) with bad records — source key, line,
+    reason, text per record — as (group, staged file). One object per unit rather than per
+    source object keeps a unit's commit within one store transaction however many of its
+    objects hold a bad line. The raw line of a JSON record that parsed but failed a check is not
+    known yet (None) and is looked up here."""
     unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
     if unseen:
         again = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
@@ -54,9 +57,9 @@ def write_quarantine(
             for i, (reason, raw) in enumerate(zip(reasons, raws, strict=True)):
                 if raw is None and found[src][reason]:
                     raws[i] = found[src][reason].popleft()
-    for src, (reasons, raws) in bad.items():
+    by_group: dict[str, list[pa.Table]] = defaultdict(list)
+    for src, (reasons, raws) in sorted(bad.items()):
         key = index[src]
-        target = out / f"{attempt}-{src}-quarantine.parquet"
         lines = line_numbers(files[key], raws, header_skipped)
         table = {
             "source_key": pa.array([key] * len(raws), pa.string()),
@@ -64,8 +67,12 @@ def write_quarantine(
             "reason": pa.array(reasons, pa.string()),
             "raw": pa.array(raws, pa.string()),
         }
-        pq.write_table(pa.table(table), target)
-        yield src, StagedFile("", target, len(raws), target.stat().st_size)
+        by_group[groups[key]].append(pa.table(table))
+    for n, (group, tables) in enumerate(by_group.items()):
+        rows = pa.concat_tables(tables)
+        target = out / f"{attempt}-q{n}-quarantine.parquet"
+        pq.write_table(rows, target)
+        yield group, StagedFile("", target, rows.num_rows, target.stat().st_size)
 
 
 def lines_failing_checks(

@@ -4,16 +4,18 @@ Discovery lists only after its cursor, which is what keeps a tick O(new objects)
 whose key sorts before the cursor — a late file in yesterday's folder, an upload that finished
 after its neighbours were listed — is never seen that way. Reconciliation lists the source again
 from the beginning up to the cursor, at most `max_objects` keys per tick (resumable: its own
-cursor is kept with discovery's), asks the store which keys have no lease item (one batched
-read per page, no write for keys it knows) and creates those. A pass that reaches the cursor
-ends; the next one starts `interval_s` later.
+cursor is kept with discovery's), walks the lease items beside the listing in key order
+(`work_units.UnitCoverage`: one key-range read per page, no write for objects a unit holds)
+and cuts the objects no unit holds into work units of their own, as discovery would. A pass
+that reaches the cursor ends; the next one starts `interval_s` later.
 
 The trade-off is listing cost against delay. A pass costs one LIST request per 1,000 objects
-(S3) plus one batched store read per page: for a million objects, 1,000 LISTs and 10,000 batch
-reads (about $0.005 of LIST requests on S3) — per pass. A late object waits at most one
-interval plus one pass. With S3 event notifications (an SQS queue of `ObjectCreated` events)
-discovery would learn of every object, late or not, within seconds and reconciliation would
-only guard against lost events, so its interval could grow to a day.
+(S3) plus one key-range read of the lease items per page: for a million objects in units of
+1,000, 1,000 LISTs and ~1,000 item reads (about $0.005 of LIST requests on S3) — per pass. A
+late object waits at most one interval plus one pass. With S3 event notifications (an SQS
+queue of `ObjectCreated` events) discovery would learn of every object, late or not, within
+seconds and reconciliation would only guard against lost events, so its interval could grow
+to a day.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from resources.coordination.items import to_millis
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.discovery import Lister
+from resources.ingestion.work_units import UnitCoverage, plan_units
 
 
 @dataclass(frozen=True)
@@ -34,26 +37,32 @@ class ReconcileState:
     """When the last pass ended: the next starts `interval_s` later — the interval configured
     now, so shortening it takes effect at once. A pass in progress continues at every tick."""
     in_pass: bool = False
+    covering: tuple[str, ...] = ()
+    """Units read so far in this pass that hold objects past `after` (`UnitCoverage`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "after": self.after,
             "last_finished_ms": self.last_finished_ms,
             "in_pass": self.in_pass,
+            "covering": list(self.covering),
         }
 
     @classmethod
     def from_json(cls, value: dict[str, Any] | None) -> ReconcileState:
         value = value or {}
         return cls(
-            value.get("after"), int(value.get("last_finished_ms", 0)), bool(value.get("in_pass"))
+            value.get("after"),
+            int(value.get("last_finished_ms", 0)),
+            bool(value.get("in_pass")),
+            tuple(value.get("covering") or ()),
         )
 
 
 @dataclass(frozen=True)
 class ReconcileStep:
     created: list[str]
-    """Source keys listed this tick that had no lease item; their items now exist."""
+    """Work units cut this tick from listed objects no unit held; their items now exist."""
     listed: int
     state: ReconcileState
     finished_pass: bool = False
@@ -68,12 +77,16 @@ class Reconciliation:
         *,
         interval_s: float,
         max_objects: int,
+        unit_max_objects: int = 1,
+        unit_max_bytes: int = 2**62,
     ) -> None:
         self.store = store
         self.sid = store.source_identifier(stream)
         self.lister = lister
         self.interval_ms = to_millis(interval_s)
         self.max_objects = max_objects
+        self.unit_max_objects = unit_max_objects
+        self.unit_max_bytes = unit_max_bytes
 
     def step(self, state: ReconcileState, discovery_cursor: str | None) -> ReconcileStep:
         """One bounded step of the pass in progress (or of a new one, if it is due)."""
@@ -82,17 +95,31 @@ class Reconciliation:
             if now < state.last_finished_ms + self.interval_ms:
                 return ReconcileStep([], 0, state)
             state = ReconcileState(None, state.last_finished_ms, in_pass=True)
-        keys: list[str] = []
+        listed = []
         done = discovery_cursor is None  # nothing listed yet: nothing lies before the cursor
         if not done:
-            keys, _ = self.lister(state.after, self.max_objects)
-            before = [k for k in keys if k <= discovery_cursor]  # type: ignore[operator]
-            done = len(keys) < self.max_objects or len(before) < len(keys)
-            keys = before
+            page, _ = self.lister(state.after, self.max_objects)
+            listed = [o for o in page if o.key <= discovery_cursor]  # type: ignore[operator]
+            done = len(page) < self.max_objects or len(listed) < len(page)
         created: list[str] = []
-        if keys:
-            created = self.store.missing_keys(self.sid, keys)
-            self.store.create_partitions(self.sid, created)
+        coverage = UnitCoverage(self.store, self.sid, state.after, state.covering)
+        if listed:
+            free = set(coverage.uncovered([o.key for o in listed]))
+            units = plan_units(
+                ((o.key, o.size) for o in listed if o.key in free),
+                self.unit_max_objects,
+                self.unit_max_bytes,
+            )
+            self.store.create_partitions(
+                self.sid,
+                [u.key for u in units],
+                progress_states=[u.progress_state() for u in units],
+            )
+            created = [u.key for u in units]
         if done:
-            return ReconcileStep(created, len(keys), ReconcileState(None, now), True)
-        return ReconcileStep(created, len(keys), replace(state, after=keys[-1]))
+            return ReconcileStep(created, len(listed), ReconcileState(None, now), True)
+        return ReconcileStep(
+            created,
+            len(listed),
+            replace(state, after=listed[-1].key, covering=tuple(coverage.covering)),
+        )

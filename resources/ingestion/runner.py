@@ -1,12 +1,18 @@
-"""Exactly-once ingestion of a batch of source partitions (ARCHITECTURE §5), without Dagster.
+"""Exactly-once ingestion of a batch of work units (ARCHITECTURE §5), without Dagster.
 
-Per chunk of source partitions:
+A source partition is a work unit (`work_units`): the objects its lease item lists. Per chunk
+of units (whole units, up to `chunk_size` objects):
 1. acquire each lease by name (epoch e); a COMPLETED one is reported as already done;
-2. read every source of the chunk with ONE Spark read and write small objects to a local
-   staging directory under attempt-unique names; publish them to the table's object store —
-   still invisible, since readers only ever read what the ledger names;
-3. commit each partition in its own transaction, fenced by (owner, e): ledger registration
-   with fresh ids + COMPLETED + commit record.
+2. read every object of the chunk with ONE Spark read and write small objects — one per
+   (unit, date) — to a local staging directory under attempt-unique names; publish them to the
+   table's object store, still invisible, since readers only ever read what the ledger names;
+3. commit each unit in one transaction, fenced by (owner, e): ledger registration with fresh
+   ids + COMPLETED + commit record. A unit whose objects span more table partitions than one
+   transaction holds commits in several, each fenced and saving which partitions it covered
+   (`progress.partial`), the last one completing it: a takeover re-reads the same objects and
+   commits only the partitions not yet committed. A unit some of whose objects could not be
+   read commits the others (keeping the lease), records them as `done`, and is CLOSED for a
+   retry of the rest.
 A crash anywhere before 3 leaves orphans (never read) and a lease that expires; a crash after 3
 leaves a COMPLETED lease, so the retry does nothing and says so. A zombie's commit is refused.
 
@@ -40,7 +46,8 @@ from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
-from resources.ledger.model import AlreadyCommittedError, SmallObject
+from resources.ingestion.work_units import DONE, done_objects, unit_objects
+from resources.ledger.model import AlreadyCommittedError, SmallObject, fits_one_commit
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +117,24 @@ class StagedFile:
 
 @dataclass
 class SourceBatchResult:
-    """What the reader produced for one source partition."""
+    """What the reader produced for one work unit (the objects it read of it)."""
 
     rows_read: int = 0
     rows_quarantined: int = 0
     table_files: list[StagedFile] = field(default_factory=list)
     quarantine_files: list[StagedFile] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    """Objects that could not be read at all, and why; the others were read."""
     unreadable: str | None = None
+    """Set when nothing of the unit could be read: why."""
 
 
-ReadBatch = Callable[[dict[str, Path], Path, str], Future[dict[str, SourceBatchResult]]]
-"""(source key -> local file, staging dir, attempt id) -> per source key results, once staged.
-It returns when the batch is read; the staged files may still be being written."""
+ReadBatch = Callable[
+    [dict[str, Path], Path, str, dict[str, str]], Future[dict[str, SourceBatchResult]]
+]
+"""(source key -> local file, staging dir, attempt id, source key -> unit key) -> per unit
+results, once staged. It returns when the batch is read; the staged files may still be being
+written."""
 Fetch = Callable[[str, Path], Path]
 """(source key, scratch dir) -> a local path holding the source object's bytes."""
 Publish = Callable[[Path, str], str]
@@ -139,17 +152,72 @@ def object_name(attempt_id: str, source_key: str, n: int, suffix: str) -> str:
     return f"{attempt_id}-{digest}-{n}{suffix}"
 
 
+PARTIAL = "partial"
+"""Progress field of a unit committing in several transactions: the objects being committed
+and how many staged files of each table partition (`table|dt`) are in already."""
+QUARANTINE_PART = "*"
+"""The quarantine's partition slot: its date is the commit's day, which a retry may not share."""
+
+
+def to_read(progress: Any, key: str) -> list[str]:
+    """The objects of a unit this attempt reads: those an interrupted multi-transaction commit
+    was committing, the same set again (its committed partitions came from exactly those),
+    else every object not done by an earlier attempt."""
+    partial = progress.get(PARTIAL) if isinstance(progress, dict) else None
+    if partial:
+        return list(partial["objects"])
+    done = done_objects(progress)
+    return [o.key for o in unit_objects(key, progress) if o.key not in done]
+
+
+def failures(failed: dict[str, str]) -> str:
+    """Which objects of a unit could not be read, and why: what status shows."""
+    shown = "; ".join(f"{key}: {why}" for key, why in list(failed.items())[:5])
+    more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+    return f"{len(failed)} object(s) unreadable: {shown}{more}"
+
+
+def add_counts(progress: dict[str, Any], objects: Sequence[SmallObject], table: str) -> None:
+    """Add one transaction's rows to the unit's totals: the totals always equal what the
+    ledger holds for the unit, whatever failed between transactions."""
+    written = sum(o.row_count for o in objects if o.table == table)
+    quarantined = sum(o.row_count for o in objects if o.table != table)
+    progress["rows_written"] = int(progress.get("rows_written", 0)) + written
+    progress["rows_quarantined"] = int(progress.get("rows_quarantined", 0)) + quarantined
+    progress["rows_read"] = progress["rows_written"] + progress["rows_quarantined"]
+
+
+def commit_batches(
+    objects: Sequence[tuple[SmallObject, str]],
+) -> list[list[tuple[SmallObject, str]]]:
+    """Objects in transaction-sized batches (`fits_one_commit`), whole table partitions together
+    where they fit, in order; at least one batch (a unit with nothing to write still commits)."""
+    batches: list[list[tuple[SmallObject, str]]] = [[]]
+    for obj in objects:
+        if not fits_one_commit([o for o, _ in batches[-1]] + [obj[0]]):
+            batches.append([])
+        batches[-1].append(obj)
+    return batches
+
+
 @dataclass
 class _ReadChunk:
     """A chunk between its read and its commits: leases held (and renewed), objects staged."""
 
-    keys: Sequence[str]
     attempt: str
     scratch: Path
     keeper: LeaseKeeper
+    keys: list[str] = field(default_factory=list)
     leases: dict[str, Lease] = field(default_factory=dict)
     outcomes: dict[str, PartitionOutcome] = field(default_factory=dict)
     local: dict[str, Path] = field(default_factory=dict)
+    """Source object key -> local copy, for every object this chunk reads."""
+    groups: dict[str, str] = field(default_factory=dict)
+    """Source object key -> its unit's key."""
+    reading: dict[str, list[str]] = field(default_factory=dict)
+    """Unit key -> the objects of it this attempt reads (not done by an earlier one)."""
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Unit key -> objects that could not be fetched, and why."""
     staged: Future[dict[str, SourceBatchResult]] | None = None
 
     def close(self) -> None:
@@ -159,18 +227,6 @@ class _ReadChunk:
         if self.staged is not None:
             wait([self.staged])
         shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def chunk_sizes(partitions: int, chunk_size: int) -> list[int]:
-    """Chunks of `chunk_size`, except that the last holds at most a quarter of that: its
-    writes, commits and Dagster events come after the last Spark read, with nothing to overlap
-    them, so a small last chunk shortens the run by most of a chunk's handling for the cost of
-    one more (small) Spark job. A run of at most one chunk is read at once."""
-    if partitions <= chunk_size:
-        return [partitions]
-    last = -(-chunk_size // 4)  # rounded up
-    full, rest = divmod(partitions - last, chunk_size)
-    return [chunk_size] * full + ([rest] if rest else []) + [last]
 
 
 class IngestionRunner:
@@ -213,22 +269,21 @@ class IngestionRunner:
         self.merge_after_s = {} if merge_after_s is None else {table: merge_after_s}
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
-        """One outcome per key, in order; never raises for a single partition's failure.
+        """One outcome per key, in order; never raises for a single unit's failure.
 
         Chunks are pipelined: while one chunk commits and its outcomes go to the caller (in a
-        Dagster run, one event-log write per partition), the next chunk is acquired, fetched
-        and read in a background thread. Commits stay on the caller's thread, in key order.
+        Dagster run, one event-log write per unit), the next chunk is acquired, fetched and read
+        in a background thread. Commits stay on the caller's thread, in key order. A chunk is
+        whole units up to `chunk_size` objects (at least one unit): how many objects a unit
+        holds is known once its lease is taken, so the reading thread cuts the chunks.
         """
         if not source_keys:
             return
-        chunks, start = [], 0
-        for size in chunk_sizes(len(source_keys), self.chunk_size):
-            chunks.append(source_keys[start : start + size])
-            start += size
+        remaining = iter(source_keys)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-read") as pool:
-            pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, chunks[0])
+            pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, remaining)
             try:
-                for following in [*chunks[1:], None]:
+                while pending is not None:
                     try:
                         chunk = pending.result()
                     except Exception:
@@ -237,7 +292,11 @@ class IngestionRunner:
                         # it is handed back below once its read ends.
                         pending = None
                         raise
-                    pending = pool.submit(self._read_chunk, following) if following else None
+                    if not chunk.keys:
+                        chunk.close()
+                        pending = None
+                        break
+                    pending = pool.submit(self._read_chunk, remaining)
                     yield from self._commit_chunk(chunk)
             finally:
                 if pending is not None:  # the caller stopped early: hand that chunk back
@@ -319,35 +378,52 @@ class IngestionRunner:
             return self._not_ingested(outcome)
         return Lease(self.store, item, self.timing)
 
-    def _read_chunk(self, keys: Sequence[str]) -> _ReadChunk:
-        """Acquire, fetch and read one chunk; its leases stay renewed until it is closed."""
+    def _read_chunk(self, keys: Iterator[str]) -> _ReadChunk:
+        """Acquire, fetch and read the next chunk's units; their leases stay renewed until it
+        is closed. Empty once `keys` is."""
         attempt = uuid.uuid4().hex[:12]
         scratch = self.work_dir / f"attempt-{attempt}"
-        chunk = _ReadChunk(keys, attempt, scratch, LeaseKeeper(self.timing.renew_interval_s))
+        chunk = _ReadChunk(attempt, scratch, LeaseKeeper(self.timing.renew_interval_s))
         chunk.keeper.__enter__()
         try:
+            objects = 0
             for key in keys:
+                chunk.keys.append(key)
                 got = self._acquire(key)
-                if isinstance(got, Lease):
-                    chunk.leases[key] = chunk.keeper.add(got)
-                else:
+                if isinstance(got, PartitionOutcome):
                     chunk.outcomes[key] = got
-            for key, lease in chunk.leases.items():
-                try:
-                    chunk.local[key] = self.fetch(key, chunk.scratch / "sources")
-                except Exception as exc:  # noqa: BLE001 - any failure to read the object
-                    chunk.outcomes[key] = self._close_unreadable(
-                        lease,
-                        key,
-                        f"cannot fetch: {exc}",
-                        None if isinstance(exc, LeaseholdError) else exc,
-                    )
+                    continue
+                chunk.leases[key] = chunk.keeper.add(got)
+                reading = to_read(got.progress, key)
+                chunk.reading[key] = reading
+                objects += len(reading)
+                for obj in reading:
+                    try:
+                        chunk.local[obj] = self.fetch(obj, chunk.scratch / "sources")
+                        chunk.groups[obj] = key
+                    except Exception as exc:  # noqa: BLE001 - any failure to read the object
+                        self._not_read(key, obj, exc)
+                        chunk.failed.setdefault(key, {})[obj] = f"cannot fetch: {exc}"
+                if objects >= self.chunk_size:
+                    break
             if chunk.local:
-                chunk.staged = self.read_batch(chunk.local, chunk.scratch / "staging", attempt)
+                chunk.staged = self.read_batch(
+                    chunk.local, chunk.scratch / "staging", attempt, chunk.groups
+                )
         except BaseException:
             chunk.close()
             raise
         return chunk
+
+    def _not_read(self, key: str, obj: str, exc: BaseException) -> None:
+        log.warning(
+            "%s: object %r of unit %r cannot be fetched: %s",
+            self.stream,
+            obj,
+            key,
+            exc,
+            exc_info=None if isinstance(exc, LeaseholdError) else exc,
+        )
 
     def _commit_chunk(self, chunk: _ReadChunk) -> Iterator[PartitionOutcome]:
         """Commit the chunk's partitions, then persist the lease metrics they counted.
@@ -355,7 +431,7 @@ class IngestionRunner:
         Metrics are flushed once per chunk, before its outcomes reach the caller, so a run
         killed at any moment loses at most the counts of the chunk in flight: the stored
         `partitionsCompleted` is short of the COMPLETED items by at most that chunk's commits
-        (`chunk_size`). Not once per commit: a flush is a store write of its own, to one
+        (a chunk's units). Not once per commit: a flush is a store write of its own, to one
         metrics item per source identifier that every worker updates (on DynamoDB all of them
         share one partition key; on SQLite they take the one write lock), so per commit it
         would double the writes of the hot path and make that item its bottleneck. Per chunk
@@ -363,9 +439,15 @@ class IngestionRunner:
         one (`flush_or_keep`): counters never fail the work they count."""
         try:
             results = chunk.staged.result() if chunk.staged is not None else {}
-            for key in chunk.local:
+            for key, lease in chunk.leases.items():
+                result = results.get(key, SourceBatchResult())
+                result.failed = {**chunk.failed.get(key, {}), **result.failed}
+                if key not in results and not result.failed:
+                    result.unreadable = "the reader returned nothing for it"
+                elif not set(chunk.reading[key]) - set(result.failed):
+                    result.unreadable = failures(result.failed)
                 chunk.outcomes[key] = self._commit(
-                    chunk.leases[key], key, results.get(key), chunk.attempt
+                    lease, key, result, chunk.reading[key], chunk.attempt
                 )
         finally:
             chunk.close()
@@ -374,9 +456,15 @@ class IngestionRunner:
             yield chunk.outcomes[key]
 
     def _close_unreadable(
-        self, lease: Lease, key: str, reason: str, exc: BaseException | None = None
+        self,
+        lease: Lease,
+        key: str,
+        reason: str,
+        exc: BaseException | None = None,
+        committed: PartitionOutcome | None = None,
     ) -> PartitionOutcome:
-        """CLOSE the partition (reopened with backoff, dead-lettered after the last try)."""
+        """CLOSE the unit (reopened with backoff, dead-lettered after the last try). With
+        `committed`: what this attempt committed of the unit's other objects first."""
         try:
             item = lease.close(reason=reason)
         except LeaseStoreError as lost:
@@ -389,53 +477,86 @@ class IngestionRunner:
                 f"unreadable (closed {item.closed_count} times, will retry at "
                 f"{iso_utc(item.reopen_at_ms)}): {reason}"
             )
-        return self._not_ingested(
-            PartitionOutcome(key, UNREADABLE, lease.epoch, message=message), exc
-        )
+        outcome = committed or PartitionOutcome(key, UNREADABLE, lease.epoch)
+        outcome.outcome, outcome.epoch = UNREADABLE, lease.epoch
+        if committed is not None:
+            message = (
+                f"{committed.small_objects} small objects of its other objects committed; {message}"
+            )
+        outcome.message = message
+        return self._not_ingested(outcome, exc)
 
     def _commit(
-        self, lease: Lease, key: str, result: SourceBatchResult | None, attempt: str
+        self, lease: Lease, key: str, result: SourceBatchResult, reading: list[str], attempt: str
     ) -> PartitionOutcome:
-        if result is None:
-            return self._close_unreadable(lease, key, "the reader returned nothing for it")
         if result.unreadable is not None:
             return self._close_unreadable(lease, key, result.unreadable)
         outcome = PartitionOutcome(key, COMMITTED, lease.epoch)
         if lease.lost:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
             return self._not_ingested(outcome)
+        progress = dict(lease.progress) if isinstance(lease.progress, dict) else {}
+        partial = progress.get(PARTIAL)
+        if partial and result.failed:
+            # Part of these objects' partitions is committed: the rest must come from all of
+            # them, or a later retry of the missing one would repeat its committed rows.
+            return self._close_unreadable(lease, key, failures(result.failed))
+        already: dict[str, int] = dict(partial["committed"]) if partial else {}
         today = self.clock().strftime("%Y-%m-%d")
-        to_publish = [(f, self.table, self.publish_table) for f in result.table_files] + [
+        staged = [(f, self.table, f.dt, self.publish_table) for f in result.table_files] + [
             (
                 StagedFile(today, f.local_path, f.row_count, f.content_length),
                 quarantine_table(self.stream),
+                QUARANTINE_PART,
                 self.publish_quarantine,
             )
             for f in result.quarantine_files
         ]
+        # What an interrupted attempt committed of the same objects is skipped: they were
+        # re-read, and a re-read gives the same staged files per partition, in the same order.
+        seen: dict[str, int] = {}
+        todo = []
+        for f, table, part, publish in staged:
+            slot = f"{table}|{part}"
+            seen[slot] = seen.get(slot, 0) + 1
+            if seen[slot] > already.get(slot, 0):
+                todo.append((f, table, publish, slot))
         objects = [
-            self._publish(f, key, attempt, n, table, publish)
-            for n, (f, table, publish) in enumerate(to_publish)
+            (self._publish(f, key, attempt, n, table, publish), slot)
+            for n, (f, table, publish, slot) in enumerate(todo)
         ]
-        rows_written = sum(f.row_count for f in result.table_files)
         self.on_step("published", key)
-        progress = {
-            "rows_read": result.rows_read,
-            "rows_written": rows_written,
-            "rows_quarantined": result.rows_quarantined,
-            "attempt": attempt,
-        }
+        batches = commit_batches(objects)
+        committed: LeaseItem | None = None
         try:
-            committed = lease.commit(
-                lambda token: (
-                    self.store.commit(
-                        token,
-                        objects,
-                        progress_state=json.dumps(progress),
-                        merge_after_s=self.merge_after_s,
-                    ).item
+            for i, batch in enumerate(batches):
+                last = i == len(batches) - 1
+                add_counts(progress, [o for o, _ in batch], self.table)
+                progress["attempt"] = attempt
+                for _, slot in batch:
+                    already[slot] = already.get(slot, 0) + 1
+                if last:
+                    progress.pop(PARTIAL, None)
+                    if result.failed:
+                        done = done_objects(progress) | (set(reading) - set(result.failed))
+                        progress[DONE] = sorted(done)
+                else:
+                    progress[PARTIAL] = {"objects": reading, "committed": sorted(already.items())}
+                complete = last and not result.failed
+                state = json.dumps(progress)
+                committed = lease.commit(
+                    lambda token, batch=batch, state=state, complete=complete: (
+                        self.store.commit(
+                            token,
+                            [o for o, _ in batch],
+                            progress_state=state,
+                            complete=complete,
+                            timeout_s=self.timing.ownership_timeout_s,
+                            merge_after_s=self.merge_after_s,
+                        ).item
+                    ),
+                    final=complete,
                 )
-            )
         except LeaseLostError as exc:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {exc}"
             return self._not_ingested(outcome)
@@ -448,14 +569,18 @@ class IngestionRunner:
             outcome.message = f"commit failed: {exc}; retried at the next discovery tick"
             return self._not_ingested(outcome)
         self.on_step("committed", key)
+        assert committed is not None  # `commit_batches` gives at least one batch
         outcome.epoch = committed.epoch
-        outcome.rows_read = result.rows_read
-        outcome.rows_written = rows_written
-        outcome.rows_quarantined = result.rows_quarantined
-        table_objects = [o for o in objects if o.table == self.table]
+        outcome.rows_read = int(progress.get("rows_read", 0))
+        outcome.rows_written = int(progress.get("rows_written", 0))
+        outcome.rows_quarantined = int(progress.get("rows_quarantined", 0))
+        table_objects = [o for o, _ in objects if o.table == self.table]
         outcome.small_objects = len(table_objects)
         outcome.bytes = sum(o.content_length for o in table_objects)
         outcome.table_partitions = sorted({o.dt for o in table_objects})
+        if result.failed:
+            # The others are in; this unit is retried for the objects that failed.
+            return self._close_unreadable(lease, key, failures(result.failed), committed=outcome)
         return outcome
 
     def _publish(

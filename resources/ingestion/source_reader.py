@@ -5,8 +5,9 @@ object would cost more than the data. Per `MAX_READ_BYTES` of source text, ONE S
 the staged objects (`source_files`) with the expressions of `read_plan` (Spark's JSON reader
 with the declared types, a text parse only of the lines it rejects; CSV as text), and its rows
 come to the driver as Arrow: good rows with their date, bad rows with a reason and no date. A
-writer thread cuts them into one Parquet object per (source, date) (`table_objects`) and writes
-the bad ones to quarantine (`quarantine`); every count comes from those staged objects.
+writer thread cuts them into one Parquet object per (work unit, date) (`table_objects`) and
+writes the bad ones to one quarantine object per unit (`quarantine`); every count comes from
+those staged objects.
 The rows are grouped on the driver, not sorted by Spark (Spark hands each object's rows over
 together, in order, so a stable sort of the driver's copy is nearly free), and Spark does not
 write them first (pyarrow would only decode its Parquet again): both were measured slower
@@ -14,14 +15,16 @@ write them first (pyarrow would only decode its Parquet again): both were measur
 goes through local Parquet, one task's output at a time.
 
 A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
-found in Python before Spark sees it, and reported as `unreadable`: the caller closes that
-source partition with backoff instead of losing the batch to one bad file.
+found in Python before Spark sees it, and reported in its unit's `failed`: the caller commits
+the unit's other objects and closes the unit with backoff for that one, instead of losing the
+batch to one bad file.
 
 DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Connect.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -62,24 +65,36 @@ class SourceReader:
         self._writing: Future[Any] | None = None  # the latest read's writes, maybe still going
 
     def read(
-        self, files: dict[str, Path], staging: Path, attempt: str
+        self,
+        files: dict[str, Path],
+        staging: Path,
+        attempt: str,
+        groups: dict[str, str] | None = None,
     ) -> dict[str, SourceBatchResult]:
         """`start`, and wait for the staged files."""
-        return self.start(files, staging, attempt).result()
+        return self.start(files, staging, attempt, groups).result()
 
     def start(
-        self, files: dict[str, Path], staging: Path, attempt: str
+        self,
+        files: dict[str, Path],
+        staging: Path,
+        attempt: str,
+        groups: dict[str, str] | None = None,
     ) -> Future[dict[str, SourceBatchResult]]:
-        """Read `files` (source key -> local path) and stage their table and quarantine rows.
+        """Read `files` (source key -> local path) and stage their table and quarantine rows,
+        cut per group: `groups` maps each source key to its work unit's key (default: each
+        source on its own).
 
         The Spark jobs run on this thread, one per `max_read_bytes` of (uncompressed) source
         text; writing what each returns happens on a writer thread, so the caller can start its
         next batch's Spark job meanwhile. A read's rows wait
         for the previous read's writes before they are handed over, so at most two reads' rows
         are held at once. The future holds one result per source key; staged file names carry
-        `attempt`, so nothing written here can be mistaken for another attempt's output.
+        `attempt`, so nothing written here can be mistaken for another attempt's output. The
+        future holds one result per group.
         """
-        results = {key: SourceBatchResult() for key in files}
+        groups = groups or {key: key for key in files}
+        results = {groups[key]: SourceBatchResult() for key in files}
         index: dict[int, str] = {}
         sizes: dict[int, int] = {}
         for i, (key, path) in enumerate(files.items()):
@@ -87,7 +102,7 @@ class SourceReader:
             if problem is None:
                 index[i], sizes[i] = key, size
             else:
-                results[key].unreadable = problem
+                results[groups[key]].failed[key] = problem
         out = staging / "out"
         out.mkdir(parents=True, exist_ok=True)
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-write")
@@ -109,7 +124,7 @@ class SourceReader:
                 if self._writing is not None:
                     wait([self._writing])
                 self._writing = writer.submit(
-                    self._write, tables, files, index, results, inputs, out, attempt
+                    self._write, tables, files, index, groups, results, inputs, out, attempt
                 )
                 writes.append(self._writing)
             staged = writer.submit(_counted, results, writes)
@@ -125,28 +140,45 @@ class SourceReader:
         tables: Iterator[pa.Table],
         files: dict[str, Path],
         index: dict[int, str],
+        groups: dict[str, str],
         results: dict[str, SourceBatchResult],
         inputs: Path,
         out: Path,
         attempt: str,
     ) -> None:
-        """One object per run of a source's rows for a date; bad rows to quarantine."""
+        """One object per (group, date) of each table's rows, the group's sources in their
+        order; bad rows to quarantine."""
         bad: BadRows = defaultdict(lambda: ([], []))
-        for src, dt, run in runs_by_source_and_date(tables):
-            if dt is None:
-                bad[src][0].extend(run.column("_reason").to_pylist())
-                bad[src][1].extend(run.column("_raw").to_pylist())
-                continue
-            staged = results[index[src]].table_files
-            target = out / f"{attempt}-{src}-{dt}-{len(staged)}.parquet"
-            staged.append(
-                write_table_object(run, dt, target, self.config.column_names, self._dictionary)
-            )
+        for table in tables:  # one at a time: a spilled object's tables don't all fit at once
+            runs: dict[tuple[str, str], list[pa.Table]] = defaultdict(list)
+            for src, dt, run in runs_by_source_and_date(iter([table])):
+                if dt is None:
+                    bad[src][0].extend(run.column("_reason").to_pylist())
+                    bad[src][1].extend(run.column("_raw").to_pylist())
+                else:
+                    runs[(groups[index[src]], dt)].append(run)
+            for (group, dt), parts in runs.items():
+                staged = results[group].table_files
+                n = len(staged)
+                target = out / f"{attempt}-{_digest(group)}-{dt}-{n}.parquet"
+                rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+                staged.append(
+                    write_table_object(rows, dt, target, self.config.column_names, self._dictionary)
+                )
         quarantined = write_quarantine(
-            self.spark, self.config, files, index, bad, inputs, out, attempt, self._skip_header
+            self.spark,
+            self.config,
+            files,
+            index,
+            bad,
+            inputs,
+            out,
+            attempt,
+            self._skip_header,
+            groups,
         )
-        for src, staged_file in quarantined:
-            results[index[src]].quarantine_files.append(staged_file)
+        for group, staged_file in quarantined:
+            results[group].quarantine_files.append(staged_file)
 
     def _rows(self, inputs: Path) -> Any:
         """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has
@@ -174,11 +206,18 @@ def _counted(
     for write in writes:
         write.result()
     for result in results.values():
+        if result.failed and not result.table_files and not result.quarantine_files:
+            result.unreadable = "; ".join(f"{k}: {why}" for k, why in result.failed.items())
         if result.unreadable is None:
             result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
             written = sum(f.row_count for f in result.table_files)
             result.rows_read = written + result.rows_quarantined
     return results
+
+
+def _digest(group: str) -> str:
+    """A file-name-safe stand-in for a unit's key (keys may hold any character)."""
+    return hashlib.sha256(group.encode()).hexdigest()[:16]
 
 
 def _group_reads(sizes: dict[int, int], max_read_bytes: int) -> Iterator[list[int]]:

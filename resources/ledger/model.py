@@ -122,8 +122,14 @@ class CommitTooLargeError(LeaseholdError, ValueError):
     """One source object feeds more table partitions than one transaction can register."""
 
 
+def fits_one_commit(objects: list[SmallObject]) -> bool:
+    """Whether one commit of `objects` stays within one DynamoDB transaction (100 items: each
+    object, each table partition's row and counter, the lease item and the commit record)."""
+    return len(objects) + 2 * len(group_by_partition(objects)) + 2 <= 100
+
+
 def check_commit_size(objects: list[SmallObject]) -> None:
-    if len(objects) + 2 * len(group_by_partition(objects)) + 2 > 100:
+    if not fits_one_commit(objects):
         raise CommitTooLargeError(
             f"one commit of {len(objects)} objects over {len(group_by_partition(objects))} "
             f"table partitions exceeds a single transaction (max {MAX_OBJECTS_PER_COMMIT} objects)"

@@ -6,7 +6,7 @@ import pytest
 
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
-from resources.ingestion.discovery import Discovery
+from resources.ingestion.discovery import Discovery, ListedObject
 from resources.ingestion.run_planner import plan_runs
 from tests.support.fakes import StoreFactory
 
@@ -51,10 +51,10 @@ class CountingStore:
 def lister_over(keys: list[str]):
     listed: list[int] = []
 
-    def lister(after: str | None, limit: int) -> tuple[list[str], str | None]:
+    def lister(after: str | None, limit: int) -> tuple[list[ListedObject], str | None]:
         new = [k for k in sorted(keys) if after is None or k > after][:limit]
         listed.append(len(new))
-        return new, (new[-1] if new else after)
+        return [ListedObject(k, 100) for k in new], (new[-1] if new else after)
 
     return lister, listed
 

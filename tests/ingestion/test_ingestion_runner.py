@@ -27,7 +27,6 @@ from resources.ingestion.runner import (
     IngestionRunner,
     SourceBatchResult,
     StagedFile,
-    chunk_sizes,
 )
 
 STREAM = "events"
@@ -64,7 +63,7 @@ def make_runner(store: LeaseStore, tmp_path: Path, read_batch) -> IngestionRunne
 
 
 def one_row_each(
-    files: dict[str, Path], staging: Path, attempt: str
+    files: dict[str, Path], staging: Path, attempt: str, groups: object = None
 ) -> Future[dict[str, SourceBatchResult]]:
     staging.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -91,7 +90,7 @@ def test_next_chunk_is_read_while_the_caller_handles_this_one(
     sid = create(store, keys)
     second_chunk_read = threading.Event()
 
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
         if "k2" in files:
             second_chunk_read.set()
         return one_row_each(files, staging, attempt)
@@ -144,13 +143,13 @@ def test_each_chunks_metrics_are_stored_before_its_outcomes_reach_the_caller(
     assert stored == [2, 2, 4, 4, 5]
 
 
-def failing_read(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+def failing_read(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
     if "k2" in files:
         raise RuntimeError("executor lost")
     return one_row_each(files, staging, attempt)
 
 
-def failing_write(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+def failing_write(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
     """Spark read the chunk; writing its objects failed later, on the writer thread."""
     if "k2" in files:
         failed: Future[dict[str, SourceBatchResult]] = Future()
@@ -194,7 +193,7 @@ def test_a_read_ahead_that_fails_after_the_caller_stopped_is_handed_back(
     sid = create(store, keys)
     read_ahead_started, stop_spark = threading.Event(), threading.Event()
 
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
         if "k2" in files:
             read_ahead_started.set()
             assert stop_spark.wait(timeout=30)
@@ -231,7 +230,7 @@ def test_an_interrupt_while_waiting_for_the_read_ahead_hands_it_back(
     sid = create(store, keys)
     read_ahead_started, read_ahead_may_end = threading.Event(), threading.Event()
 
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str):  # type: ignore[no-untyped-def]
+    def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
         if "k2" in files:
             read_ahead_started.set()
             assert read_ahead_may_end.wait(timeout=30)
@@ -267,18 +266,3 @@ def test_an_interrupt_while_waiting_for_the_read_ahead_hands_it_back(
         PartitionStatus.UNASSIGNED,
         PartitionStatus.UNASSIGNED,
     ]
-
-
-@pytest.mark.parametrize(
-    ("partitions", "sizes"),
-    [
-        (1, [1]),
-        (250, [250]),  # one chunk: nothing to overlap, one Spark job
-        (251, [188, 63]),
-        (2000, [250] * 7 + [187, 63]),
-        (1813, [250] * 7 + [63]),
-    ],
-)
-def test_the_last_chunk_is_small(partitions: int, sizes: list[int]) -> None:
-    """Nothing overlaps the last chunk's writes, commits and events: keep it small."""
-    assert chunk_sizes(partitions, 250) == sizes

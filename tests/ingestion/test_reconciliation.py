@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from resources.ingestion.discovery import ListedObject
 from resources.ingestion.reconciliation import ReconcileState, Reconciliation
 from tests.support.fakes import FakeClock, StoreFactory
 
@@ -17,10 +18,10 @@ class SortedSource:
         self.keys = sorted(keys)
         self.calls = 0
 
-    def __call__(self, after: str | None, limit: int) -> tuple[list[str], str | None]:
+    def __call__(self, after: str | None, limit: int) -> tuple[list[ListedObject], str | None]:
         self.calls += 1
         page = [k for k in self.keys if after is None or k > after][:limit]
-        return page, page[-1] if page else after
+        return [ListedObject(k, 100) for k in page], page[-1] if page else after
 
 
 @pytest.mark.contract

@@ -257,3 +257,42 @@ def test_dates_before_1970_are_dates_like_any_other(spark, config, tmp_path: Pat
     assert (result.rows_read, result.rows_quarantined) == (2, 0)
     # in New York, the table's time zone: 15:00 on Dec 31 and 07:00 on Jan 1
     assert sorted(f.dt for f in result.table_files) == ["1969-12-31", "1970-01-01"]
+
+
+@READS
+def test_a_unit_is_cut_into_one_object_per_date_and_one_quarantine_object(
+    spark, config, tmp_path: Path, max_read_bytes: int
+) -> None:
+    """Grouped by work unit: the unit's good rows per date in one object (its objects' rows in
+    their order), its bad records in one quarantine object that still names each record's
+    source key and line; an unreadable member is reported by name, the others are read."""
+    files = corpus(tmp_path / "src")
+    groups = {key: "unit" for key in files}
+    results = SourceReader(spark, config, max_read_bytes).read(
+        files, tmp_path / "stage", "a1", groups
+    )
+    (unit,) = results.values()
+    assert unit.unreadable is None
+    assert unit.failed == {
+        "fake.jsonl.gz": "named .gz but is not gzip data",
+        "corrupt.jsonl.gz": unit.failed["corrupt.jsonl.gz"],
+    }
+    assert unit.failed["corrupt.jsonl.gz"].startswith("corrupt gzip")
+    per_date = {f.dt: f for f in unit.table_files}
+    if max_read_bytes == MAX_READ_BYTES:  # one read: exactly one object per date
+        assert len(per_date) == len(unit.table_files)
+    ids = sorted(
+        r["event_id"] for f in unit.table_files for r in pq.read_table(f.local_path).to_pylist()
+    )
+    assert ids == ["e1", "e10", "e11", "e2", "e6", "e7"]
+    if max_read_bytes == MAX_READ_BYTES:  # one read: one quarantine object (one per read)
+        assert len(unit.quarantine_files) == 1
+    rows = [r for f in unit.quarantine_files for r in pq.read_table(f.local_path).to_pylist()]
+    assert {(r["source_key"], r["line"]) for r in rows} == {
+        ("mixed 1,[a]|b.jsonl", 3),
+        ("mixed 1,[a]|b.jsonl", 4),
+        ("mixed 1,[a]|b.jsonl", 5),
+        ("mixed 1,[a]|b.jsonl", 6),
+        ("utf8.jsonl", 2),
+    }
+    assert (unit.rows_read, unit.rows_quarantined) == (11, 5)

@@ -103,7 +103,10 @@ class PipelineEnv:
         )
 
 
-def write_streams(path: Path, source: str, table: str) -> Path:
+def write_streams(path: Path, source: str, table: str, unit_objects: int | None = 1) -> Path:
+    """The test stream. One object per work unit unless `unit_objects` says otherwise (None:
+    the default unit size): most tests count partitions as objects."""
+    partition = "" if unit_objects is None else f"    partition: {{max_objects: {unit_objects}}}\n"
     path.write_text(
         f"""
 streams:
@@ -114,7 +117,7 @@ streams:
     event_time: event_time
     record_id: event_id
     table: {table}
-"""
+{partition}"""
     )
     return path
 

@@ -195,6 +195,34 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         }
         return [key for key in keys if key not in found]
 
+    def items_between(
+        self, source_identifier: str, after: str | None, upto: str
+    ) -> Iterator[LeaseItem]:
+        # A key condition can't exclude its lower bound: BETWEEN, then drop `after` itself.
+        condition = "#sid = :sid AND " + (
+            "#key BETWEEN :after AND :upto" if after is not None else "#key <= :upto"
+        )
+        values = {":sid": codec.s(source_identifier), ":upto": codec.s(upto)}
+        if after is not None:
+            values[":after"] = codec.s(after)
+        if after is not None and after > upto:
+            return
+
+        def query() -> list[dict[str, Any]]:
+            pages = self.client.get_paginator("query").paginate(
+                TableName=self.table_name,
+                KeyConditionExpression=condition,
+                ExpressionAttributeNames={"#sid": ATTR["sid"], "#key": ATTR["key"]},
+                ExpressionAttributeValues=values,
+                ScanIndexForward=True,
+                ConsistentRead=True,
+            )
+            return [raw for page in pages for raw in page.get("Items", [])]
+
+        for raw in self._call("items_between", query):
+            if ATTR["status"] in raw and raw[ATTR["key"]]["S"] != after:
+                yield codec.item_from(raw)
+
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         if source_identifier is None:
 

@@ -214,6 +214,18 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
             found.update(row[0] for row in rows)
         return [key for key in keys if key not in found]
 
+    def items_between(
+        self, source_identifier: str, after: str | None, upto: str
+    ) -> Iterator[LeaseItem]:
+        # The primary key (sid, key) is the index; BINARY collation compares UTF-8 bytes.
+        sql = (
+            f"SELECT {schema.SELECT} FROM lease_items WHERE {ATTR['sid']} = ? "
+            f"AND {ATTR['key']} > ? AND {ATTR['key']} <= ? ORDER BY {ATTR['key']}"
+        )
+        rows = self._connection().execute(sql, (source_identifier, after or "", upto))
+        for row in rows.fetchall():
+            yield schema.row_to_item(row)
+
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         db = self._connection()
         if source_identifier is None:

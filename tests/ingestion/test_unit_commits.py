@@ -1,0 +1,191 @@
+"""A work unit through the runner: its objects committed together, an unreadable one retried on
+its own, and a unit too big for one transaction committed in several, resumable after a
+failure between them — on both store backends, with a reader that cuts per unit as Spark's
+does (the Spark path itself: test_source_reader)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from concurrent.futures import Future
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.coordination.errors import StoreUnavailableError
+from resources.coordination.items import PartitionStatus
+from resources.coordination.lease import LeaseTiming
+from resources.coordination.lease_store import LeaseStore
+from resources.ingestion.runner import (
+    COMMITTED,
+    FAILED,
+    UNREADABLE,
+    IngestionRunner,
+    SourceBatchResult,
+    StagedFile,
+)
+from resources.ingestion.work_units import UnitObject, WorkUnit
+
+STREAM = "events"
+pytestmark = pytest.mark.contract
+
+
+class UnitReader:
+    """Each object holds one record per date it is given; objects named in `broken` can't be
+    read. Cuts one staged file per (unit, date), as `SourceReader` does."""
+
+    def __init__(self, dates: dict[str, list[str]], broken: set[str]) -> None:
+        self.dates = dates
+        self.broken = broken
+        self.reads: list[list[str]] = []
+
+    def __call__(
+        self, files: dict[str, Path], staging: Path, attempt: str, groups: dict[str, str]
+    ) -> Future[dict[str, SourceBatchResult]]:
+        self.reads.append(sorted(files))
+        staging.mkdir(parents=True, exist_ok=True)
+        results: dict[str, SourceBatchResult] = {}
+        rows: dict[tuple[str, str], list[str]] = {}
+        for key in files:
+            result = results.setdefault(groups[key], SourceBatchResult())
+            if key in self.broken:
+                result.failed[key] = "corrupt gzip: test"
+                continue
+            for dt in self.dates[key]:
+                rows.setdefault((groups[key], dt), []).append(f"{key}@{dt}")
+        for n, ((unit, dt), ids) in enumerate(sorted(rows.items())):
+            target = staging / f"{attempt}-{n}.parquet"
+            pq.write_table(pa.table({"id": ids}), target)
+            results[unit].table_files.append(
+                StagedFile(dt, target, len(ids), target.stat().st_size)
+            )
+        for result in results.values():
+            result.rows_read = sum(f.row_count for f in result.table_files)
+        done: Future[dict[str, SourceBatchResult]] = Future()
+        done.set_result(results)
+        return done
+
+
+def runner(store: LeaseStore, tmp_path: Path, read: UnitReader) -> IngestionRunner:
+    lake = tmp_path / "lake"
+
+    def fetch(key: str, scratch: Path) -> Path:
+        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / key).write_text(key)
+        return scratch / key
+
+    def publish(local: Path, name: str) -> str:
+        target = lake / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(local, target)
+        return target.as_uri()
+
+    return IngestionRunner(
+        stream=STREAM,
+        table=STREAM,
+        store=store,
+        owner="runner",
+        timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
+        fetch=fetch,
+        read_batch=read,
+        publish_table=publish,
+        publish_quarantine=publish,
+        work_dir=tmp_path / "work",
+    )
+
+
+def create_unit(store: LeaseStore, keys: list[str]) -> str:
+    sid = store.source_identifier(STREAM)
+    unit = WorkUnit(keys[0], tuple(UnitObject(k, 10) for k in keys))
+    store.create_partitions(sid, [unit.key], progress_states=[unit.progress_state()])
+    return sid
+
+
+def ledger_ids(store: LeaseStore) -> Counter[str]:
+    ids: Counter[str] = Counter()
+    for obj in store.ledger_objects(STREAM):  # type: ignore[attr-defined]
+        path = Path(urlparse(obj.url).path.replace("%3D", "="))
+        ids.update(pq.read_table(path).column("id").to_pylist())
+    return ids
+
+
+def test_a_unit_commits_one_object_per_date_for_all_its_objects(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    keys = ["a", "b", "c"]
+    sid = create_unit(store, keys)
+    read = UnitReader({"a": ["2026-01-01"], "b": ["2026-01-01", "2026-01-02"], "c": []}, set())
+    (outcome,) = runner(store, tmp_path, read).ingest(["a"])
+    assert outcome.outcome == COMMITTED and outcome.rows_written == 3
+    assert outcome.small_objects == 2 and outcome.table_partitions == ["2026-01-01", "2026-01-02"]
+    assert read.reads == [keys]
+    assert store.get(sid, "a").status is PartitionStatus.COMPLETED  # type: ignore[union-attr]
+    assert ledger_ids(store) == Counter(["a@2026-01-01", "b@2026-01-01", "b@2026-01-02"])
+
+
+def test_an_unreadable_object_is_retried_alone_after_the_others_commit(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    sid = create_unit(store, ["a", "b", "c"])
+    dates = {k: ["2026-01-01"] for k in "abc"}
+    read = UnitReader(dates, broken={"b"})
+    (outcome,) = runner(store, tmp_path, read).ingest(["a"])
+    assert outcome.outcome == UNREADABLE and "b: corrupt gzip: test" in outcome.message
+    item = store.get(sid, "a")
+    assert item.status is PartitionStatus.CLOSED  # type: ignore[union-attr]
+    progress = json.loads(item.progress_state)  # type: ignore[union-attr]
+    assert progress["done"] == ["a", "c"] and progress["rows_written"] == 2
+    assert ledger_ids(store) == Counter(["a@2026-01-01", "c@2026-01-01"])
+
+    store.clock = lambda: 10**10  # type: ignore[attr-defined]  # past the reopen time
+    read.broken.clear()
+    (again,) = runner(store, tmp_path, read).ingest(["a"])
+    assert again.outcome == COMMITTED, again.message
+    assert read.reads[-1] == ["b"]  # only what is not done
+    assert ledger_ids(store) == Counter(["a@2026-01-01", "b@2026-01-01", "c@2026-01-01"])
+    final = store.get(sid, "a")
+    assert final.status is PartitionStatus.COMPLETED  # type: ignore[union-attr]
+    assert json.loads(final.progress_state)["rows_read"] == 3  # type: ignore[union-attr]
+
+
+def test_a_unit_over_one_transaction_commits_in_several_and_resumes_after_a_failure(
+    store: LeaseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 dates: over the 100 items of one DynamoDB transaction. The second transaction fails
+    (store down): the next attempt re-reads the same objects and commits only what is not in —
+    every record exactly once, and the unit's counts equal the ledger's."""
+    keys = ["a", "b"]
+    sid = create_unit(store, keys)
+    days = [f"2026-01-{d:02d}" for d in range(1, 32)] + [f"2026-02-{d:02d}" for d in range(1, 10)]
+    read = UnitReader({"a": days, "b": days[:5]}, set())
+    commits = {"n": 0}
+    real_commit = store.commit  # type: ignore[attr-defined]
+
+    def failing_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        commits["n"] += 1
+        if commits["n"] == 2:
+            raise StoreUnavailableError("test: the store went away")
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(store, "commit", failing_second)
+    (outcome,) = runner(store, tmp_path, read).ingest(["a"])
+    assert outcome.outcome == FAILED
+    partial = json.loads(store.get(sid, "a").progress_state)  # type: ignore[union-attr]
+    assert partial["partial"]["objects"] == keys
+    first_batch = ledger_ids(store)
+    assert 0 < sum(first_batch.values()) < 45
+
+    store.clock = lambda: 10**10  # type: ignore[attr-defined]  # the lease handed back or expired
+    (again,) = runner(store, tmp_path, read).ingest(["a"])
+    assert again.outcome == COMMITTED, again.message
+    assert commits["n"] == 3  # 32 dates fit one transaction: 2 + the 8 left after the failure
+    expected = Counter([f"a@{d}" for d in days] + [f"b@{d}" for d in days[:5]])
+    assert ledger_ids(store) == expected
+    final = store.get(sid, "a")
+    assert final.status is PartitionStatus.COMPLETED  # type: ignore[union-attr]
+    progress = json.loads(final.progress_state)  # type: ignore[union-attr]
+    assert "partial" not in progress and progress["rows_written"] == sum(expected.values())
