@@ -31,6 +31,13 @@ class StatusSummary:
     """CLOSED items whose `reOpenAt` passed: waiting only for the sensor's retry run."""
 
 
+def _failed_reads(item: LeaseItem) -> str | None:
+    """Why a CLOSED unit's last read failed, object by object (the ingestion runner keeps it in
+    the unit's progress; the item format has no field for it)."""
+    progress = item.progress if isinstance(item.progress, dict) else {}
+    return progress.get("failed") or None
+
+
 def _item_json(item: LeaseItem | None) -> dict[str, Any] | None:
     if item is None:
         return None
@@ -43,6 +50,7 @@ def _item_json(item: LeaseItem | None) -> dict[str, Any] | None:
         "reOpenAt": iso_utc(item.reopen_at_ms),
         "epoch": item.epoch,
         "deadLetterReason": item.dead_letter_reason,
+        "failedReads": _failed_reads(item),
     }
 
 
@@ -89,9 +97,11 @@ def status_text(summaries: Sequence[StatusSummary]) -> str:
                 "soonest reopen first:"
             )
         for c in s.closed:
+            failed = _failed_reads(c)
+            why = f": {failed}" if failed else ""
             lines.append(
                 f"{s.source_identifier}: CLOSED {c.partition_key!r} after {c.closed_count} "
-                f"failed reads, reopens at {iso_utc(c.reopen_at_ms)}"
+                f"failed reads, reopens at {iso_utc(c.reopen_at_ms)}{why}"
             )
         if closed > len(s.closed):
             lines.append(f"{s.source_identifier}: ... and {closed - len(s.closed)} more CLOSED")

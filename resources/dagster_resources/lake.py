@@ -83,9 +83,7 @@ class LakeResource(settings_resource(LakeSettings)):
 
             return SourceReader(spark.session(), config)
 
-        def read_batch(
-            files: dict[str, Path], staging: Path, attempt: str, groups: dict[str, str]
-        ):
+        def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: dict[str, str]):
             return reader().start(files, staging, attempt, groups)
 
         def publisher(store: ObjectStore) -> Publish:

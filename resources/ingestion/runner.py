@@ -155,6 +155,8 @@ def object_name(attempt_id: str, source_key: str, n: int, suffix: str) -> str:
 PARTIAL = "partial"
 """Progress field of a unit committing in several transactions: the objects being committed
 and how many staged files of each table partition (`table|dt`) are in already."""
+FAILED_READS = "failed"
+"""Progress field of a CLOSED unit: which of its objects could not be read, and why."""
 QUARANTINE_PART = "*"
 """The quarantine's partition slot: its date is the commit's day, which a retry may not share."""
 
@@ -465,8 +467,11 @@ class IngestionRunner:
     ) -> PartitionOutcome:
         """CLOSE the unit (reopened with backoff, dead-lettered after the last try). With
         `committed`: what this attempt committed of the unit's other objects first."""
+        # Kept with the unit's progress, so `leasehold status` can say which object failed.
+        progress = dict(lease.progress) if isinstance(lease.progress, dict) else {}
+        progress[FAILED_READS] = reason
         try:
-            item = lease.close(reason=reason)
+            item = lease.close(reason=reason, progress=progress)
         except LeaseStoreError as lost:
             outcome = PartitionOutcome(key, LOST_LEASE, lease.epoch, message=str(lost))
             return self._not_ingested(outcome, exc)
@@ -496,6 +501,7 @@ class IngestionRunner:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
             return self._not_ingested(outcome)
         progress = dict(lease.progress) if isinstance(lease.progress, dict) else {}
+        progress.pop(FAILED_READS, None)
         partial = progress.get(PARTIAL)
         if partial and result.failed:
             # Part of these objects' partitions is committed: the rest must come from all of

@@ -103,14 +103,6 @@ def done_objects(progress: Any) -> set[str]:
     return set(progress.get(DONE, [])) if isinstance(progress, dict) else set()
 
 
-def carried(progress: Any) -> dict[str, Any]:
-    """The fields of a unit's progress every later write must keep (its object list, what is
-    done): a commit's progress state replaces the item's."""
-    if not isinstance(progress, dict):
-        return {}
-    return {k: progress[k] for k in (UNIT, DONE) if k in progress}
-
-
 class UnitCoverage:
     """Which listed objects no work unit holds, walking the listing and the lease items in key
     order together — the two are in the same order, so each item is read once per pass.

@@ -20,6 +20,7 @@ from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.status import status_text
 from resources.ingestion.runner import (
     COMMITTED,
     FAILED,
@@ -140,6 +141,8 @@ def test_an_unreadable_object_is_retried_alone_after_the_others_commit(
     progress = json.loads(item.progress_state)  # type: ignore[union-attr]
     assert progress["done"] == ["a", "c"] and progress["rows_written"] == 2
     assert ledger_ids(store) == Counter(["a@2026-01-01", "c@2026-01-01"])
+    shown = status_text(store.status())  # `leasehold status`: which object, and why
+    assert "CLOSED 'a' after 1 failed reads" in shown and "b: corrupt gzip: test" in shown
 
     store.clock = lambda: 10**10  # type: ignore[attr-defined]  # past the reopen time
     read.broken.clear()
