@@ -66,6 +66,7 @@ from resources.dagster_resources.runs import (
     RANGE_END,
     RANGE_START,
     RETRY_TAG,
+    apply_partition_requests,
     process_identity,
 )
 
@@ -270,8 +271,7 @@ def _sensor_ticks(
         with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
             result = sensor(ctx)
         if isinstance(result, SensorResult):
-            for request in result.dynamic_partitions_requests or []:
-                instance.add_dynamic_partitions(partitions.name, request.partition_keys)
+            apply_partition_requests(instance, result.dynamic_partitions_requests or [])
             for event in result.asset_events or []:
                 instance.report_runless_asset_event(event)
             cursor = result.cursor

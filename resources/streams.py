@@ -22,6 +22,7 @@ from resources.settings import (
     at_least,
     default_data_dir,
     http_url,
+    iso_duration_problem,
     parse_iso_duration,
     setting,
 )
@@ -313,6 +314,17 @@ class LakeSettings(Settings):
         env="LEASEHOLD_MAX_MERGES_PER_RUN",
         doc="table partitions one merge run the merge sensor requests covers at most",
         check=at_least(1),
+    )
+
+    # Dagster advises at most 100,000 partitions per asset (README "Work units"): a week of
+    # units of 1,000 objects is 7,000 partitions at 10⁶ objects a day, 70,000 at 10⁷, while a
+    # week is long enough to look at or re-run a recent unit from the UI.
+    partition_retention: str = setting(
+        "P7D",
+        env="LEASEHOLD_PARTITION_RETENTION",
+        doc="how long a COMPLETED work unit stays a Dagster partition (ISO-8601 duration); "
+        "its materializations stay in the event log and its commit record in the store",
+        check=iso_duration_problem,
     )
 
     def streams(self) -> dict[str, StreamConfig]:

@@ -137,6 +137,16 @@ class LeaseStore(ABC):
         how a listed object is found inside a work unit whose key is another object's."""
 
     @abstractmethod
+    def completed_between(
+        self, source_identifier: str, after: str | None, before_ms: int, limit: int
+    ) -> list[LeaseItem]:
+        """COMPLETED items whose `partitionPriority` (their completion time) is after `after`
+        (a priority; None: from the first) and before `before_ms`, oldest first, at most
+        `limit`: one range of the status index (DynamoDB's GSI may lag; callers only tidy up
+        with it). A caller keeping the last priority it saw reads each item once, ever: how
+        retention takes old work units out of Dagster at a cost that grows with new work."""
+
+    @abstractmethod
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         """Every item (of one source identifier, or all). For status and checks, not hot paths."""
 

@@ -26,9 +26,11 @@ import logging
 from dataclasses import dataclass, field
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
+    DeleteDynamicPartitionsRequest,
     DynamicPartitionsDefinition,
     RunRequest,
     SensorResult,
@@ -56,11 +58,14 @@ from resources.ingestion.partition_keys import from_partition_key, to_partition_
 from resources.ingestion.reconciliation import ReconcileState, Reconciliation
 from resources.ingestion.run_planner import RunPlan, plan_retry_runs, plan_runs
 from resources.ingestion.runner import COMMITTED, committed_outcome
+from resources.settings import parse_iso_duration
 
 log = logging.getLogger(__name__)
 
 # Runless materializations one tick records at most; the rest in the following ticks.
 MAX_RECORDED_PER_TICK = 5000
+# Completed units one tick takes out of the dynamic partitions at most.
+MAX_RETIRED_PER_TICK = 5000
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ class SensorCursor:
     discovery: str | None = None
     reconcile: ReconcileState = field(default_factory=ReconcileState)
     runs_seen_s: float = 0.0
+    retired: str | None = None
+    """The completion priority up to which COMPLETED units left the dynamic partitions."""
 
     @classmethod
     def parse(cls, raw: str | None) -> SensorCursor:
@@ -87,6 +94,7 @@ class SensorCursor:
             value["discovery"],
             ReconcileState.from_json(value.get("reconcile")),
             float(value.get("runs_seen_s", 0.0)),
+            value.get("retired"),
         )
 
     def dump(self) -> str:
@@ -95,6 +103,7 @@ class SensorCursor:
                 "discovery": self.discovery,
                 "reconcile": self.reconcile.to_json(),
                 "runs_seen_s": self.runs_seen_s,
+                "retired": self.retired,
             }
         )
 
@@ -209,22 +218,51 @@ class DiscoveryTick:
             events = self._unrecorded_commits(coverage)
             if len(events) > MAX_RECORDED_PER_TICK:
                 events, runs_seen_s = events[:MAX_RECORDED_PER_TICK], cursor.runs_seen_s
+        retired, retired_upto = self._retired(coverage, cursor.retired)
         flush_or_keep(self.store)
-        next_cursor = SensorCursor(found.cursor, reconciled.state, runs_seen_s).dump()
+        next_cursor = SensorCursor(found.cursor, reconciled.state, runs_seen_s, retired_upto).dump()
         summary = (
-            f"{len(found.source_keys)} listed, {len(reconciled.created)} late objects found "
-            f"({reconciled.listed} reconciled), {len(added)} partitions added, {len(runs)} runs "
-            f"requested, {len(events)} commits recorded, {len(dead)} dead runs marked failed"
+            f"{found.listed} objects listed ({len(found.source_keys)} units), "
+            f"{len(reconciled.created)} units of late objects found ({reconciled.listed} "
+            f"reconciled), {len(added)} partitions added, {len(retired)} retired, {len(runs)} "
+            f"runs requested, {len(events)} commits recorded, {len(dead)} dead runs marked failed"
         )
         log.info("%s: discovery tick: %s", self.stream, summary)
-        if not runs and not added and not events:
+        if not runs and not added and not events and not retired:
             return SensorResult(skip_reason=f"nothing to do: {summary}", cursor=next_cursor)
+        requests: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []
+        if added:
+            requests.append(self.partitions.build_add_request(added))
+        if retired:
+            requests.append(self.partitions.build_delete_request(retired))
         return SensorResult(
             run_requests=runs,
-            dynamic_partitions_requests=[self.partitions.build_add_request(added)] if added else [],
+            dynamic_partitions_requests=requests,
             asset_events=events,
             cursor=next_cursor,
         )
+
+    def _retired(self, coverage: Coverage, after: str | None) -> tuple[list[str], str | None]:
+        """Work units COMPLETED longer ago than the retention leave the dynamic partitions
+        (their materializations stay in the event log; their lease items and commit records
+        stay in the store, so their objects stay held and are never ingested or added again).
+        Read by completion time after the cursor: each unit once, ever, so a tick costs what
+        completed since the last, not the history. A unit a queued or started run's range
+        covers waits (ranges are positional: removing a key would shift them); the cursor stops
+        before it. Dead letters stay: they are what the UI must keep showing."""
+        retention_s = parse_iso_duration(self.lake.partition_retention, "partition_retention")
+        before = self.store.now_ms() - to_millis(retention_s)
+        items = self.store.completed_between(self.sid, after, before, MAX_RETIRED_PER_TICK)
+        retired: list[str] = []
+        for item in items:
+            pk = to_partition_key(item.partition_key)
+            p = coverage.position.get(pk)
+            if p is not None and (p in coverage.pending or p in coverage.started):
+                break
+            if p is not None and item.dead_letter_reason is None:
+                retired.append(pk)
+            after = item.priority
+        return retired, after
 
     def _request(self, plan: RunPlan) -> RunRequest:
         tags = {

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    DeleteDynamicPartitionsRequest,
+    RunsFilter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -216,3 +223,17 @@ def ended_since(
     ]
     newest = max((r.update_timestamp.timestamp() for r in records), default=after_s)
     return [r.dagster_run for r in records], newest
+
+
+def apply_partition_requests(
+    instance: DagsterInstance,
+    requests: Sequence[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest],
+) -> None:
+    """What the daemon does with a tick's dynamic-partition requests, for a tick evaluated in
+    process (`leasehold run`): add, or delete (retention), in order."""
+    for request in requests:
+        if isinstance(request, DeleteDynamicPartitionsRequest):
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+        else:
+            instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)

@@ -29,6 +29,7 @@ from coordination_assets.ingestion import (
 from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import PartitionStatus
 from resources.dagster_resources.discovery_tick import SensorCursor
+from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.runs import (
     EXPECTED_COUNT,
     PROCESS_TAG,
@@ -36,6 +37,7 @@ from resources.dagster_resources.runs import (
     RANGE_START,
     RETRY_TAG,
     STREAM_TAG,
+    apply_partition_requests,
     process_identity,
 )
 from resources.errors import ConfigError
@@ -65,8 +67,7 @@ def tick(env: PipelineEnv, instance, resources, cursor: str | None):
     with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
         result = sensor(ctx)
     if isinstance(result, SensorResult):
-        for request in result.dynamic_partitions_requests or []:
-            instance.add_dynamic_partitions(partitions_for(STREAM).name, request.partition_keys)
+        apply_partition_requests(instance, result.dynamic_partitions_requests or [])
     return result
 
 
@@ -367,3 +368,46 @@ def test_a_bad_retry_window_fails_the_tick_naming_the_field(env: PipelineEnv) ->
     cause = err.value.__cause__
     assert isinstance(cause, ConfigError) and cause.field == "unassigned_retry_after_seconds"
     assert "must be at least 1" in str(cause)
+
+
+def test_completed_units_leave_the_partitions_after_the_retention(env: PipelineEnv) -> None:
+    """Retention: units COMPLETED longer ago than `partition_retention` are deleted from the
+    dynamic partitions — read by completion time after the cursor, so each once — while a unit
+    a queued run covers and a dead letter stay; reconciliation never adds them back (their
+    items still hold their objects)."""
+    env.reconcile_interval_s = 0.0
+    instance, resources, first, planned = first_tick(env, objects=5)
+    store = env.store()
+    sid = store.source_identifier(STREAM)
+    keys = sorted(i.partition_key for i in store.iter_items(sid))
+    for key in keys[:3]:
+        store.commit(store.acquire(sid, key, "run", 60).token, [])
+    token = store.acquire(sid, keys[3], "run", 60).token
+    store.close(token, ReopenBackoff(1, 1), max_closed_count=0, reason="broken")  # dead letter
+    lake = env.lake()
+    resources["lake"] = LakeResource(
+        streams_path=lake.streams_path,
+        work_dir=lake.work_dir,
+        reconcile_interval_seconds=0.0,
+        partition_retention="PT1S",
+    )
+    partitions = partitions_for(STREAM).name
+    time.sleep(1.1)
+
+    queued = queue(instance, planned)  # the range run still covers all five: nothing yet
+    held = tick(env, instance, resources, first.cursor)
+    assert len(instance.get_dynamic_partitions(partitions)) == 5
+    instance.delete_run(queued.run_id)
+
+    retired = tick(env, instance, resources, held.cursor)
+    remaining = [from_partition_key(k) for k in instance.get_dynamic_partitions(partitions)]
+    assert remaining == keys[3:]  # the dead letter and the unit not done stay
+    assert SensorCursor.parse(retired.cursor).retired is not None
+    for _ in range(2):  # reconciliation passes and later ticks add nothing back
+        retired = tick(env, instance, resources, retired.cursor)
+        assert (
+            not any(r.partition_keys for r in retired.dynamic_partitions_requests or [])
+            if isinstance(retired, SensorResult)
+            else True
+        )
+    assert [from_partition_key(k) for k in instance.get_dynamic_partitions(partitions)] == keys[3:]

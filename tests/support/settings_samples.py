@@ -35,6 +35,7 @@ VALID: dict[str, str] = {
     "LEASEHOLD_DYNAMODB_ENDPOINT_URL": "http://127.0.0.1:8000",
     "LEASEHOLD_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
     "LEASEHOLD_TTL": "P2D",
+    "LEASEHOLD_PARTITION_RETENTION": "P30D",
     # passes as any text, but a realistic value reads better in a failure
     "LEASEHOLD_STS_ROLE_ARN": "arn:aws:iam::123456789012:role/leasehold",
     "LEASEHOLD_SPARK_MASTER": "local[2]",

@@ -195,6 +195,34 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         }
         return [key for key in keys if key not in found]
 
+    def completed_between(
+        self, source_identifier: str, after: str | None, before_ms: int, limit: int
+    ) -> list[LeaseItem]:
+        before = priority_at(before_ms)
+        status = PartitionStatus.COMPLETED
+        if after is None:
+            items = self._by_status(source_identifier, status, "<", before, limit)
+        else:  # BETWEEN is inclusive: one more, then drop `after` itself and `before`
+            condition = "#status_key = :sk AND #priority BETWEEN :a AND :b"
+            out = self._call(
+                "query_status",
+                lambda: self.client.query(
+                    TableName=self.table_name,
+                    IndexName=GSI,
+                    KeyConditionExpression=condition,
+                    ExpressionAttributeNames=codec.names(condition),
+                    ExpressionAttributeValues={
+                        ":sk": codec.s(status_key(source_identifier, status)),
+                        ":a": codec.s(after),
+                        ":b": codec.s(before),
+                    },
+                    ScanIndexForward=True,
+                    Limit=limit + 2,
+                ),
+            )
+            items = [codec.item_from(raw) for raw in out.get("Items", [])]
+        return [i for i in items if after is None or after < i.priority < before][:limit]
+
     def items_between(
         self, source_identifier: str, after: str | None, upto: str
     ) -> Iterator[LeaseItem]:

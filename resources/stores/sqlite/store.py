@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from resources.coordination.errors import StoreNotFoundError, StoreUnavailableError
-from resources.coordination.items import ATTR, LeaseItem, priority_at, to_millis
+from resources.coordination.items import ATTR, LeaseItem, PartitionStatus, priority_at, to_millis
 from resources.coordination.transitions import Transition
 from resources.retry import RetryPolicy, call_with_retries
 from resources.stores.base import CoordinationStore
@@ -225,6 +225,23 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         rows = self._connection().execute(sql, (source_identifier, after or "", upto))
         for row in rows.fetchall():
             yield schema.row_to_item(row)
+
+    def completed_between(
+        self, source_identifier: str, after: str | None, before_ms: int, limit: int
+    ) -> list[LeaseItem]:
+        sql = (
+            f"SELECT {schema.SELECT} FROM lease_items WHERE {ATTR['sid']} = ? "
+            f"AND {ATTR['status']} = ? AND {ATTR['priority']} > ? AND {ATTR['priority']} < ? "
+            f"ORDER BY {ATTR['priority']} LIMIT ?"
+        )
+        params = (
+            source_identifier,
+            PartitionStatus.COMPLETED.value,
+            after or "",
+            priority_at(before_ms),
+            limit,
+        )
+        return [schema.row_to_item(r) for r in self._connection().execute(sql, params).fetchall()]
 
     def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
         db = self._connection()
