@@ -78,10 +78,13 @@ class PartitionSettings:
     units: sizes") keep a unit to one Spark read (`MAX_READ_BYTES`, 256 MiB) and make the
     per-unit costs (a lease, a Dagster partition and its events, ~40 ms) a rounding error per
     object, while a million objects a day stay ~1,000 Dagster partitions a day. `max_objects: 1`
-    is one object per partition."""
+    is one object per partition. An object bigger than `commit_every_bytes` (a unit of its own
+    when it is over `max_bytes`) is read and committed in chunks of that much text, each chunk
+    one fenced transaction with the offset reached: a crash loses at most one chunk's work."""
 
     max_objects: int = 1000
     max_bytes: int = 256 * 1024 * 1024
+    commit_every_bytes: int = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)

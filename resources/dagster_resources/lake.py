@@ -83,8 +83,14 @@ class LakeResource(settings_resource(LakeSettings)):
 
             return SourceReader(spark.session(), config)
 
-        def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: dict[str, str]):
-            return reader().start(files, staging, attempt, groups)
+        def read_batch(
+            files: dict[str, Path],
+            staging: Path,
+            attempt: str,
+            groups: dict[str, str],
+            line_offsets: dict[str, int] | None = None,
+        ):
+            return reader().start(files, staging, attempt, groups, line_offsets)
 
         def publisher(store: ObjectStore) -> Publish:
             return lambda local, key: store.move_file(local, key)
@@ -103,6 +109,8 @@ class LakeResource(settings_resource(LakeSettings)):
             chunk_size=self.chunk_size,
             on_step=on_step,
             merge_after_s=config.merge.interval_s,
+            commit_every_bytes=config.partition.commit_every_bytes,
+            csv_header=config.format == "csv" and config.csv_header,
         )
 
     def merge_schedule(self, stream: str, coordination: CoordinationResource) -> MergeSchedule:

@@ -42,6 +42,7 @@ def write_quarantine(
     attempt: str,
     header_skipped: bool,
     groups: dict[str, str],
+    line_offsets: dict[str, int],
 ) -> Iterator[tuple[str, StagedFile]]:
     """One quarantine object per group (work unit) with bad records — source key, line,
     reason, text per record — as (group, staged file). One object per unit rather than per
@@ -60,7 +61,10 @@ def write_quarantine(
     by_group: dict[str, list[pa.Table]] = defaultdict(list)
     for src, (reasons, raws) in sorted(bad.items()):
         key = index[src]
-        lines = line_numbers(files[key], raws, header_skipped)
+        shift = line_offsets.get(key, 0)
+        lines = [
+            n if n is None else n + shift for n in line_numbers(files[key], raws, header_skipped)
+        ]
         table = {
             "source_key": pa.array([key] * len(raws), pa.string()),
             "line": pa.array(lines, pa.int64()),

@@ -28,6 +28,7 @@ import json
 import logging
 import shutil
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
+from resources.ingestion.source_files import cut_chunk
 from resources.ingestion.work_units import DONE, done_objects, unit_objects
 from resources.ledger.model import AlreadyCommittedError, SmallObject, fits_one_commit
 
@@ -129,12 +131,10 @@ class SourceBatchResult:
     """Set when nothing of the unit could be read: why."""
 
 
-ReadBatch = Callable[
-    [dict[str, Path], Path, str, dict[str, str]], Future[dict[str, SourceBatchResult]]
-]
-"""(source key -> local file, staging dir, attempt id, source key -> unit key) -> per unit
-results, once staged. It returns when the batch is read; the staged files may still be being
-written."""
+ReadBatch = Callable[..., Future[dict[str, SourceBatchResult]]]
+"""(source key -> local file, staging dir, attempt id, source key -> unit key[, source key ->
+quarantine line offset]) -> per unit results, once staged. It returns when the batch is read;
+the staged files may still be being written."""
 Fetch = Callable[[str, Path], Path]
 """(source key, scratch dir) -> a local path holding the source object's bytes."""
 Publish = Callable[[Path, str], str]
@@ -157,6 +157,9 @@ PARTIAL = "partial"
 and how many staged files of each table partition (`table|dt`) are in already."""
 FAILED_READS = "failed"
 """Progress field of a CLOSED unit: which of its objects could not be read, and why."""
+CHUNK = "chunk"
+"""Progress field of a large object read in chunks: where the next chunk starts (`offset`,
+`line`), committed with the chunk before it."""
 QUARANTINE_PART = "*"
 """The quarantine's partition slot: its date is the commit's day, which a retry may not share."""
 
@@ -220,6 +223,8 @@ class _ReadChunk:
     """Unit key -> the objects of it this attempt reads (not done by an earlier one)."""
     failed: dict[str, dict[str, str]] = field(default_factory=dict)
     """Unit key -> objects that could not be fetched, and why."""
+    large: str | None = None
+    """The chunk's last unit, when it is one object read and committed in chunks."""
     staged: Future[dict[str, SourceBatchResult]] | None = None
 
     def close(self) -> None:
@@ -249,6 +254,8 @@ class IngestionRunner:
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         on_step: Callable[[str, str], None] | None = None,
         merge_after_s: float | None = None,
+        commit_every_bytes: int | None = None,
+        csv_header: bool = False,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -261,6 +268,9 @@ class IngestionRunner:
         self.publish_quarantine = publish_quarantine
         self.work_dir = work_dir
         self.chunk_size = chunk_size
+        # A one-object unit bigger than this is read and committed in chunks of this much.
+        self.commit_every_bytes = commit_every_bytes
+        self.csv_header = csv_header
         self.clock = clock
         # Observer of the protocol's steps, ("published" | "committed", source key): the two
         # moments a crash matters. Used for progress logging and by the crash tests.
@@ -396,6 +406,9 @@ class IngestionRunner:
                     chunk.outcomes[key] = got
                     continue
                 chunk.leases[key] = chunk.keeper.add(got)
+                if self._is_large(got.progress, key):
+                    chunk.large = key  # read chunk by chunk when this chunk commits
+                    break
                 reading = to_read(got.progress, key)
                 chunk.reading[key] = reading
                 objects += len(reading)
@@ -442,6 +455,9 @@ class IngestionRunner:
         try:
             results = chunk.staged.result() if chunk.staged is not None else {}
             for key, lease in chunk.leases.items():
+                if key == chunk.large:
+                    chunk.outcomes[key] = self._ingest_large(lease, key, chunk.scratch)
+                    continue
                 result = results.get(key, SourceBatchResult())
                 result.failed = {**chunk.failed.get(key, {}), **result.failed}
                 if key not in results and not result.failed:
@@ -492,8 +508,17 @@ class IngestionRunner:
         return self._not_ingested(outcome, exc)
 
     def _commit(
-        self, lease: Lease, key: str, result: SourceBatchResult, reading: list[str], attempt: str
+        self,
+        lease: Lease,
+        key: str,
+        result: SourceBatchResult,
+        reading: list[str],
+        attempt: str,
+        final: bool = True,
+        reached: dict[str, Any] | None = None,
     ) -> PartitionOutcome:
+        """Commit what was read of a unit (all of it, or — `final=False` — one chunk of a
+        large object, whose progress `reached` is saved in the same transaction)."""
         if result.unreadable is not None:
             return self._close_unreadable(lease, key, result.unreadable)
         outcome = PartitionOutcome(key, COMMITTED, lease.epoch)
@@ -543,12 +568,13 @@ class IngestionRunner:
                     already[slot] = already.get(slot, 0) + 1
                 if last:
                     progress.pop(PARTIAL, None)
+                    progress.update(reached or {})
                     if result.failed:
                         done = done_objects(progress) | (set(reading) - set(result.failed))
                         progress[DONE] = sorted(done)
                 else:
                     progress[PARTIAL] = {"objects": reading, "committed": sorted(already.items())}
-                complete = last and not result.failed
+                complete = last and final and not result.failed
                 state = json.dumps(progress)
                 committed = lease.commit(
                     lambda token, batch=batch, state=state, complete=complete: (
@@ -588,6 +614,84 @@ class IngestionRunner:
             # The others are in; this unit is retried for the objects that failed.
             return self._close_unreadable(lease, key, failures(result.failed), committed=outcome)
         return outcome
+
+    def _is_large(self, progress: Any, key: str) -> bool:
+        objects = unit_objects(key, progress)
+        return (
+            self.commit_every_bytes is not None
+            and len(objects) == 1
+            and objects[0].size > self.commit_every_bytes
+        )
+
+    def _ingest_large(self, lease: Lease, key: str, scratch: Path) -> PartitionOutcome:
+        """One object, chunk by chunk (KIP-618's connector-defined transaction boundary): each
+        chunk — `commit_every_bytes` of text, to the end of a line — is read like any object and
+        committed with the offset it reached in one fenced transaction that keeps the lease
+        (renewed in the background meanwhile); the last chunk completes the unit. A takeover
+        resumes at the committed offset: plain text by seeking to it, gzip by decompressing up
+        to it again (gzip cannot seek)."""
+        (obj,) = unit_objects(key, lease.progress)
+        try:
+            local = self.fetch(obj.key, scratch / "sources")
+        except Exception as exc:  # noqa: BLE001 - any failure to read the object
+            plain = isinstance(exc, LeaseholdError)
+            return self._close_unreadable(
+                lease, key, f"cannot fetch: {exc}", None if plain else exc
+            )
+        total = PartitionOutcome(key, COMMITTED, lease.epoch)
+        n = 0
+        while True:
+            reached = (lease.progress or {}).get(CHUNK) or {"offset": 0, "line": 1}
+            n += 1
+            try:
+                cut = cut_chunk(
+                    local,
+                    int(reached["offset"]),
+                    int(reached["line"]),
+                    self.commit_every_bytes or 0,
+                    scratch / f"chunk-{n}" / "chunk.txt",
+                    self.csv_header,
+                )
+            except (OSError, EOFError, zlib.error) as exc:
+                why = f"{obj.key}: cannot read at offset {reached['offset']}: {exc}"
+                return self._close_unreadable(lease, key, why)
+            shift = cut.first_line - 1 - (1 if self.csv_header and cut.first_line > 1 else 0)
+            attempt = uuid.uuid4().hex[:12]
+            results = self.read_batch(
+                {obj.key: cut.path},
+                scratch / f"chunk-{n}" / "staging",
+                attempt,
+                {obj.key: key},
+                {obj.key: shift},
+            ).result()
+            result = results.get(key) or SourceBatchResult(unreadable="the reader returned nothing")
+            outcome = self._commit(
+                lease,
+                key,
+                result,
+                [obj.key],
+                attempt,
+                final=cut.last,
+                reached={CHUNK: {"offset": cut.offset, "line": cut.line}},
+            )
+            shutil.rmtree(cut.path.parent, ignore_errors=True)
+            total.small_objects += outcome.small_objects
+            total.bytes += outcome.bytes
+            total.table_partitions = sorted({*total.table_partitions, *outcome.table_partitions})
+            if outcome.outcome != COMMITTED or cut.last:
+                outcome.small_objects, outcome.bytes = total.small_objects, total.bytes
+                outcome.table_partitions = total.table_partitions
+                if outcome.ok:
+                    outcome.message = f"{n} chunk(s) committed this run"
+                return outcome
+            log.info(
+                "%s: %r chunk %d committed up to offset %d (line %d)",
+                self.stream,
+                key,
+                n,
+                cut.offset,
+                cut.line,
+            )
 
     def _publish(
         self, staged: StagedFile, key: str, attempt: str, n: int, table: str, publish: Publish

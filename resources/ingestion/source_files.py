@@ -12,6 +12,7 @@ import io
 import os
 import shutil
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -65,3 +66,40 @@ def stage_input(path: Path, link: Path, skip_header: bool) -> None:
             os.symlink(path.resolve(), link)
         except OSError:
             shutil.copyfile(path, link)
+
+
+@dataclass(frozen=True)
+class ChunkCut:
+    """One chunk of a large object, cut at a line boundary into a file of its own."""
+
+    path: Path
+    first_line: int
+    """The object's line number of the chunk's first record line (1-based)."""
+    offset: int
+    """Where the next chunk starts: a byte offset into the object, or — gzip cannot seek —
+    into its decompressed text (resuming decompresses up to it again)."""
+    line: int
+    """The object's line number the next chunk starts at."""
+    last: bool
+
+
+def cut_chunk(
+    source: Path, offset: int, line: int, max_bytes: int, target: Path, header: bool
+) -> ChunkCut:
+    """Copy the lines of `source` from `offset` (the start of line `line`) up to `max_bytes`
+    and on to the end of the line that crosses it, into `target`. A CSV chunk after the first
+    gets the object's header line again, so the reader handles every chunk alike. Lines end at
+    `\\n` (and `\\r\\n`); a file ending lines with `\\r` alone is cut by bytes only at `\\n`."""
+    gz = source.name.endswith(".gz")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    opener = (lambda: gzip.open(source, "rb")) if gz else (lambda: source.open("rb"))
+    with opener() as f, target.open("wb") as out:
+        if header and line > 1:
+            out.write(f.readline())
+        f.seek(offset)
+        block = f.read(max_bytes)
+        if block and not block.endswith(b"\n"):
+            block += f.readline()
+        out.write(block)
+        last = not f.read(1)
+    return ChunkCut(target, line, offset + len(block), line + block.count(b"\n"), last)

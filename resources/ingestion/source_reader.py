@@ -70,9 +70,10 @@ class SourceReader:
         staging: Path,
         attempt: str,
         groups: dict[str, str] | None = None,
+        line_offsets: dict[str, int] | None = None,
     ) -> dict[str, SourceBatchResult]:
         """`start`, and wait for the staged files."""
-        return self.start(files, staging, attempt, groups).result()
+        return self.start(files, staging, attempt, groups, line_offsets).result()
 
     def start(
         self,
@@ -80,10 +81,12 @@ class SourceReader:
         staging: Path,
         attempt: str,
         groups: dict[str, str] | None = None,
+        line_offsets: dict[str, int] | None = None,
     ) -> Future[dict[str, SourceBatchResult]]:
         """Read `files` (source key -> local path) and stage their table and quarantine rows,
         cut per group: `groups` maps each source key to its work unit's key (default: each
-        source on its own).
+        source on its own). `line_offsets` shifts a file's quarantine line numbers: a chunk of
+        a large object numbers its lines as the object does.
 
         The Spark jobs run on this thread, one per `max_read_bytes` of (uncompressed) source
         text; writing what each returns happens on a writer thread, so the caller can start its
@@ -124,7 +127,16 @@ class SourceReader:
                 if self._writing is not None:
                     wait([self._writing])
                 self._writing = writer.submit(
-                    self._write, tables, files, index, groups, results, inputs, out, attempt
+                    self._write,
+                    tables,
+                    files,
+                    index,
+                    groups,
+                    line_offsets or {},
+                    results,
+                    inputs,
+                    out,
+                    attempt,
                 )
                 writes.append(self._writing)
             staged = writer.submit(_counted, results, writes)
@@ -141,6 +153,7 @@ class SourceReader:
         files: dict[str, Path],
         index: dict[int, str],
         groups: dict[str, str],
+        line_offsets: dict[str, int],
         results: dict[str, SourceBatchResult],
         inputs: Path,
         out: Path,
@@ -176,6 +189,7 @@ class SourceReader:
             attempt,
             self._skip_header,
             groups,
+            line_offsets,
         )
         for group, staged_file in quarantined:
             results[group].quarantine_files.append(staged_file)
