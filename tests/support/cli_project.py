@@ -106,6 +106,7 @@ def cli_project(
     chunk_size: int,
     lease_timeout_s: float,
     dynamodb_endpoint_url: str | None = None,
+    partition: dict[str, int] | None = None,
 ) -> CliProject:
     root.mkdir(parents=True)
     write_sample_sources(
@@ -115,7 +116,9 @@ def cli_project(
         days=3,
         malformed_every=malformed_every,
     )
-    write_streams(root / "streams.yaml", f"file://{root / 'sources'}", f"file://{root / 'lake'}")
+    write_streams(
+        root / "streams.yaml", f"file://{root / 'sources'}", f"file://{root / 'lake'}", partition
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DAGSTER_"))}
     env.update(
         PYTHONPATH=str(ROOT),

@@ -103,10 +103,14 @@ class PipelineEnv:
         )
 
 
-def write_streams(path: Path, source: str, table: str, unit_objects: int | None = 1) -> Path:
-    """The test stream. One object per work unit unless `unit_objects` says otherwise (None:
-    the default unit size): most tests count partitions as objects."""
-    partition = "" if unit_objects is None else f"    partition: {{max_objects: {unit_objects}}}\n"
+def write_streams(
+    path: Path, source: str, table: str, partition: dict[str, int] | None = None
+) -> Path:
+    """The test stream. One object per work unit unless `partition` says otherwise (`{}`: the
+    default unit sizes): most tests count partitions as objects."""
+    fields = {"max_objects": 1} if partition is None else partition
+    settings = ", ".join(f"{k}: {v}" for k, v in fields.items())
+    partition_line = f"    partition: {{{settings}}}\n" if fields else ""
     path.write_text(
         f"""
 streams:
@@ -117,7 +121,7 @@ streams:
     event_time: event_time
     record_id: event_id
     table: {table}
-{partition}"""
+{partition_line}"""
     )
     return path
 

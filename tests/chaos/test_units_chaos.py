@@ -1,0 +1,143 @@
+"""Chaos test of `leasehold run` with work units (issue 20), real processes, both backends.
+
+As `test_leasehold_run_chaos`, but the source is cut into work units of several objects and
+holds one large object that is read and committed in chunks, and the verdict is the published
+table as a query engine reads it: `leasehold table ls` for the partitions, `leasehold table
+files` for each one's manifest, the files it lists read with pyarrow. `leasehold run` is
+SIGKILLed at random moments, at least five times; then plain `leasehold run` must converge, and
+when it returns every source record must be in the published table exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.coordination.items import PartitionStatus
+from resources.ingestion.checks import find_unleased_objects
+from resources.ingestion.source_listing import source_lister
+from resources.objects.base import object_store_for
+from resources.objects.local import LocalObjectStore
+from resources.streams import load_streams
+from tests.chaos.test_leasehold_run_chaos import LEASE_TIMEOUT_S, chaos, malformed_lines
+from tests.support.cli_project import CliProject, cli_project
+from tests.support.pipeline_env import STREAM, source_ids
+
+pytestmark = pytest.mark.slow
+
+OBJECTS = {"sqlite": 240, "dynamodb": 64}
+UNIT_OBJECTS = 8
+LARGE_RECORDS = {"sqlite": 30_000, "dynamodb": 8_000}  # ~3 MB / ~0.8 MB
+PARTITION = {"max_objects": UNIT_OBJECTS, "max_bytes": 200_000, "commit_every_bytes": 100_000}
+CONVERGENCE_INVOCATIONS = 2
+
+
+def write_large_object(sources: Path, records: int) -> Path:
+    """One object far over `max_bytes` (a unit alone, read in chunks), its records over the
+    sample's three days, with a malformed line now and then."""
+    path = sources / "2026/01/02/zz-large.jsonl"
+    lines = []
+    for i in range(records):
+        if i % 997 == 500:
+            lines.append('{"event_id": "broken", "amount": ')
+            continue
+        day = 1 + i % 3
+        lines.append(
+            json.dumps(
+                {
+                    "event_id": f"L{i:08d}",
+                    "user_id": f"u{i % 13}",
+                    "amount": 1.25,
+                    "event_time": f"2026-01-{day:02d}T{i % 24:02d}:00:00Z",
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[CliProject]:
+    endpoint = request.getfixturevalue("aws_server").endpoint_url if backend == "dynamodb" else None
+    proj = cli_project(
+        tmp_path / "project",
+        backend,
+        objects=OBJECTS[backend],
+        records_per_object=40,
+        malformed_every=53,
+        chunk_size=4 * UNIT_OBJECTS,
+        lease_timeout_s=LEASE_TIMEOUT_S,
+        dynamodb_endpoint_url=endpoint,
+        partition=PARTITION,
+    )
+    write_large_object(proj.sources, LARGE_RECORDS[backend])
+    yield proj
+    proj.stop_children()
+
+
+def published_rows(project: CliProject) -> list[dict]:
+    """Every row of the published table, read as a query engine does: the catalog's partitions,
+    each one's manifest, the files it lists — through the `leasehold table` commands."""
+    code, output = project.run("table", "ls", STREAM, "--json")
+    assert code == 0, output
+    partitions = json.loads(output[output.index("[") :])
+    objects = object_store_for(load_streams(project.streams_path)[STREAM].table)
+    rows: list[dict] = []
+    for partition in partitions:
+        code, output = project.run("table", "files", STREAM, partition["dt"], "--json")
+        assert code == 0, output
+        for entry in json.loads(output[output.index("{") :])["files"]:
+            data = objects.get_bytes(objects.key_of(entry["url"]))
+            rows.extend(pq.read_table(pa.BufferReader(data)).to_pylist())
+    return rows
+
+
+def test_units_and_a_chunked_object_converge_after_random_kills(project: CliProject) -> None:
+    seed = int(os.environ.get("LEASEHOLD_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"chaos seed: {seed} (LEASEHOLD_CHAOS_SEED={seed} replays it)", flush=True)
+    kills = chaos(project, random.Random(seed))
+    context = f"seed {seed}\n" + "\n".join(k.describe() for k in kills)
+    time.sleep(LEASE_TIMEOUT_S + 0.5)
+
+    store = project.store()
+    try:
+        for _ in range(CONVERGENCE_INVOCATIONS):
+            code, output = project.run("run")
+            items = list(store.iter_items(store.source_identifier(STREAM)))
+            done = all(i.status is PartitionStatus.COMPLETED for i in items)
+            if done and code == 0:
+                break
+        assert done and code == 0, f"{context}\nnot converged:\n{project.tail()}"
+        assert not [i for i in items if i.dead_letter_reason], context
+        assert len(items) < OBJECTS["sqlite"], "objects were not batched into units"
+        unheld = find_unleased_objects(
+            store, STREAM, source_lister(LocalObjectStore(project.sources))
+        )
+        assert unheld.unleased == 0, f"{context}\nobjects no unit holds: {unheld.first}"
+        chunked = [i for i in items if "chunk" in (i.progress or {})]
+        assert len(chunked) == 1, "the large object was not read in chunks"
+    finally:
+        store.close_store()
+
+    # The published table, when `leasehold run` has returned: every record once.
+    expected = source_ids(project.sources)
+    seen = Counter(row["event_id"] for row in published_rows(project))
+    lost, twice = expected - seen, {i: n for i, n in seen.items() if n > 1}
+    extra = set(seen) - set(expected)
+    assert not lost and not twice and not extra, (
+        f"{context}\n{len(lost)} lost (e.g. {sorted(lost)[:5]}), {len(twice)} twice "
+        f"(e.g. {sorted(twice)[:5]}), {len(extra)} not in the sources"
+    )
+    bad = malformed_lines(project.sources)
+    assert sum(bad.values()) > 0
+    code, output = project.run("check")
+    assert code == 0, f"{context}\nleasehold check failed:\n{output}"
