@@ -106,7 +106,12 @@ class LakeResource(settings_resource(LakeSettings)):
         )
 
     def merge_schedule(self, stream: str, coordination: CoordinationResource) -> MergeSchedule:
-        return MergeSchedule(coordination.store, self.stream(stream), self.table_name(stream))
+        return MergeSchedule(
+            coordination.store,
+            self.stream(stream),
+            self.table_name(stream),
+            backoff=coordination.timing().reopen_backoff,
+        )
 
     def merge_runner(
         self,

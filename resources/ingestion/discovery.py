@@ -6,6 +6,12 @@ state and is mirrored in the Dagster sensor cursor. Work per tick is O(new objec
 starts after the cursor, lease items are created in batches, and a tick with nothing new costs
 a constant number of store calls.
 
+A tick whose listing returned fewer keys than it asked for reached the end of the source: it
+records when it *started* listing as `caught_up_ms` (every object that landed before then is
+now leased), which is what lets a table partition close (`resources/compaction/closing.py`):
+not before its stream has caught up, so a backfill does not close its dates at once and land
+most of their data as "delayed".
+
 Listing after a cursor never sees an object whose key sorts before it (a late file in
 yesterday's folder): `reconciliation.py` lists the whole source again, slowly, for those. Runs
 are planned in `run_planner.py`.
@@ -17,8 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from resources.coordination.lease_store import LeaseStore
-
-SUPPLIER_STATE = "discovery"
+from resources.coordination.supplier import CAUGHT_UP_MS, SUPPLIER_STATE
 
 
 @dataclass(frozen=True)
@@ -71,15 +76,26 @@ class Discovery:
         )
         if supplier is None:
             return DiscoveryResult([], 0, sensor_cursor, "another node is running discovery")
+        release_with: dict[str, object] | None = None
         try:
+            # Taken before listing: an object landing while we list may or may not be listed.
+            started_ms = self.store.now_ms()
             keys, cursor = self.lister(sensor_cursor, self.max_objects_per_tick)
+            caught_up = len(keys) < self.max_objects_per_tick
             created = 0
+            state = dict(supplier.progress or {})
             if keys:
                 sid = self.store.source_identifier(self.stream)
                 created = self.store.create_partitions(sid, keys)
-                state = dict(supplier.progress or {})
                 state.update(cursor=cursor, listed=int(state.get("listed", 0)) + len(keys))
+            if caught_up:
+                # Only after the lease items exist: a reader seeing the new caught-up time
+                # also sees every item it vouches for (pending until ingested).
+                state[CAUGHT_UP_MS] = max(started_ms, int(state.get(CAUGHT_UP_MS, 0)))
+            if keys:
                 self.store.update_global_state(supplier.token, state, self.timeout_s)
+            elif caught_up:  # nothing new: saved by the release, no extra write
+                release_with = state
             return DiscoveryResult(keys, created, cursor if keys else sensor_cursor)
         finally:
-            self.store.release_global_state(supplier.token)
+            self.store.release_global_state(supplier.token, release_with)
