@@ -103,6 +103,7 @@ class LakeResource(settings_resource(LakeSettings)):
             chunk_size=self.chunk_size,
             on_step=on_step,
             merge_after_s=config.merge.interval_s,
+            delayed_merge_after_s=config.merge.delayed_interval_s,
         )
 
     def merge_schedule(self, stream: str, coordination: CoordinationResource) -> MergeSchedule:

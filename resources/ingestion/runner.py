@@ -191,6 +191,7 @@ class IngestionRunner:
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         on_step: Callable[[str, str], None] | None = None,
         merge_after_s: float | None = None,
+        delayed_merge_after_s: float | None = None,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -209,8 +210,12 @@ class IngestionRunner:
         self.on_step = on_step or (lambda step, key: None)
         self.sid = store.source_identifier(stream)
         # The table's merge job is scheduled by the commit that lands its first unmerged object
-        # (`merge.interval` later); quarantine objects are never merged.
+        # (`merge.interval` later; `merge.delayed_interval` when it is closed, the commit
+        # decides); quarantine objects are never merged.
         self.merge_after_s = {} if merge_after_s is None else {table: merge_after_s}
+        self.delayed_merge_after_s = (
+            {} if delayed_merge_after_s is None else {table: delayed_merge_after_s}
+        )
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
         """One outcome per key, in order; never raises for a single partition's failure.
@@ -433,6 +438,7 @@ class IngestionRunner:
                         objects,
                         progress_state=json.dumps(progress),
                         merge_after_s=self.merge_after_s,
+                        delayed_merge_after_s=self.delayed_merge_after_s,
                     ).item
                 )
             )

@@ -105,9 +105,7 @@ def test_due_to_close_takes_open_partitions_whose_time_came() -> None:
         partition("2026-01-14", last_live_object_id=2),  # closed already
         partition("2026-01-13"),
     ]
-    assert [p.dt for p in due_to_close(partitions, cfg, closes - 1, **CAUGHT_UP)] == [
-        "2026-01-13"
-    ]
+    assert [p.dt for p in due_to_close(partitions, cfg, closes - 1, **CAUGHT_UP)] == ["2026-01-13"]
     assert [p.dt for p in due_to_close(partitions, cfg, closes, **CAUGHT_UP)] == [
         "2026-01-13",
         "2026-01-15",
@@ -219,3 +217,35 @@ def test_ingestion_pending_names_the_first_item_that_holds_closing() -> None:
     assert ingestion_pending([old], 3_599_999, 3600, BACKOFF) is old
     new = item(PartitionStatus.UNASSIGNED)
     assert ingestion_pending([new, old], 3_600_000, 3600, BACKOFF) is new
+
+
+# -- the stream's settings ---------------------------------------------------------------------
+
+
+def write_stream(tmp_path, merge: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "streams.yaml"
+    path.write_text(
+        "streams:\n  events:\n    source: file://src\n    format: jsonl\n"
+        "    schema: {id: string, at: timestamp}\n    event_time: at\n    table: file://t\n"
+        f"    merge: {{{merge}}}\n"
+    )
+    return path
+
+
+def test_delayed_interval_and_close_wait_max_are_read_with_defaults(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from resources.streams import load_streams
+
+    default = load_streams(write_stream(tmp_path, ""))["events"].merge
+    assert (default.delayed_interval_s, default.close_wait_max_s) == (300.0, 7200.0)
+    merge = load_streams(write_stream(tmp_path, "delayed_interval: PT2M, close_wait_max: PT30M"))[
+        "events"
+    ].merge
+    assert (merge.delayed_interval_s, merge.close_wait_max_s) == (120.0, 1800.0)
+
+
+@pytest.mark.parametrize("field", ["delayed_interval", "close_wait_max"])
+def test_a_bad_duration_fails_naming_the_field(tmp_path, field: str) -> None:  # type: ignore[no-untyped-def]
+    from resources.streams import StreamConfigError, load_streams
+
+    with pytest.raises(StreamConfigError, match=rf"merge\.{field}"):
+        load_streams(write_stream(tmp_path, f"{field}: 5 minutes"))
