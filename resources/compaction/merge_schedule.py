@@ -99,10 +99,20 @@ class MergeSchedule:
                 closed.append(stored)
         return closed
 
-    def due(self, partitions: Sequence[TablePartition]) -> list[TablePartition]:
-        """Partitions whose pending merge job is due now, oldest due first."""
+    def due(
+        self, partitions: Sequence[TablePartition], closed_now: bool = False
+    ) -> list[TablePartition]:
+        """Partitions whose pending merge job is due now, oldest due first. With `closed_now`,
+        also every closed partition with a pending job, whenever it is due: `leasehold run`
+        ends with what it committed published, and until a merge covers them a closed
+        partition's delayed objects are not (an open one's are, on its live manifest)."""
         now = self.store.now_ms()
-        due = [p for p in partitions if p.merge_due_at_ms is not None and p.merge_due_at_ms <= now]
+        due = [
+            p
+            for p in partitions
+            if p.merge_due_at_ms is not None
+            and (p.merge_due_at_ms <= now or (closed_now and p.closed))
+        ]
         return sorted(due, key=lambda p: (p.merge_due_at_ms or 0, p.dt))
 
     def running(self) -> set[str]:
