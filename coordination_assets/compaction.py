@@ -38,7 +38,7 @@ from resources.dagster_resources.check_result import asset_check_result
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.merge_tick import MergeTick
-from resources.dagster_resources.runs import DUE_ONLY_TAG
+from resources.dagster_resources.runs import CLOSED_DUE_NOW, DUE_ONLY_TAG
 from resources.dagster_resources.spark import SparkResource
 
 FAILED_MERGES = "failed_merges"
@@ -79,8 +79,10 @@ def build_merge_asset(stream: str) -> AssetsDefinition:
         dts = list(context.partition_keys)
         schedule = lake.merge_schedule(stream, coordination)
         partitions = {p.dt: p for p in schedule.partitions()}
-        if context.run.tags.get(DUE_ONLY_TAG) == "true":
-            due = {p.dt for p in schedule.due(list(partitions.values()))}
+        due_only = context.run.tags.get(DUE_ONLY_TAG)
+        if due_only in ("true", CLOSED_DUE_NOW):
+            closed_now = due_only == CLOSED_DUE_NOW
+            due = {p.dt for p in schedule.due(list(partitions.values()), closed_now=closed_now)}
             todo = [dt for dt in dts if dt in due]
         else:  # by hand: merge what there is to merge, due or not
             todo = [
@@ -113,7 +115,10 @@ def merge_failure_line(outcome: MergeOutcome) -> str:
     return stays_due_line(outcome.dt, outcome.outcome, outcome.message, "merge job", "merge sensor")
 
 
-def build_merge_sensor(stream: str) -> SensorDefinition:
+def build_merge_sensor(stream: str, closed_due_now: bool = False) -> SensorDefinition:
+    """The stream's merge sensor. `closed_due_now`: `leasehold run`'s, for which a closed
+    partition's pending merge is due at once (`MergeTick.closed_due_now`); the daemon's waits
+    for the job's due time."""
     dates = dates_for(stream)
     asset_key = merge_asset_key(stream)
 
@@ -127,6 +132,7 @@ def build_merge_sensor(stream: str) -> SensorDefinition:
         context: SensorEvaluationContext, coordination: CoordinationResource, lake: LakeResource
     ):
         tick = MergeTick(context.instance, stream, dates, asset_key, coordination, lake)
+        tick.closed_due_now = closed_due_now
         return tick.evaluate(context.cursor)
 
     return merge_sensor

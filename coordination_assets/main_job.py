@@ -3,9 +3,11 @@
 `leasehold run` uses it: evaluate the discovery sensor, apply its dynamic-partition request and
 the commits it records, execute each run it requests (new ranges and work left behind), until
 it asks for nothing new; then the same with the merge sensor (close the table partitions whose
-day ended, merge those due), then with the publication sensor (switch and publish what became
-due, repair a catalog that lags); then run the asset checks. The same sensors, assets and
-checks that `dagster dev` runs — only the scheduling differs.
+day ended, once ingestion caught up; merge those due, and every closed partition with a pending
+merge job — its delayed objects — without waiting for its due time), then with the
+publication sensor (switch and publish what became due, repair a catalog that lags); then run
+the asset checks. The same sensors, assets and checks that `dagster dev` runs — only the
+scheduling differs.
 """
 
 import os
@@ -307,7 +309,8 @@ def _merge(
 
     merges = _RangePass(
         "merge",
-        build_merge_sensor(stream),
+        # Closed partitions' pending merges are due now: nothing committed stays unpublished.
+        build_merge_sensor(stream, closed_due_now=True),
         merge_cursor_key(stream),
         asset_def,
         FAILED_MERGES,

@@ -51,13 +51,20 @@ class MergeSettings:
     `max_bytes` is the merged object's target size and a merge's byte budget; `max_objects`
     bounds one merge's inputs (Prism's 2,000); `interval` is how long after the first unmerged
     object lands its merge job is due; `close_grace` how long after the day ends (in the
-    stream's time zone) the partition closes; `sort_by` the column rows are sorted by inside a
-    merged object (default: the event-time column), so row-group statistics prune filters."""
+    stream's time zone) the partition closes, at the earliest: it also waits for ingestion to
+    catch up (`resources/compaction/closing.py`); `delayed_interval` how long after a delayed
+    object (committed to a closed partition) its merge job is due: short, because a closed
+    partition's readers see merged objects only, so a delayed row is unpublished until merged;
+    `close_wait_max` how long at most a source object waiting on a retry after a read failure
+    holds closing back, from its first failure; `sort_by` the column rows are sorted by inside
+    a merged object (default: the event-time column), so row-group statistics prune filters."""
 
     max_objects: int = 2000
     max_bytes: int = 128 * 1024 * 1024
     close_grace: str = "PT1H"
     interval: str = "PT1H"
+    delayed_interval: str = "PT5M"
+    close_wait_max: str = "PT2H"
     sort_by: str | None = None
 
     @property
@@ -67,6 +74,18 @@ class MergeSettings:
     @property
     def close_grace_s(self) -> float:
         return parse_iso_duration(self.close_grace, "merge.close_grace")
+
+    @property
+    def delayed_interval_s(self) -> float:
+        return parse_iso_duration(self.delayed_interval, "merge.delayed_interval")
+
+    @property
+    def close_wait_max_s(self) -> float:
+        return parse_iso_duration(self.close_wait_max, "merge.close_wait_max")
+
+
+DURATIONS = ("close_grace", "interval", "delayed_interval", "close_wait_max")
+"""The ISO-8601 duration fields of `MergeSettings`, validated when streams load."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +193,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         value = getattr(merge, key)
         if not isinstance(value, int) or value < 1:
             raise StreamConfigError(name, f"merge.{key}", f"{value!r} must be a positive integer")
-    for key in ("close_grace", "interval"):
+    for key in DURATIONS:
         try:
             parse_iso_duration(getattr(merge, key), f"merge.{key}")
         except (ValueError, ConfigError) as exc:

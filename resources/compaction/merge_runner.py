@@ -256,6 +256,7 @@ class MergeRunner:
             merged=merged,
             carry_over=carry_over,
             interval_s=self.config.merge.interval_s,
+            delayed_interval_s=self.config.merge.delayed_interval_s,
         )
         results: list[MergeCommitResult] = []
 

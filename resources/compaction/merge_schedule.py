@@ -2,7 +2,9 @@
 
 What the merge sensor and `leasehold run` ask before requesting merges; store reads and the
 idempotent close only, so a tick stays within Dagster's sensor budget (one query of the table's
-partition rows and one of its job leases, however many dates the table has).
+partition rows and one of its job leases, however many dates the table has; closing adds a
+read of discovery's global state and one bounded query of the stream's pending source
+partitions, only while some partition waits to close).
 """
 
 from __future__ import annotations
@@ -11,30 +13,81 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from resources.compaction.closing import due_to_close
-from resources.coordination.items import ItemType, PartitionStatus
+from resources.compaction.closing import due_to_close, ingestion_pending
+from resources.coordination.backoff import ReopenBackoff
+from resources.coordination.items import ItemType, PartitionStatus, iso_utc
+from resources.coordination.lease import LeaseTiming
+from resources.coordination.supplier import caught_up_ms
 from resources.ledger.model import TablePartition
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
 
+PENDING_READ = 100
+"""Pending source partitions one closing decision reads at most. UNASSIGNED and ASSIGNED ones
+come first and decide at once; only CLOSED ones are looked at one by one, and a stream with
+more unreadable objects than this waiting on a retry is treated as pending (closing waits)."""
+
 
 class MergeSchedule:
-    def __init__(self, store: CoordinationStore, config: StreamConfig, table: str) -> None:
+    def __init__(
+        self,
+        store: CoordinationStore,
+        config: StreamConfig,
+        table: str,
+        backoff: ReopenBackoff | None = None,
+    ) -> None:
+        """`backoff`: the reopen policy source partitions are closed with (the coordination
+        resource's timing), which bounds how long a retry holds closing back."""
         self.store = store
         self.config = config
         self.table = table
         self.job_sid = store.source_identifier(table, ItemType.MERGE_JOB)
+        self.backoff = backoff or LeaseTiming().reopen_backoff
 
     def partitions(self) -> list[TablePartition]:
         return self.store.table_partitions(self.table)
 
+    def ingestion_pending(self, now_ms: int) -> bool:
+        """Whether a source partition of the stream holds closing back
+        (`closing.retry_holds_closing`): one bounded query by status, O(pending items)."""
+        sid = self.store.source_identifier(self.config.name)
+        items = self.store.pending_partitions(sid, PENDING_READ)
+        holder = ingestion_pending(items, now_ms, self.config.merge.close_wait_max_s, self.backoff)
+        if holder is not None:
+            log.info(
+                "%s: closing waits for %s (%s%s)",
+                self.table,
+                holder.partition_key,
+                holder.status.value,
+                f", retry at {iso_utc(holder.reopen_at_ms)}" if holder.reopen_at_ms else "",
+            )
+            return True
+        if len(items) >= PENDING_READ:
+            log.warning(
+                "%s: closing waits: %d or more source partitions are waiting on a retry",
+                self.table,
+                PENDING_READ,
+            )
+            return True
+        return False
+
     def close_due(self, partitions: Sequence[TablePartition]) -> list[TablePartition]:
-        """Close every open partition whose day (plus grace) has ended; the partitions as
-        stored after closing. Idempotent: two closers racing is harmless."""
+        """Close every open partition whose day (plus grace) has ended, once ingestion has
+        caught up (`closing.due_to_close`); the partitions as stored after closing.
+        Idempotent: two closers racing is harmless. The store is asked about ingestion only
+        when some open partition's time has come (`due_to_close` with nothing pending and
+        discovery caught up now says which)."""
+        now = self.store.now_ms()
+        if not due_to_close(partitions, self.config, now, caught_up_ms=now, pending=False):
+            return []
+        caught_up = caught_up_ms(self.store, self.config.name)
+        pending = caught_up is not None and self.ingestion_pending(now)
         closed = []
-        for partition in due_to_close(partitions, self.config, self.store.now_ms()):
+        for partition in due_to_close(
+            partitions, self.config, now, caught_up_ms=caught_up, pending=pending
+        ):
             stored = self.store.close_partition(self.table, partition.dt)
             if stored is not None:
                 log.info(
@@ -46,10 +99,20 @@ class MergeSchedule:
                 closed.append(stored)
         return closed
 
-    def due(self, partitions: Sequence[TablePartition]) -> list[TablePartition]:
-        """Partitions whose pending merge job is due now, oldest due first."""
+    def due(
+        self, partitions: Sequence[TablePartition], closed_now: bool = False
+    ) -> list[TablePartition]:
+        """Partitions whose pending merge job is due now, oldest due first. With `closed_now`,
+        also every closed partition with a pending job, whenever it is due: `leasehold run`
+        ends with what it committed published, and until a merge covers them a closed
+        partition's delayed objects are not (an open one's are, on its live manifest)."""
         now = self.store.now_ms()
-        due = [p for p in partitions if p.merge_due_at_ms is not None and p.merge_due_at_ms <= now]
+        due = [
+            p
+            for p in partitions
+            if p.merge_due_at_ms is not None
+            and (p.merge_due_at_ms <= now or (closed_now and p.closed))
+        ]
         return sorted(due, key=lambda p: (p.merge_due_at_ms or 0, p.dt))
 
     def running(self) -> set[str]:

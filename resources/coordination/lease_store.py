@@ -117,6 +117,16 @@ class LeaseStore(ABC):
         cost. Read-only: the acquisition decides."""
 
     @abstractmethod
+    def pending_partitions(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+        """Up to `limit` items still to be worked on: UNASSIGNED (creation order), then
+        ASSIGNED, then CLOSED (by `reOpenAt`) — never COMPLETED, so never a dead letter. What
+        closing asks (has the stream's ingestion caught up?), so it reads by status, one index
+        range per status and stopping at `limit`: O(pending items), however many completed
+        ones history holds. The order puts the items that are pending whatever their details
+        first, so a caller deciding "anything pending?" usually reads one. Read-only; an
+        index may lag the items (DynamoDB's GSI)."""
+
+    @abstractmethod
     def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
         """The keys of `partition_keys` with no lease item, in input order, each once.
 
@@ -401,8 +411,14 @@ class LeaseStore(ABC):
     ) -> LeaseItem:
         return self.renew(token, timeout_s, progress_state=json.dumps(state, sort_keys=True))
 
-    def release_global_state(self, token: LeaseToken) -> LeaseItem:
-        return self.give_up(token)
+    def release_global_state(
+        self, token: LeaseToken, state: dict[str, Any] | None = None
+    ) -> LeaseItem:
+        """Hand the global state back, saving `state` in the same write when given (a tick
+        that has nothing else to write saves its progress at no extra cost)."""
+        if state is None:
+            return self.give_up(token)
+        return self.give_up(token, progress_state=json.dumps(state, sort_keys=True))
 
     # -- status --------------------------------------------------------------------------------
 

@@ -111,10 +111,16 @@ class LakeResource(settings_resource(LakeSettings)):
             merge_after_s=config.merge.interval_s,
             commit_every_bytes=config.partition.commit_every_bytes,
             csv_header=config.format == "csv" and config.csv_header,
+            delayed_merge_after_s=config.merge.delayed_interval_s,
         )
 
     def merge_schedule(self, stream: str, coordination: CoordinationResource) -> MergeSchedule:
-        return MergeSchedule(coordination.store, self.stream(stream), self.table_name(stream))
+        return MergeSchedule(
+            coordination.store,
+            self.stream(stream),
+            self.table_name(stream),
+            backoff=coordination.timing().reopen_backoff,
+        )
 
     def merge_runner(
         self,

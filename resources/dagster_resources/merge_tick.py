@@ -1,7 +1,8 @@
 """One tick of a stream's merge sensor: close, add dates, request merges, record missed ones.
 
-1. Table partitions whose day (plus `merge.close_grace`) has ended are closed (idempotent);
-   closing makes their merge job due at once.
+1. Table partitions whose day (plus `merge.close_grace`) has ended are closed (idempotent),
+   once the stream's ingestion caught up (`resources/compaction/closing.py`); closing makes
+   their merge job due at once.
 2. Dates the ledger has and Dagster does not become date partitions of the merge asset.
 3. Every table partition whose job is due, that no live merge holds (its job lease) and that no
    merge run in flight covers, is requested — many per run (`max_merges_per_run`), in ranges of
@@ -20,7 +21,7 @@ from dagster import AssetMaterialization, DagsterRun, SensorResult, SkipReason
 
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.range_tick import RangeTick, recorded_value
-from resources.dagster_resources.runs import MERGE_TAG
+from resources.dagster_resources.runs import CLOSED_DUE_NOW, MERGE_TAG
 from resources.ledger.model import TablePartition
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 class MergeTick(RangeTick):
     run_tag = MERGE_TAG
     kind = "merge"
+    closed_due_now = False
+    """`leasehold run`'s tick: closed partitions with a pending job are due now
+    (`MergeSchedule.due(closed_now=True)`), and its runs say so (`CLOSED_DUE_NOW`)."""
 
     def evaluate(self, cursor: str | None) -> SensorResult | SkipReason:
         runs_seen_s = self._start(cursor)
@@ -36,9 +40,16 @@ class MergeTick(RangeTick):
         partitions, closed = schedule.refresh()
         dates = self._dates(p.dt for p in partitions)
         busy = schedule.running()
-        wanted = [p.dt for p in schedule.due(partitions) if p.dt not in busy and dates.free(p.dt)]
+        due = schedule.due(partitions, closed_now=self.closed_due_now)
+        wanted = [p.dt for p in due if p.dt not in busy and dates.free(p.dt)]
         now_ms = schedule.store.now_ms()
-        requests = self._requests(dates.order, wanted, self.lake.max_merges_per_run, now_ms)
+        requests = self._requests(
+            dates.order,
+            wanted,
+            self.lake.max_merges_per_run,
+            now_ms,
+            due_only=CLOSED_DUE_NOW if self.closed_due_now else "true",
+        )
         ended, runs_seen_s = self._ended_badly(runs_seen_s)
         missed = self._missed(ended, {p.dt: p for p in partitions}, set(dates.order))
         flush_or_keep(schedule.store)

@@ -119,16 +119,22 @@ class RangeTick:
         return TickDates(new, order, position, covered)
 
     def _requests(
-        self, order: Sequence[str], wanted: Sequence[str], per_run: int, now_ms: int
+        self,
+        order: Sequence[str],
+        wanted: Sequence[str],
+        per_run: int,
+        now_ms: int,
+        due_only: str = "true",
     ) -> list[RunRequest]:
-        """Runs for the `wanted` dates, at most `per_run` each, in ranges of `order`."""
+        """Runs for the `wanted` dates, at most `per_run` each, in ranges of `order`, tagged
+        `DUE_ONLY_TAG: due_only`."""
         return [
             RunRequest(
                 run_key=f"{self.stream}:{self.kind}:{plan.first}:{plan.last}:{now_ms}",
                 asset_selection=[self.asset_key],
                 tags={
                     self.run_tag: self.stream,
-                    DUE_ONLY_TAG: "true",
+                    DUE_ONLY_TAG: due_only,
                     RANGE_START: plan.first,
                     RANGE_END: plan.last,
                 },

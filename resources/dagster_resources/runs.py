@@ -46,6 +46,11 @@ DUE_ONLY_TAG = "leasehold/merge_due_only"
 """A sensor's merge or publication run does only what is due when it gets there; a
 hand-launched one merges every partition of its range that has unmerged objects, or publishes
 every partition of its range (an up-to-date one is left as it is)."""
+CLOSED_DUE_NOW = "closed"
+"""`DUE_ONLY_TAG`'s value on `leasehold run`'s merge runs: what is due, and every closed
+partition with a pending merge job as if it were due (`MergeSchedule.due(closed_now=True)`):
+`leasehold run` ends with every committed row published, and a closed partition publishes
+merged objects only."""
 PROCESS_TAG = "leasehold/process"
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"

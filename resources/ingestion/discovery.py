@@ -7,6 +7,12 @@ starts after the cursor, consecutive objects are cut into work units (`work_unit
 `partition.max_objects` and `partition.max_bytes` each), their lease items are created in
 batches, and a tick with nothing new costs a constant number of store calls.
 
+A tick whose listing returned fewer keys than it asked for reached the end of the source: it
+records when it *started* listing as `caught_up_ms` (every object that landed before then is
+now leased), which is what lets a table partition close (`resources/compaction/closing.py`):
+not before its stream has caught up, so a backfill does not close its dates at once and land
+most of their data as "delayed".
+
 Listing after a cursor never sees an object whose key sorts before it (a late file in
 yesterday's folder): `reconciliation.py` lists the whole source again, slowly, for those. Runs
 are planned in `run_planner.py`.
@@ -18,9 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.supplier import CAUGHT_UP_MS, SUPPLIER_STATE
 from resources.ingestion.work_units import UnitCoverage, plan_units
-
-SUPPLIER_STATE = "discovery"
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,12 @@ class Discovery:
         )
         if supplier is None:
             return DiscoveryResult([], 0, sensor_cursor, "another node is running discovery")
+        release_with: dict[str, object] | None = None
         try:
+            # Taken before listing: an object landing while we list may or may not be listed.
+            started_ms = self.store.now_ms()
             listed, cursor = self.lister(sensor_cursor, self.max_objects_per_tick)
+            caught_up = len(listed) < self.max_objects_per_tick
             sid = self.store.source_identifier(self.stream)
             # A tick repeated after one that died having created its units re-lists what those
             # hold (and maybe objects that landed in between): cut only what no unit holds, or
@@ -96,15 +105,22 @@ class Discovery:
                 self.unit_max_bytes,
             )
             created = 0
+            state = dict(supplier.progress or {})
             if listed:
                 created = self.store.create_partitions(
                     sid,
                     [u.key for u in units],
                     progress_states=[u.progress_state() for u in units],
                 )
-                state = dict(supplier.progress or {})
                 state.update(cursor=cursor, listed=int(state.get("listed", 0)) + len(listed))
+            if caught_up:
+                # Only after the lease items exist: a reader seeing the new caught-up time
+                # also sees every item it vouches for (pending until ingested).
+                state[CAUGHT_UP_MS] = max(started_ms, int(state.get(CAUGHT_UP_MS, 0)))
+            if listed:
                 self.store.update_global_state(supplier.token, state, self.timeout_s)
+            elif caught_up:  # nothing new: saved by the release, no extra write
+                release_with = state
             return DiscoveryResult(
                 sorted({*coverage.read, *(u.key for u in units)}),
                 created,
@@ -113,4 +129,4 @@ class Discovery:
                 len(listed),
             )
         finally:
-            self.store.release_global_state(supplier.token)
+            self.store.release_global_state(supplier.token, release_with)

@@ -256,6 +256,7 @@ class IngestionRunner:
         merge_after_s: float | None = None,
         commit_every_bytes: int | None = None,
         csv_header: bool = False,
+        delayed_merge_after_s: float | None = None,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -277,8 +278,12 @@ class IngestionRunner:
         self.on_step = on_step or (lambda step, key: None)
         self.sid = store.source_identifier(stream)
         # The table's merge job is scheduled by the commit that lands its first unmerged object
-        # (`merge.interval` later); quarantine objects are never merged.
+        # (`merge.interval` later; `merge.delayed_interval` when it is closed, the commit
+        # decides); quarantine objects are never merged.
         self.merge_after_s = {} if merge_after_s is None else {table: merge_after_s}
+        self.delayed_merge_after_s = (
+            {} if delayed_merge_after_s is None else {table: delayed_merge_after_s}
+        )
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
         """One outcome per key, in order; never raises for a single unit's failure.
@@ -585,6 +590,7 @@ class IngestionRunner:
                             complete=complete,
                             timeout_s=self.timing.ownership_timeout_s,
                             merge_after_s=self.merge_after_s,
+                            delayed_merge_after_s=self.delayed_merge_after_s,
                         ).item
                     ),
                     final=complete,

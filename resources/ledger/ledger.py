@@ -34,14 +34,18 @@ class Ledger(ABC):
         complete: bool = True,
         timeout_s: float = 60.0,
         merge_after_s: Mapping[str, float] | None = None,
+        delayed_merge_after_s: Mapping[str, float] | None = None,
     ) -> CommitResult:
         """In ONE transaction, conditional on `token` still holding: register `objects` in the
         ledger (dense per-table-partition ids assigned here), save progress, and mark the
         partition COMPLETED with a TTL-free commit record (or, with `complete=False`, keep the
         lease for the next chunk, ownership extended by `timeout_s`). For each table named in
-        `merge_after_s`, a table partition that got objects and has no pending merge job gets
-        one, due that many seconds from now (an existing one is kept: later commits ride
-        along). Raises `PartitionNotOwnedError` (fenced: nothing written) or
+        `merge_after_s`, a table partition that got objects gets its merge job due that many
+        seconds from now — or, when it is closed (the objects are delayed),
+        `delayed_merge_after_s[table]` seconds from now (default: the same) — unless a pending
+        job is due earlier already: later commits ride along (`commit_merge_due`). The
+        transaction decides which, since only it knows whether the partition is closed.
+        Raises `PartitionNotOwnedError` (fenced: nothing written) or
         `AlreadyCommittedError`."""
 
     @abstractmethod

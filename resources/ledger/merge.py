@@ -71,7 +71,8 @@ class MergeCommit:
     job is only settled). `merged.lower` is either `previous_upper` (a new range) or the open
     range's `lower` (the open range rewritten). `carry_over` says limits left objects behind:
     the job is then due again at once; objects that landed while the merge ran are due after
-    `interval_s`."""
+    `interval_s`, or `delayed_interval_s` (default: the same) when the partition is closed:
+    those are delayed objects, unpublished until merged."""
 
     table: str
     dt: str
@@ -79,6 +80,7 @@ class MergeCommit:
     merged: MergedObject | None
     carry_over: bool
     interval_s: float
+    delayed_interval_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,29 @@ def check_merge(
             "nor rewrites the open range"
         )
     return open_range
+
+
+@dataclass(frozen=True)
+class CommitDue:
+    """When a commit's objects make their partition's merge job due, by the partition's
+    state, which only the commit's transaction knows: `open_ms` (now + `merge.interval`) for
+    an open partition, `delayed_ms` (now + `merge.delayed_interval`) for a closed one."""
+
+    open_ms: int
+    delayed_ms: int
+
+
+def commit_merge_due(existing_ms: int | None, closed: bool, due: CommitDue | None) -> int | None:
+    """A partition's `merge_due_at_ms` after a commit lands objects in it: the earlier of the
+    pending job's due time and the one these objects ask for — an open partition's objects
+    ride along on a pending job (it is due no later than they would make it); a delayed
+    object (the partition is closed) makes the job due within `merge.delayed_interval`,
+    because a closed partition publishes merged objects only, so a delayed row is unpublished
+    until a merge covers it. `due` None (a table that is never merged): as stored."""
+    if due is None:
+        return existing_ms
+    wanted = due.delayed_ms if closed else due.open_ms
+    return wanted if existing_ms is None else min(existing_ms, wanted)
 
 
 def next_merge_due(

@@ -25,6 +25,7 @@ from resources.coordination.transitions import Transition
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import (
     SENTINEL_UPPER,
+    CommitDue,
     MergeCommit,
     MergeCommitResult,
     MergeRange,
@@ -87,7 +88,11 @@ def merge_writes(
         merged_upper=merged_upper,
         last_committed_id=next_id - 1,
         carry_over=merge.carry_over,
-        interval_s=merge.interval_s,
+        interval_s=(
+            merge.delayed_interval_s
+            if partition is not None and partition.closed and merge.delayed_interval_s is not None
+            else merge.interval_s
+        ),
     )
     return MergeWrites(written, sentinel, merged_upper, desired, due)
 
@@ -111,6 +116,10 @@ def forget_bound(partition: TablePartition | None, before_seq: int) -> int:
     return min(before_seq, 0 if partition is None else partition.publication_seq)
 
 
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
 class CoordinationStore(LeaseStore, Ledger, ABC):
     @abstractmethod
     def _commit(
@@ -119,12 +128,13 @@ class CoordinationStore(LeaseStore, Ledger, ABC):
         groups: TablePartitionObjects,
         lease_change: Transition,
         record: bool,
-        merge_due_at_ms: Mapping[str, int],
+        merge_due: Mapping[str, CommitDue],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
         """In ONE transaction, if `lease_change`'s guard holds: register the objects with ids
         from `assign_ids`, write a commit record when `record` (raising `AlreadyCommittedError`
-        if there is one), set `merge_due_at_ms[table]` on each of that table's partitions in
-        `groups` that has none, and apply `lease_change`. `(result, None)`, or `(None, the
+        if there is one), set each of a table's partitions in `groups` due as
+        `commit_merge_due(stored due, closed as read, merge_due[table])` says, and apply
+        `lease_change`. `(result, None)`, or `(None, the
         lease item as stored)` when the guard refused: then nothing was written."""
 
     def commit(
@@ -136,10 +146,15 @@ class CoordinationStore(LeaseStore, Ledger, ABC):
         complete: bool = True,
         timeout_s: float = 60.0,
         merge_after_s: Mapping[str, float] | None = None,
+        delayed_merge_after_s: Mapping[str, float] | None = None,
     ) -> CommitResult:
         objects = list(objects)
         now = self.now_ms()
-        due = {t: now + int(round(s * 1000)) for t, s in (merge_after_s or {}).items()}
+        delayed = delayed_merge_after_s or {}
+        due = {
+            t: CommitDue(now + _ms(s), now + _ms(delayed.get(t, s)))
+            for t, s in (merge_after_s or {}).items()
+        }
         check_commit_size(objects)
         if complete:
             change = self.completion(token, progress_state)

@@ -9,11 +9,23 @@ from datetime import datetime, timezone
 
 import pytest
 
-from resources.compaction.closing import ClosingError, closes_at_ms, day_end_ms, due_to_close
+from resources.compaction.closing import (
+    ClosingError,
+    closes_at_ms,
+    day_end_ms,
+    due_to_close,
+    first_failure_estimate_ms,
+    ingestion_pending,
+    retry_holds_closing,
+)
+from resources.coordination.backoff import ReopenBackoff
+from resources.coordination.items import LeaseItem, PartitionStatus
 from resources.ledger.model import TablePartition
 from resources.streams import ColumnSpec, MergeSettings, StreamConfig
 
 HOUR_MS = 3_600_000
+CAUGHT_UP = {"caught_up_ms": 2**62, "pending": False}
+"""Ingestion caught up for good: only the clock decides."""
 
 
 def utc_ms(text: str) -> int:
@@ -93,11 +105,15 @@ def test_due_to_close_takes_open_partitions_whose_time_came() -> None:
         partition("2026-01-14", last_live_object_id=2),  # closed already
         partition("2026-01-13"),
     ]
-    assert [p.dt for p in due_to_close(partitions, cfg, closes - 1)] == ["2026-01-13"]
-    assert [p.dt for p in due_to_close(partitions, cfg, closes)] == ["2026-01-13", "2026-01-15"]
+    assert [p.dt for p in due_to_close(partitions, cfg, closes - 1, **CAUGHT_UP)] == ["2026-01-13"]
+    assert [p.dt for p in due_to_close(partitions, cfg, closes, **CAUGHT_UP)] == [
+        "2026-01-13",
+        "2026-01-15",
+    ]
     # In UTC the same instant is two hours past 2026-01-15's close already.
     utc = replace(cfg, timezone="UTC")
-    assert [p.dt for p in due_to_close(partitions, utc, utc_ms("2026-01-16T02:00:00"))] == [
+    at = utc_ms("2026-01-16T02:00:00")
+    assert [p.dt for p in due_to_close(partitions, utc, at, **CAUGHT_UP)] == [
         "2026-01-13",
         "2026-01-15",
     ]
@@ -108,6 +124,128 @@ def test_a_partition_with_a_bad_dt_is_logged_and_left_open(
 ) -> None:
     partitions = [partition("not-a-date"), partition("2026-01-01")]
     with caplog.at_level(logging.ERROR, logger="resources.compaction.closing"):
-        due = due_to_close(partitions, config(), utc_ms("2026-02-01T00:00:00"))
+        due = due_to_close(partitions, config(), utc_ms("2026-02-01T00:00:00"), **CAUGHT_UP)
     assert [p.dt for p in due] == ["2026-01-01"]
     assert "events dt=not-a-date cannot be closed" in caplog.text
+
+
+# -- closing waits for the data ------------------------------------------------------------------
+
+
+def test_nothing_closes_before_discovery_caught_up_past_the_close_time() -> None:
+    """A backfill: every date's time has long come, but only dates whose close time discovery
+    had reached the end of its listing after close."""
+    cfg = config("America/New_York", close_grace="PT1H")
+    partitions = [partition("2026-01-13"), partition("2026-01-14"), partition("2026-01-15")]
+    now = utc_ms("2026-03-01T00:00:00")
+    assert due_to_close(partitions, cfg, now, caught_up_ms=None, pending=False) == []
+    # 2026-01-14 closes at 2026-01-15T05:00Z + 1 h: caught up exactly then, it may close.
+    caught_up = utc_ms("2026-01-15T06:00:00")
+    due = due_to_close(partitions, cfg, now, caught_up_ms=caught_up, pending=False)
+    assert [p.dt for p in due] == ["2026-01-13", "2026-01-14"]
+    due = due_to_close(partitions, cfg, now, caught_up_ms=caught_up - 1, pending=False)
+    assert [p.dt for p in due] == ["2026-01-13"]
+    # Caught up now, but a source partition is still pending: nothing closes.
+    assert due_to_close(partitions, cfg, now, caught_up_ms=now, pending=True) == []
+    assert len(due_to_close(partitions, cfg, now, caught_up_ms=now, pending=False)) == 3
+
+
+def test_caught_up_does_not_close_a_day_that_has_not_ended() -> None:
+    cfg = config("Asia/Tokyo", close_grace="PT30M")
+    closes = closes_at_ms("2026-01-15", "Asia/Tokyo", 1800)  # 15:30Z on the 15th
+    assert closes == utc_ms("2026-01-15T15:30:00")
+    parts = [partition("2026-01-15")]
+    assert due_to_close(parts, cfg, closes - 1, caught_up_ms=closes + 10, pending=False) == []
+    assert due_to_close(parts, cfg, closes, caught_up_ms=closes, pending=False) == parts
+
+
+def test_caught_up_is_compared_with_the_dst_day_end() -> None:
+    """New York's 2024-11-03 is 25 hours long: it ends at 05:00Z on the 4th, not 04:00Z."""
+    cfg = config("America/New_York", close_grace="PT1S")
+    parts = [partition("2024-11-03")]
+    now = utc_ms("2024-12-01T00:00:00")
+    at_4 = utc_ms("2024-11-04T04:00:01")
+    at_5 = utc_ms("2024-11-04T05:00:01")
+    assert due_to_close(parts, cfg, now, caught_up_ms=at_4, pending=False) == []
+    assert due_to_close(parts, cfg, now, caught_up_ms=at_5, pending=False) == parts
+
+
+def item(
+    status: PartitionStatus,
+    closed_count: int = 0,
+    reopen_at_ms: int | None = None,
+    dead_letter: str | None = None,
+) -> LeaseItem:
+    return LeaseItem(
+        "events|partition", "src/a.jsonl", status, None, None, None, reopen_at_ms,
+        closed_count, 1, 1, "0", None, dead_letter,
+    )  # fmt: skip
+
+
+BACKOFF = ReopenBackoff(60, 3600)  # 1, 2, 4, 8 … minutes, at most an hour
+
+
+def test_the_first_failure_is_estimated_from_the_closes_and_the_backoff() -> None:
+    # Closed 3 times: waits of at most 1, 2 and 4 minutes before reopening at `reopen`.
+    reopen = 10_000_000
+    three = item(PartitionStatus.CLOSED, closed_count=3, reopen_at_ms=reopen)
+    assert first_failure_estimate_ms(three, BACKOFF) == reopen - 7 * 60_000
+    # Capped waits: 1, 2, 4 … 32 minutes, then the hour cap for each further close.
+    many = item(PartitionStatus.CLOSED, closed_count=9, reopen_at_ms=reopen)
+    assert first_failure_estimate_ms(many, BACKOFF) == reopen - (63 + 3 * 60) * 60_000
+
+
+def test_a_retry_holds_closing_back_only_until_the_bound_after_its_first_failure() -> None:
+    first_failure = 50_000_000
+    # Closed twice, retries ran when due (no jitter): reopens 1 + 2 minutes after the first.
+    closed = item(PartitionStatus.CLOSED, closed_count=2, reopen_at_ms=first_failure + 180_000)
+    wait_max_s = 7200.0
+    bound = first_failure + 7_200_000
+    assert retry_holds_closing(closed, bound - 1, wait_max_s, BACKOFF)
+    assert not retry_holds_closing(closed, bound, wait_max_s, BACKOFF)
+    # Work being done, or about to be, always holds; a dead letter never does.
+    for status in (PartitionStatus.UNASSIGNED, PartitionStatus.ASSIGNED):
+        assert retry_holds_closing(item(status), 2**62, wait_max_s, BACKOFF)
+    dead = item(PartitionStatus.COMPLETED, closed_count=5, dead_letter="404")
+    assert not retry_holds_closing(dead, 0, wait_max_s, BACKOFF)
+
+
+def test_ingestion_pending_names_the_first_item_that_holds_closing() -> None:
+    old = item(PartitionStatus.CLOSED, closed_count=1, reopen_at_ms=60_000)  # failed at 0
+    assert ingestion_pending([], 0, 3600, BACKOFF) is None
+    assert ingestion_pending([old], 3_600_000, 3600, BACKOFF) is None  # past the bound
+    assert ingestion_pending([old], 3_599_999, 3600, BACKOFF) is old
+    new = item(PartitionStatus.UNASSIGNED)
+    assert ingestion_pending([new, old], 3_600_000, 3600, BACKOFF) is new
+
+
+# -- the stream's settings ---------------------------------------------------------------------
+
+
+def write_stream(tmp_path, merge: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "streams.yaml"
+    path.write_text(
+        "streams:\n  events:\n    source: file://src\n    format: jsonl\n"
+        "    schema: {id: string, at: timestamp}\n    event_time: at\n    table: file://t\n"
+        f"    merge: {{{merge}}}\n"
+    )
+    return path
+
+
+def test_delayed_interval_and_close_wait_max_are_read_with_defaults(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from resources.streams import load_streams
+
+    default = load_streams(write_stream(tmp_path, ""))["events"].merge
+    assert (default.delayed_interval_s, default.close_wait_max_s) == (300.0, 7200.0)
+    merge = load_streams(write_stream(tmp_path, "delayed_interval: PT2M, close_wait_max: PT30M"))[
+        "events"
+    ].merge
+    assert (merge.delayed_interval_s, merge.close_wait_max_s) == (120.0, 1800.0)
+
+
+@pytest.mark.parametrize("field", ["delayed_interval", "close_wait_max"])
+def test_a_bad_duration_fails_naming_the_field(tmp_path, field: str) -> None:  # type: ignore[no-untyped-def]
+    from resources.streams import StreamConfigError, load_streams
+
+    with pytest.raises(StreamConfigError, match=rf"merge\.{field}"):
+        load_streams(write_stream(tmp_path, f"{field}: 5 minutes"))

@@ -23,7 +23,14 @@ from resources.ledger.merge import MergeRange
 from resources.stores.base import CoordinationStore
 from tests.support.arrow_merge import ArrowMergeWriter, ArrowWritten
 from tests.support.fakes import FakeClock
-from tests.support.merge_child import TABLE, Lake, commit_source, event_ids, write_small
+from tests.support.merge_child import (
+    TABLE,
+    Lake,
+    catch_up,
+    commit_source,
+    event_ids,
+    write_small,
+)
 
 DT = "2027-01-15"
 """The fake clock's day (it starts at 2027-01-15 08:00 UTC): open until 2027-01-16 01:00."""
@@ -116,6 +123,8 @@ def test_objects_committed_after_closing_are_delayed_and_merged_by_the_next_merg
 
     ingest(1)  # live: the day has not ended
     clock.advance(24 * 3600)  # past the day's end plus grace
+    assert schedule.refresh()[1] == []  # but ingestion never caught up since
+    catch_up(store)
     partitions, closed = schedule.refresh()
     assert [p.last_live_object_id for p in closed] == [4]
     assert [p.dt for p in schedule.due(partitions)] == [DT]  # closing makes it due at once

@@ -402,3 +402,40 @@ def test_due_for_retry_lists_unassigned_items_nobody_came_for(
         ("waiting", PartitionStatus.UNASSIGNED),
         ("handed-back", PartitionStatus.UNASSIGNED),
     ]
+
+
+def test_pending_partitions_lists_work_not_done_by_status_never_dead_letters(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    """What closing asks: UNASSIGNED (creation order), ASSIGNED, CLOSED (by reOpenAt); never
+    COMPLETED, dead letters included; bounded by `limit`; other streams do not count."""
+    s = sid(store)
+    assert store.pending_partitions(s, 10) == []
+    store.create_partitions(s, ["done", "dead", "closed-late", "closed-soon", "held", "new"])
+    store.complete(store.acquire(s, "done", "w", T).token)
+    dead = store.acquire(s, "dead", "w", T)
+    store.close(dead.token, ReopenBackoff.fixed(10), max_closed_count=0, reason="broken")
+    assert store.get(s, "dead").dead_letter_reason == "broken"  # type: ignore[union-attr]
+    store.close(store.acquire(s, "closed-late", "w", T).token, ReopenBackoff.fixed(600), 3)
+    store.close(store.acquire(s, "closed-soon", "w", T).token, ReopenBackoff.fixed(60), 3)
+    store.acquire(s, "held", "w", T)
+    store.create_partitions(store.source_identifier("other"), ["elsewhere"])
+    pending = store.pending_partitions(s, 10)
+    assert [(i.partition_key, i.status) for i in pending] == [
+        ("new", PartitionStatus.UNASSIGNED),
+        ("held", PartitionStatus.ASSIGNED),
+        ("closed-soon", PartitionStatus.CLOSED),
+        ("closed-late", PartitionStatus.CLOSED),
+    ]
+    assert [i.partition_key for i in store.pending_partitions(s, 1)] == ["new"]
+    assert [i.partition_key for i in store.pending_partitions(s, 3)] == [
+        "new",
+        "held",
+        "closed-soon",
+    ]
+    store.complete(store.acquire(s, "new", "w", T).token)
+    store.complete(store.get(s, "held").token)  # type: ignore[union-attr]
+    clock.advance(600)
+    for key in ("closed-soon", "closed-late"):
+        store.complete(store.acquire(s, key, "w", T).token)
+    assert store.pending_partitions(s, 10) == []

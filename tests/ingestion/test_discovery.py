@@ -6,9 +6,10 @@ import pytest
 
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.supplier import caught_up_ms
 from resources.ingestion.discovery import Discovery, ListedObject
 from resources.ingestion.run_planner import plan_runs
-from tests.support.fakes import StoreFactory
+from tests.support.fakes import FakeClock, StoreFactory
 
 
 class CountingStore:
@@ -70,6 +71,31 @@ def test_discovery_creates_new_items_and_advances_the_cursor(store: LeaseStore) 
     assert store.read_global_state("events", "discovery")["cursor"] == second.cursor
     items = list(store.iter_items(store.source_identifier("events")))
     assert len(items) == 300 and {i.status for i in items} == {PartitionStatus.UNASSIGNED}
+
+
+def test_caught_up_is_when_a_tick_that_reached_the_end_of_the_listing_started(
+    store: LeaseStore, clock: FakeClock
+) -> None:
+    """A tick whose listing was cut at its limit has not caught up; one that got fewer keys
+    has, as of when it started listing (the clock is read before the lister runs)."""
+    keys = [f"k{i:03d}" for i in range(5)]
+    inner, _ = lister_over(keys)
+
+    def slow_lister(after: str | None, limit: int) -> tuple[list[str], str | None]:
+        clock.advance(7)  # the listing takes time: caught up as of its start
+        return inner(after, limit)
+
+    d = Discovery(store, "events", slow_lister, owner="node-a", max_objects_per_tick=3)
+    first = d.discover(None)
+    assert len(first.source_keys) == 3 and caught_up_ms(store, "events") is None
+    started = store.now_ms()
+    second = d.discover(first.cursor)  # 2 keys < 3: the end
+    assert len(second.source_keys) == 2 and caught_up_ms(store, "events") == started
+    clock.advance(60)
+    started = store.now_ms()
+    idle = d.discover(second.cursor)  # nothing new: caught up again, later
+    assert idle.source_keys == [] and caught_up_ms(store, "events") == started
+    assert store.read_global_state("events", "discovery")["cursor"] == second.cursor
 
 
 def test_a_relisted_range_is_not_recreated(store: LeaseStore) -> None:

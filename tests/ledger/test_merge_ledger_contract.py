@@ -71,6 +71,61 @@ def test_closing_is_idempotent_and_later_objects_are_delayed(
     assert [o.delayed for o in store.ledger_objects(TABLE, DT)] == [False, False, True]
 
 
+def test_a_delayed_object_makes_the_job_due_after_the_delayed_interval(
+    store: CoordinationStore, clock: FakeClock
+) -> None:
+    """The commit decides in its transaction: open partition, `merge.interval`; closed (the
+    object is delayed), `merge.delayed_interval`; a job due earlier already is kept."""
+    delayed_s = 60.0
+    after = {TABLE: INTERVAL}
+    delayed = {TABLE: delayed_s}
+    opened = store.now_ms()
+    ingest(store, obj("a"), merge_after_s=after, delayed_merge_after_s=delayed)
+    assert store.table_partition(TABLE, DT).merge_due_at_ms == opened + int(INTERVAL * 1000)
+    # Merged, closed (due at once), settled by a merge with nothing left: no job pending.
+    job = acquire_job(store)
+    store.commit_merge(job.token, merge(0, merged(0, 1)))
+    store.close_partition(TABLE, DT)
+    store.commit_merge(acquire_job(store).token, merge(1, None))
+    assert store.table_partition(TABLE, DT).merge_due_at_ms is None
+    clock.advance(3600)
+    late_at = store.now_ms()
+    (late,) = ingest(store, obj("late"), merge_after_s=after, delayed_merge_after_s=delayed)
+    assert late.delayed
+    due = late_at + int(delayed_s * 1000)
+    assert store.table_partition(TABLE, DT).merge_due_at_ms == due
+    clock.advance(30)
+    ingest(store, obj("later"), merge_after_s=after, delayed_merge_after_s=delayed)
+    assert store.table_partition(TABLE, DT).merge_due_at_ms == due  # the earlier one kept
+    # A job pending at the open interval when the partition closed... closing made it due at
+    # once, and a delayed commit never moves a due time later.
+    ingest(store, obj("b", dt="2026-01-02"), merge_after_s=after, delayed_merge_after_s=delayed)
+    closed = store.close_partition(TABLE, "2026-01-02")
+    ingest(store, obj("c", dt="2026-01-02"), merge_after_s=after, delayed_merge_after_s=delayed)
+    assert store.table_partition(TABLE, "2026-01-02").merge_due_at_ms == closed.merge_due_at_ms
+    # Without a delayed interval, a delayed object waits the open one (as before).
+    clock.advance(3600)
+    job = acquire_job(store)
+    store.commit_merge(job.token, merge(1, merged(0, 3)))
+    assert store.table_partition(TABLE, DT).merge_due_at_ms is None
+    at = store.now_ms()
+    ingest(store, obj("plain"))
+    assert store.table_partition(TABLE, DT).merge_due_at_ms == at + int(INTERVAL * 1000)
+
+
+def test_a_merge_of_a_closed_partition_leaves_delayed_objects_due_after_the_delayed_interval(
+    store: CoordinationStore,
+) -> None:
+    ingest(store, obj("a"), obj("b"))
+    store.close_partition(TABLE, DT)
+    job = acquire_job(store)
+    ingest(store, obj("late"))  # lands while the merge runs
+    at = store.now_ms()
+    result = store.commit_merge(job.token, replace(merge(0, merged(0, 2)), delayed_interval_s=45.0))
+    assert result.merge_due_at_ms == at + 45_000
+    assert store.table_partition(TABLE, DT).merge_due_at_ms == at + 45_000
+
+
 def test_the_first_merge_writes_the_sentinel_and_its_range(store: CoordinationStore) -> None:
     ingest(store, obj("a"), obj("b"), obj("c"))
     job = acquire_job(store)

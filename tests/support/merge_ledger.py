@@ -22,6 +22,7 @@ def ingest(
     store: CoordinationStore,
     *objects: SmallObject,
     merge_after_s: dict[str, float] | None = None,
+    delayed_merge_after_s: dict[str, float] | None = None,
 ) -> list[RegisteredObject]:
     """One source partition (named after its first object) committed with `objects`."""
     sid = store.source_identifier("source")
@@ -29,7 +30,10 @@ def ingest(
     store.create_partitions(sid, [key])
     lease = store.acquire(sid, key, "ingester", T)
     after = {TABLE: INTERVAL} if merge_after_s is None else merge_after_s
-    return list(store.commit(lease.token, objects, merge_after_s=after).objects)
+    result = store.commit(
+        lease.token, objects, merge_after_s=after, delayed_merge_after_s=delayed_merge_after_s
+    )
+    return list(result.objects)
 
 
 def job_sid(store: CoordinationStore) -> str:

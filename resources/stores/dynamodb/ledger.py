@@ -31,12 +31,14 @@ from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
 from resources.errors import LeaseholdError
 from resources.ledger.merge import (
+    CommitDue,
     MergeChainError,
     MergeCommit,
     MergeCommitResult,
     MergedObject,
     MergeRange,
     check_merge,
+    commit_merge_due,
 )
 from resources.ledger.model import (
     AlreadyCommittedError,
@@ -91,23 +93,32 @@ class DynamoDbLedger:
         groups: dict[tuple[str, str], list[SmallObject]],
         lease_change: Transition,
         record: bool,
-        merge_due_at_ms: Mapping[str, int],
+        merge_due: Mapping[str, CommitDue],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
         """One `TransactWriteItems`: the id counters (conditional on the values just read —
-        the counter and whether the partition was closed; a pending merge job kept, else
-        scheduled), the small objects, the commit record and the lease update (its guard as the
-        condition). If another commit moved a counter or a close landed first, the transaction
-        is cancelled whole: read the counters again and retry."""
+        the counter and whether the partition was closed; the merge job's due time as
+        `commit_merge_due` decides from the closed state read), the small objects, the commit
+        record and the lease update (its guard as the condition). If another commit moved a
+        counter or a close landed first, the transaction is cancelled whole: read the counters
+        again and retry."""
         sid, key = token.source_identifier, token.partition_key
         for _ in range(self.retry.max_attempts * 2):
-            counters = self._read_counters(list(groups))
+            dues: dict[tuple[str, str], int | None] = {}
+            counters = self._read_counters(list(groups), dues)
             now = self.now_ms()
             registered = assign_ids(token, groups, counters)
             writes: list[dict[str, Any]] = []
             for (table, dt), group in groups.items():
-                due = merge_due_at_ms.get(table)
+                stored_due = dues.get((table, dt))
+                closed = counters.get((table, dt), (None, None))[1] is not None
+                wanted = merge_due.get(table)  # None: a table never merged, nothing to set
+                due = None if wanted is None else commit_merge_due(stored_due, closed, wanted)
                 writes.append(
-                    {"Update": self._counter_update(table, dt, counters, len(group), due)}
+                    {
+                        "Update": self._counter_update(
+                            table, dt, counters, len(group), due, earlier=due != stored_due
+                        )
+                    }
                 )
             writes += [{"Put": self._object_put(o, now)} for o in registered]
             record_index = None
@@ -151,7 +162,13 @@ class DynamoDbLedger:
         counters: dict[tuple[str, str], tuple[int, int | None]],
         count: int,
         merge_due_at_ms: int | None,
+        earlier: bool = False,
     ) -> dict[str, Any]:
+        """`merge_due_at_ms` as `commit_merge_due` decided from what was read: kept if one
+        exists (later commits ride along: a merge commit may have moved it meanwhile, and
+        `if_not_exists` sets it only if that merge cleared it), or, when `earlier`, moved
+        forward to it — conditional on nothing having set it earlier since the read (else the
+        transaction is cancelled and retried, like a moved counter)."""
         next_id, last_live = counters.get((table, dt), (None, None))
         update: dict[str, Any] = {
             "TableName": self.table_name,
@@ -159,7 +176,12 @@ class DynamoDbLedger:
             "UpdateExpression": "SET nextObjectId = :new",
             "ExpressionAttributeValues": {":new": codec.n((next_id or 1) + count)},
         }
-        if merge_due_at_ms is not None:  # later commits ride along on the pending job
+        due_condition = ""
+        if merge_due_at_ms is not None and earlier:
+            update["UpdateExpression"] += ", mergeDueAt = :due"
+            update["ExpressionAttributeValues"][":due"] = codec.n(merge_due_at_ms)
+            due_condition = " AND (attribute_not_exists(mergeDueAt) OR mergeDueAt > :due)"
+        elif merge_due_at_ms is not None:  # later commits ride along on the pending job
             update["UpdateExpression"] += ", mergeDueAt = if_not_exists(mergeDueAt, :due)"
             update["ExpressionAttributeValues"][":due"] = codec.n(merge_due_at_ms)
         if next_id is None:
@@ -170,16 +192,22 @@ class DynamoDbLedger:
         update["ExpressionAttributeValues"][":old"] = codec.n(next_id)
         if last_live is None:
             update["ConditionExpression"] = (
-                "nextObjectId = :old AND attribute_not_exists(lastLiveObjectId)"
+                "nextObjectId = :old AND attribute_not_exists(lastLiveObjectId)" + due_condition
             )
         else:
-            update["ConditionExpression"] = "nextObjectId = :old AND lastLiveObjectId = :last"
+            update["ConditionExpression"] = (
+                "nextObjectId = :old AND lastLiveObjectId = :last" + due_condition
+            )
             update["ExpressionAttributeValues"][":last"] = codec.n(last_live)
         return update
 
     def _read_counters(
-        self, partitions: list[tuple[str, str]]
+        self,
+        partitions: list[tuple[str, str]],
+        dues: dict[tuple[str, str], int | None] | None = None,
     ) -> dict[tuple[str, str], tuple[int, int | None]]:
+        """(next id, last live id) of each partition that exists; its `mergeDueAt` into
+        `dues` when given."""
         if not partitions:
             return {}
         keys = [self._partition_key(t, d) for t, d in partitions]
@@ -195,6 +223,8 @@ class DynamoDbLedger:
             if self.partition_prefix:
                 table = table.split("|", 1)[1]
             last = raw.get("lastLiveObjectId")
+            if dues is not None:
+                dues[(table, raw[ATTR["key"]]["S"])] = _optional(raw, "mergeDueAt")
             found[(table, raw[ATTR["key"]]["S"])] = (
                 int(raw["nextObjectId"]["N"]),
                 None if last is None else int(last["N"]),

@@ -15,7 +15,14 @@ from typing import Any
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
-from resources.ledger.merge import MergeCommit, MergeCommitResult, MergeRange, check_merge
+from resources.ledger.merge import (
+    CommitDue,
+    MergeCommit,
+    MergeCommitResult,
+    MergeRange,
+    check_merge,
+    commit_merge_due,
+)
 from resources.ledger.model import (
     AlreadyCommittedError,
     CommitRecord,
@@ -76,7 +83,7 @@ class SqliteLedger:
         groups: dict[tuple[str, str], list[SmallObject]],
         lease_change: Transition,
         record: bool,
-        merge_due_at_ms: Mapping[str, int],
+        merge_due: Mapping[str, CommitDue],
     ) -> tuple[CommitResult | None, LeaseItem | None]:
         sid, key = token.source_identifier, token.partition_key
 
@@ -89,28 +96,33 @@ class SqliteLedger:
                 raise AlreadyCommittedError(existing)
             now = self.now_ms()
             counters = {}
+            dues: dict[tuple[str, str], int | None] = {}
             for table, dt in groups:
                 row = db.execute(
-                    "SELECT next_object_id, last_live_object_id FROM table_partitions "
-                    "WHERE tbl = ? AND dt = ?",
+                    "SELECT next_object_id, last_live_object_id, merge_due_at "
+                    "FROM table_partitions WHERE tbl = ? AND dt = ?",
                     (table, dt),
                 ).fetchone()
                 if row is not None:
                     counters[(table, dt)] = (row[0], row[1])
+                # Decided under the write lock: no close or merge commit can land in between.
+                dues[(table, dt)] = commit_merge_due(
+                    None if row is None else row[2],
+                    row is not None and row[1] is not None,
+                    merge_due.get(table),
+                )
             registered = assign_ids(token, groups, counters)
-            # A pending merge job is kept (later commits ride along); a table outside
-            # `merge_due_at_ms` inserts NULL, which COALESCE turns into "as stored".
             db.executemany(
                 "INSERT INTO table_partitions (tbl, dt, next_object_id, merge_due_at) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (tbl, dt) DO UPDATE SET "
                 "next_object_id = excluded.next_object_id, "
-                "merge_due_at = COALESCE(table_partitions.merge_due_at, excluded.merge_due_at)",
+                "merge_due_at = excluded.merge_due_at",
                 [
                     (
                         table,
                         dt,
                         counters.get((table, dt), (1, None))[0] + len(group),
-                        merge_due_at_ms.get(table),
+                        dues[(table, dt)],
                     )
                     for (table, dt), group in groups.items()
                 ],

@@ -218,6 +218,12 @@ DUE_FOR_RETRY = (
     + f" ORDER BY {ATTR['priority']} LIMIT :limit"
 )
 
+# Work not done yet, in the order `LeaseStore.pending_partitions` promises.
+PENDING = (
+    _status_ranges(("UNASSIGNED", ""), ("ASSIGNED", ""), ("CLOSED", ""))
+    + f" ORDER BY _range, {ATTR['priority']} LIMIT :limit"
+)
+
 
 def row_to_item(row: Sequence[Any]) -> LeaseItem:
     v = dict(zip(COLUMNS, row, strict=True))

@@ -204,6 +204,13 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         )
         return [schema.row_to_item(r[:-1]) for r in rows.fetchall()]  # less `_range`
 
+    def pending_partitions(self, source_identifier: str, limit: int) -> list[LeaseItem]:
+        # Three ranges of the `source_status` index (sid, status, priority), each LIMITed.
+        rows = self._connection().execute(
+            schema.PENDING, {"sid": source_identifier, "limit": limit}
+        )
+        return [schema.row_to_item(r[:-1]) for r in rows.fetchall()]  # less `_range`
+
     def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
         keys = list(dict.fromkeys(partition_keys))
         db = self._connection()

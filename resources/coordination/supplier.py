@@ -1,0 +1,27 @@
+"""The partition supplier's global state, as others read it: where discovery is and whether it
+has caught up with its source.
+
+Discovery (`resources/ingestion/discovery.py`) writes it under the supplier lease; compaction
+reads it to decide when a table partition may close, and may not import ingestion (its
+sibling), so the names both agree on live here, below both.
+"""
+
+from __future__ import annotations
+
+from resources.coordination.lease_store import LeaseStore
+
+SUPPLIER_STATE = "discovery"
+"""The global-state item discovery keeps its cursor and progress in."""
+
+CAUGHT_UP_MS = "caught_up_ms"
+"""When (epoch ms) the latest discovery tick that reached the end of the listing started
+listing: every object that landed before then has a lease item (reconciliation aside, which
+finds objects landing behind the cursor)."""
+
+
+def caught_up_ms(store: LeaseStore, stream: str) -> int | None:
+    """The stream's `CAUGHT_UP_MS`, None while discovery never reached the end of its listing.
+    Read without the supplier lease: it only ever moves forward, so a stale read is merely
+    older (closing waits a little longer), never wrong."""
+    value = store.read_global_state(stream, SUPPLIER_STATE).get(CAUGHT_UP_MS)
+    return None if value is None else int(value)
