@@ -11,6 +11,7 @@ source object in Python (`line_numbers`).
 from __future__ import annotations
 
 import re
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,9 +73,10 @@ def write_quarantine(
             "raw": pa.array(raws, pa.string()),
         }
         by_group[groups[key]].append(pa.table(table))
-    for n, (group, tables) in enumerate(by_group.items()):
+    for group, tables in by_group.items():
         rows = pa.concat_tables(tables)
-        target = out / f"{attempt}-q{n}-quarantine.parquet"
+        # Unique per call too: a unit read in several reads writes a quarantine object per read.
+        target = out / f"{attempt}-{uuid.uuid4().hex[:12]}-quarantine.parquet"
         pq.write_table(rows, target)
         yield group, StagedFile("", target, rows.num_rows, target.stat().st_size)
 

@@ -221,7 +221,12 @@ def _counted(
         write.result()
     for result in results.values():
         if result.failed and not result.table_files and not result.quarantine_files:
-            result.unreadable = "; ".join(f"{k}: {why}" for k, why in result.failed.items())
+            reasons = list(result.failed.items())
+            result.unreadable = (
+                reasons[0][1]
+                if len(reasons) == 1
+                else "; ".join(f"{key}: {why}" for key, why in reasons)
+            )
         if result.unreadable is None:
             result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
             written = sum(f.row_count for f in result.table_files)
