@@ -10,7 +10,8 @@ store, one SparkSession for everything, its start excluded) with `partition.comm
   (b) resume: a first attempt dies after committing the chunks that cover ~90 % of the object
       (its store fails the next commit, like a kill at that moment); the time counted is the
       second attempt's, which takes the unit over and resumes at the committed offset.
-Both end with the same rows committed once (checked); a warm-up attempt runs first. Target (issue 20): (b) <= 0.3x (a).
+Both end with the same rows committed once (checked); a warm-up attempt runs first.
+Target (issue 20): (b) <= 0.3x (a).
 With `--gzip` the object is gzipped: the resume decompresses up to the offset again (gzip
 cannot seek), which the numbers show.
 """

@@ -13,7 +13,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
@@ -23,6 +22,7 @@ from resources.ingestion.source_reader import SourceReader
 from resources.ingestion.work_units import UnitObject, WorkUnit
 from resources.objects.local import LocalObjectStore
 from resources.streams import load_streams
+from tests.support.fakes import fail_nth_commit
 
 STREAM = "events"
 
@@ -118,16 +118,7 @@ def test_a_large_object_commits_chunk_by_chunk_and_resumes_at_the_offset(
             commit_every_bytes=min(4000, size - 1),
         )
 
-    commits = {"n": 0}
-    real_commit = store.commit  # type: ignore[attr-defined]
-
-    def dies_at_the_fourth(*args, **kwargs):  # type: ignore[no-untyped-def]
-        commits["n"] += 1
-        if commits["n"] == 4:
-            raise StoreUnavailableError("test: the store went away")
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(store, "commit", dies_at_the_fourth)
+    commits = fail_nth_commit(monkeypatch, store, 4)
     (failed,) = runner().ingest([name])
     assert failed.outcome == FAILED
     reached = json.loads(store.get(sid, name).progress_state)["chunk"]  # type: ignore[union-attr]

@@ -6,7 +6,6 @@ does (the Spark path itself: test_source_reader)."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from concurrent.futures import Future
 from pathlib import Path
@@ -16,20 +15,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import PartitionStatus
-from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.status import status_text
 from resources.ingestion.runner import (
     COMMITTED,
     FAILED,
     UNREADABLE,
-    IngestionRunner,
     SourceBatchResult,
     StagedFile,
 )
 from resources.ingestion.work_units import UnitObject, WorkUnit
+from tests.ingestion.test_ingestion_runner import make_runner
+from tests.support.fakes import fail_nth_commit
 
 STREAM = "events"
 pytestmark = pytest.mark.contract
@@ -71,34 +69,6 @@ class UnitReader:
         return done
 
 
-def runner(store: LeaseStore, tmp_path: Path, read: UnitReader) -> IngestionRunner:
-    lake = tmp_path / "lake"
-
-    def fetch(key: str, scratch: Path) -> Path:
-        scratch.mkdir(parents=True, exist_ok=True)
-        (scratch / key).write_text(key)
-        return scratch / key
-
-    def publish(local: Path, name: str) -> str:
-        target = lake / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(local, target)
-        return target.as_uri()
-
-    return IngestionRunner(
-        stream=STREAM,
-        table=STREAM,
-        store=store,
-        owner="runner",
-        timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
-        fetch=fetch,
-        read_batch=read,
-        publish_table=publish,
-        publish_quarantine=publish,
-        work_dir=tmp_path / "work",
-    )
-
-
 def create_unit(store: LeaseStore, keys: list[str]) -> str:
     sid = store.source_identifier(STREAM)
     unit = WorkUnit(keys[0], tuple(UnitObject(k, 10) for k in keys))
@@ -120,7 +90,7 @@ def test_a_unit_commits_one_object_per_date_for_all_its_objects(
     keys = ["a", "b", "c"]
     sid = create_unit(store, keys)
     read = UnitReader({"a": ["2026-01-01"], "b": ["2026-01-01", "2026-01-02"], "c": []}, set())
-    (outcome,) = runner(store, tmp_path, read).ingest(["a"])
+    (outcome,) = make_runner(store, tmp_path, read).ingest(["a"])
     assert outcome.outcome == COMMITTED and outcome.rows_written == 3
     assert outcome.small_objects == 2 and outcome.table_partitions == ["2026-01-01", "2026-01-02"]
     assert read.reads == [keys]
@@ -134,7 +104,7 @@ def test_an_unreadable_object_is_retried_alone_after_the_others_commit(
     sid = create_unit(store, ["a", "b", "c"])
     dates = {k: ["2026-01-01"] for k in "abc"}
     read = UnitReader(dates, broken={"b"})
-    (outcome,) = runner(store, tmp_path, read).ingest(["a"])
+    (outcome,) = make_runner(store, tmp_path, read).ingest(["a"])
     assert outcome.outcome == UNREADABLE and "b: corrupt gzip: test" in outcome.message
     item = store.get(sid, "a")
     assert item.status is PartitionStatus.CLOSED  # type: ignore[union-attr]
@@ -146,7 +116,7 @@ def test_an_unreadable_object_is_retried_alone_after_the_others_commit(
 
     store.clock = lambda: 10**10  # type: ignore[attr-defined]  # past the reopen time
     read.broken.clear()
-    (again,) = runner(store, tmp_path, read).ingest(["a"])
+    (again,) = make_runner(store, tmp_path, read).ingest(["a"])
     assert again.outcome == COMMITTED, again.message
     assert read.reads[-1] == ["b"]  # only what is not done
     assert ledger_ids(store) == Counter(["a@2026-01-01", "b@2026-01-01", "c@2026-01-01"])
@@ -165,17 +135,8 @@ def test_a_unit_over_one_transaction_commits_in_several_and_resumes_after_a_fail
     sid = create_unit(store, keys)
     days = [f"2026-01-{d:02d}" for d in range(1, 32)] + [f"2026-02-{d:02d}" for d in range(1, 10)]
     read = UnitReader({"a": days, "b": days[:5]}, set())
-    commits = {"n": 0}
-    real_commit = store.commit  # type: ignore[attr-defined]
-
-    def failing_second(*args, **kwargs):  # type: ignore[no-untyped-def]
-        commits["n"] += 1
-        if commits["n"] == 2:
-            raise StoreUnavailableError("test: the store went away")
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(store, "commit", failing_second)
-    (outcome,) = runner(store, tmp_path, read).ingest(["a"])
+    commits = fail_nth_commit(monkeypatch, store, 2)
+    (outcome,) = make_runner(store, tmp_path, read).ingest(["a"])
     assert outcome.outcome == FAILED
     partial = json.loads(store.get(sid, "a").progress_state)  # type: ignore[union-attr]
     assert partial["partial"]["objects"] == keys
@@ -183,7 +144,7 @@ def test_a_unit_over_one_transaction_commits_in_several_and_resumes_after_a_fail
     assert 0 < sum(first_batch.values()) < 45
 
     store.clock = lambda: 10**10  # type: ignore[attr-defined]  # the lease handed back or expired
-    (again,) = runner(store, tmp_path, read).ingest(["a"])
+    (again,) = make_runner(store, tmp_path, read).ingest(["a"])
     assert again.outcome == COMMITTED, again.message
     assert commits["n"] == 3  # 32 dates fit one transaction: 2 + the 8 left after the failure
     expected = Counter([f"a@{d}" for d in days] + [f"b@{d}" for d in days[:5]])

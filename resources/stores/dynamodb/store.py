@@ -135,13 +135,24 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         return codec.item_from(out["Attributes"]), None
 
     def _by_status(
-        self, sid: str, status: PartitionStatus, op: str, bound: str, limit: int = 25
+        self,
+        sid: str,
+        status: PartitionStatus,
+        op: str,
+        bound: str | tuple[str, str],
+        limit: int = 25,
     ) -> list[LeaseItem]:
-        """One GSI query: items of `status`, by priority, optionally `op` bound (GSI: may lag)."""
-        condition = "#status_key = :sk" + (f" AND #priority {op} :p" if op else "")
+        """One GSI query: items of `status`, by priority, optionally `op` bound, or BETWEEN a
+        (low, high) bound, both included (GSI: may lag)."""
         values = {":sk": codec.s(status_key(sid, status))}
-        if op:
-            values[":p"] = codec.s(bound)
+        if op == "BETWEEN":
+            low, high = bound
+            condition = "#status_key = :sk AND #priority BETWEEN :p AND :q"
+            values.update({":p": codec.s(low), ":q": codec.s(high)})
+        else:
+            condition = "#status_key = :sk" + (f" AND #priority {op} :p" if op else "")
+            if op:
+                values[":p"] = codec.s(str(bound))
         out = self._call(
             "query_status",
             lambda: self.client.query(
@@ -216,25 +227,10 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         status = PartitionStatus.COMPLETED
         if after is None:
             items = self._by_status(source_identifier, status, "<", before, limit)
-        else:  # BETWEEN is inclusive: one more, then drop `after` itself and `before`
-            condition = "#status_key = :sk AND #priority BETWEEN :a AND :b"
-            out = self._call(
-                "query_status",
-                lambda: self.client.query(
-                    TableName=self.table_name,
-                    IndexName=GSI,
-                    KeyConditionExpression=condition,
-                    ExpressionAttributeNames=codec.names(condition),
-                    ExpressionAttributeValues={
-                        ":sk": codec.s(status_key(source_identifier, status)),
-                        ":a": codec.s(after),
-                        ":b": codec.s(before),
-                    },
-                    ScanIndexForward=True,
-                    Limit=limit + 2,
-                ),
+        else:  # BETWEEN includes both ends: one more of each, dropped below
+            items = self._by_status(
+                source_identifier, status, "BETWEEN", (after, before), limit + 2
             )
-            items = [codec.item_from(raw) for raw in out.get("Items", [])]
         return [i for i in items if after is None or after < i.priority < before][:limit]
 
     def items_between(
