@@ -47,7 +47,7 @@ from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
-from resources.ingestion.source_files import cut_chunk
+from resources.ingestion.source_files import ChunkReader
 from resources.ingestion.work_units import DONE, done_objects, unit_objects
 from resources.ledger.model import AlreadyCommittedError, SmallObject, fits_one_commit
 
@@ -644,38 +644,53 @@ class IngestionRunner:
             return self._close_unreadable(
                 lease, key, f"cannot fetch: {exc}", None if plain else exc
             )
+        reached = (lease.progress or {}).get(CHUNK) or {"offset": 0, "line": 1}
+        try:
+            chunks = ChunkReader(
+                local, int(reached["offset"]), int(reached["line"]), self.csv_header
+            )
+        except (OSError, EOFError, zlib.error) as exc:
+            why = f"{obj.key}: cannot read at offset {reached['offset']}: {exc}"
+            return self._close_unreadable(lease, key, why)
+        try:
+            return self._commit_chunks(lease, key, obj.key, chunks, scratch)
+        finally:
+            chunks.close()
+
+    def _commit_chunks(
+        self,
+        lease: Lease,
+        key: str,
+        obj: str,
+        chunks: ChunkReader,
+        scratch: Path,
+    ) -> PartitionOutcome:
         total = PartitionOutcome(key, COMMITTED, lease.epoch)
         n = 0
         while True:
-            reached = (lease.progress or {}).get(CHUNK) or {"offset": 0, "line": 1}
             n += 1
             try:
-                cut = cut_chunk(
-                    local,
-                    int(reached["offset"]),
-                    int(reached["line"]),
-                    self.commit_every_bytes or 0,
-                    scratch / f"chunk-{n}" / "chunk.txt",
-                    self.csv_header,
+                cut = chunks.next(
+                    self.commit_every_bytes or 0, scratch / f"chunk-{n}" / "chunk.txt"
                 )
             except (OSError, EOFError, zlib.error) as exc:
-                why = f"{obj.key}: cannot read at offset {reached['offset']}: {exc}"
+                why = f"{obj}: cannot read at offset {chunks.offset}: {exc}"
                 return self._close_unreadable(lease, key, why)
             shift = cut.first_line - 1 - (1 if self.csv_header and cut.first_line > 1 else 0)
             attempt = uuid.uuid4().hex[:12]
             results = self.read_batch(
-                {obj.key: cut.path},
+                {obj: cut.path},
                 scratch / f"chunk-{n}" / "staging",
                 attempt,
-                {obj.key: key},
-                {obj.key: shift},
+                {obj: key},
+                {obj: shift},
             ).result()
             result = results.get(key) or SourceBatchResult(unreadable="the reader returned nothing")
             outcome = self._commit(
                 lease,
                 key,
                 result,
-                [obj.key],
+                [obj],
                 attempt,
                 final=cut.last,
                 reached={CHUNK: {"offset": cut.offset, "line": cut.line}},

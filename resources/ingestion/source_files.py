@@ -83,23 +83,48 @@ class ChunkCut:
     last: bool
 
 
+class ChunkReader:
+    """Cuts consecutive chunks of one object, keeping it open between them: a gzip object is
+    decompressed once per attempt (up to the resume offset, then chunk after chunk), not again
+    from its start for every chunk."""
+
+    def __init__(self, source: Path, offset: int, line: int, header: bool) -> None:
+        gz = source.name.endswith(".gz")
+        self._file = gzip.open(source, "rb") if gz else source.open("rb")
+        # A CSV chunk after the first gets the object's header line again, so the reader
+        # handles every chunk alike.
+        self._header = self._file.readline() if header else b""
+        self._file.seek(offset)
+        self.offset, self.line = offset, line
+
+    def next(self, max_bytes: int, target: Path) -> ChunkCut:
+        """The lines from where the last chunk ended up to `max_bytes` and on to the end of
+        the line that crosses it, into `target`. Lines end at `\n` (and `\r\n`); a file ending
+        lines with `\r` alone is cut by bytes only at `\n`."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        block = self._file.read(max_bytes)
+        if block and not block.endswith(b"\n"):
+            block += self._file.readline()
+        with target.open("wb") as out:
+            if self._header and self.line > 1:
+                out.write(self._header)
+            out.write(block)
+        first = self.line
+        self.offset += len(block)
+        self.line += block.count(b"\n")
+        last = not self._file.peek(1)
+        return ChunkCut(target, first, self.offset, self.line, last)
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def cut_chunk(
     source: Path, offset: int, line: int, max_bytes: int, target: Path, header: bool
 ) -> ChunkCut:
-    """Copy the lines of `source` from `offset` (the start of line `line`) up to `max_bytes`
-    and on to the end of the line that crosses it, into `target`. A CSV chunk after the first
-    gets the object's header line again, so the reader handles every chunk alike. Lines end at
-    `\\n` (and `\\r\\n`); a file ending lines with `\\r` alone is cut by bytes only at `\\n`."""
-    gz = source.name.endswith(".gz")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    opener = (lambda: gzip.open(source, "rb")) if gz else (lambda: source.open("rb"))
-    with opener() as f, target.open("wb") as out:
-        if header and line > 1:
-            out.write(f.readline())
-        f.seek(offset)
-        block = f.read(max_bytes)
-        if block and not block.endswith(b"\n"):
-            block += f.readline()
-        out.write(block)
-        last = not f.read(1)
-    return ChunkCut(target, line, offset + len(block), line + block.count(b"\n"), last)
+    """One chunk of `source` from `offset` (the start of line `line`): `ChunkReader.next`."""
+    reader = ChunkReader(source, offset, line, header)
+    try:
+        return reader.next(max_bytes, target)
+    finally:
+        reader.close()
