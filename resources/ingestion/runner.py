@@ -507,7 +507,7 @@ class IngestionRunner:
         outcome.outcome, outcome.epoch = UNREADABLE, lease.epoch
         if committed is not None:
             message = (
-                f"{committed.small_objects} small objects of its other objects committed; {message}"
+                f"its readable objects committed ({committed.rows_written} rows in all); {message}"
             )
         outcome.message = message
         return self._not_ingested(outcome, exc)
