@@ -1,10 +1,13 @@
 """Ingestion without Dagster: discovery, the exactly-once runner, the Spark source reader, checks.
 
-Holds `discovery` (list after a cursor, create lease items, plan range runs), `runner`
-(`IngestionRunner`: the commit protocol of ARCHITECTURE §5 over chunks of partitions),
-`source_reader` (one Spark read per chunk) and what it is built from: `read_plan` (the Spark
-expressions), `source_files` (local objects before Spark sees them), `table_objects` (Arrow
-rows cut into one Parquet object per source and date) and `quarantine` (bad records);
+Holds `work_units` (a lease item's objects: how a listing is cut into units, and which unit
+holds a listed object), `discovery` (list after a cursor, create work units, plan range runs),
+`reconciliation` (objects behind the cursor), `runner` (`IngestionRunner`: the commit protocol
+of ARCHITECTURE §5 over chunks of units, large objects chunk by chunk), `source_reader` (one
+Spark read per chunk) and what it is built from: `read_plan` (the Spark expressions),
+`source_files` (local objects before Spark sees them, and chunks of large ones),
+`table_objects` (Arrow rows cut into one Parquet object per unit and date) and `quarantine`
+(bad records);
 `checks` (rows reconcile, unique ids, unleased source objects) and `check_suite` (every check
 as one registry, for Dagster and `leasehold check`), `source_listing` (a source listed as lease
 partition keys), `partition_keys` (source key <-> Dagster partition key) and `sample_data`.
