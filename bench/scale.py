@@ -117,7 +117,9 @@ def main() -> int:
                     "idle_s": idle_s,
                     "partitions": partitions(project, env),
                     "dagster_bytes": size_of(project / "dagster_home"),
-                    "store_bytes": size_of(project / "data" / "leasehold.db"),
+                    "store_bytes": sum(
+                        p.stat().st_size for p in (project / "data").glob("leasehold.db*")
+                    ),
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
