@@ -6,6 +6,7 @@ so a reader or a listing never sees half an object; in-flight temporary names ar
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -35,8 +36,38 @@ class LocalObjectStore(ObjectStore):
         return path
 
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
-        keys = sorted(k for k in self._keys(self.root) if start_after is None or k > start_after)
+        """In key order after `start_after`, walking only what can hold such keys: a directory
+        whose every key sorts before `start_after` is skipped unread, and the walk stops at
+        `limit`. So a discovery tick costs what is new plus the one directory its cursor is in,
+        not the whole source (as S3's `StartAfter` does)."""
+        keys = list(itertools.islice(self._keys_after(self.root, "", start_after), limit))
         return list(self._infos(keys, limit))
+
+    def _keys_after(self, directory: Path, prefix: str, start_after: str | None) -> Iterator[str]:
+        """Keys under `directory` (whose keys start with `prefix`) after `start_after`, in key
+        order. Entries are ordered as their keys are: a directory `d` by `d/`, so `d.txt` comes
+        before everything in `d` (`.` sorts before `/`)."""
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        named = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                if not entry.is_symlink():  # as os.walk: a linked directory is not walked
+                    named.append((f"{prefix}{entry.name}/", entry))
+            elif not entry.name.endswith(".tmp"):  # in-flight writes, never source objects
+                named.append((f"{prefix}{entry.name}", entry))
+        for key, entry in sorted(named, key=lambda pair: pair[0]):
+            if not key.endswith("/"):
+                if start_after is None or key > start_after:
+                    yield key
+            elif start_after is None or key > start_after or start_after.startswith(key):
+                # A directory key below the cursor that the cursor is not inside holds only
+                # keys below it: skipped unread.
+                yield from self._keys_after(Path(entry.path), key, start_after)
 
     def list_prefix(self, prefix: str) -> Iterator[ObjectInfo]:
         # Walk only the deepest directory the prefix names in full ("merged/dt=x/" -> merged/dt=x).
