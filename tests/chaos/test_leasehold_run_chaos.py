@@ -24,7 +24,7 @@ import random
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,11 +119,17 @@ def progress(store: LeaseStore) -> Progress:
     )
 
 
-def chaos(project: CliProject, rng: random.Random) -> list[Kill]:
+def chaos(
+    project: CliProject, rng: random.Random, refill: Callable[[], None] | None = None
+) -> list[Kill]:
     """Start `leasehold run` again and again, each right after the last was killed; kill each
     a random moment after the store shows it ingesting. Half the kills wait for its first
     acquisition (they land while it reads, often before Spark is up), half for its first
-    commit (they land between commits, or among its Dagster events)."""
+    commit (they land between commits, or among its Dagster events).
+
+    A fast machine can finish the work before the kills have landed; `refill`, when given, then
+    lands new source objects (as a live bucket would), so the number of kills does not depend
+    on the machine's speed."""
     store = project.store()
     kills: list[Kill] = []
     try:
@@ -153,6 +159,8 @@ def chaos(project: CliProject, rng: random.Random) -> list[Kill]:
             kill.elapsed_s = time.monotonic() - started
             if not kill.landed:
                 kill.exit_code = proc.returncode
+                if refill is not None and proc.returncode == 0:
+                    refill()
             print(kill.describe(), flush=True)
     finally:
         store.close_store()

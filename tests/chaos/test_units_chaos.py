@@ -15,7 +15,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,6 +39,7 @@ UNIT_OBJECTS = 8
 LARGE_RECORDS = {"sqlite": 30_000, "dynamodb": 8_000}  # ~3 MB / ~0.8 MB
 PARTITION = {"max_objects": UNIT_OBJECTS, "max_bytes": 200_000, "commit_every_bytes": 100_000}
 CONVERGENCE_INVOCATIONS = 2
+WAVE_OBJECTS = 4 * UNIT_OBJECTS
 
 
 def write_large_object(sources: Path, records: int) -> Path:
@@ -63,6 +64,35 @@ def write_large_object(sources: Path, records: int) -> Path:
         )
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def wave_writer(sources: Path) -> Callable[[], None]:
+    """Lands a new wave of objects after the listing's end (keys after every earlier one, so
+    discovery finds them at its cursor): four units' worth, with malformed lines among them."""
+    waves = iter(range(1, 1_000))
+
+    def write_wave() -> None:
+        wave = next(waves)
+        for i in range(WAVE_OBJECTS):
+            path = sources / f"2026/01/09/wave{wave:03d}-{i:03d}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lines = [
+                json.dumps(
+                    {
+                        "event_id": f"W{wave:03d}-{i:03d}-{j:03d}",
+                        "user_id": f"u{j % 7}",
+                        "amount": 2.5,
+                        "event_time": f"2026-01-{1 + j % 3:02d}T{j % 24:02d}:30:00Z",
+                    }
+                )
+                if (i + j) % 53
+                else '{"event_id": "cut'
+                for j in range(40)
+            ]
+            path.write_text("\n".join(lines) + "\n")
+        print(f"the work ran out: wave {wave} of {WAVE_OBJECTS} objects landed", flush=True)
+
+    return write_wave
 
 
 @pytest.fixture
@@ -104,7 +134,7 @@ def published_rows(project: CliProject) -> list[dict]:
 def test_units_and_a_chunked_object_converge_after_random_kills(project: CliProject) -> None:
     seed = int(os.environ.get("LEASEHOLD_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
     print(f"chaos seed: {seed} (LEASEHOLD_CHAOS_SEED={seed} replays it)", flush=True)
-    kills = chaos(project, random.Random(seed))
+    kills = chaos(project, random.Random(seed), refill=wave_writer(project.sources))
     context = f"seed {seed}\n" + "\n".join(k.describe() for k in kills)
     time.sleep(LEASE_TIMEOUT_S + 0.5)
 

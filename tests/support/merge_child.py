@@ -78,13 +78,16 @@ class Lake:
         return build_store(StoreSettings(**self.settings))
 
     def config(self) -> StreamConfig:
-        """The repository's `events` stream, on this lake, with these limits."""
+        """The repository's `events` stream, on this lake, with these limits. A commit landing
+        in a partition another committer closed is delayed; its merge is due after the same
+        short interval, not the stream's minutes."""
         base = load_streams(ROOT / "streams.yaml")[TABLE]
         merge = replace(
             base.merge,
             max_objects=self.max_objects,
             max_bytes=self.max_bytes,
             interval=self.interval,
+            delayed_interval=self.interval,
         )
         return replace(base, table=f"file://{self.table_dir}", merge=merge)
 
