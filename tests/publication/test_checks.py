@@ -1,9 +1,9 @@
 """The publication checks pass on a good table (one partition switched, one live) and each
 fails on the fault it exists for: a missing file, a file of the wrong length, a catalog
 pointing at an old version or at nothing the ledger published, a manifest whose rows are not
-the committed ones, a switch the chain does not cover. Plus ingestion's duplicate check, which
-reads the files that hold each committed row once, so it still works once garbage collection
-deleted the small objects a published merge covers."""
+the committed ones, a switch the chain does not cover, rows unpublished past their interval.
+Plus ingestion's duplicate check, which reads the files that hold each committed row once, so
+it still works once garbage collection deleted the small objects a published merge covers."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from resources.check_outcome import CheckOutcome
 from resources.ingestion.checks import find_duplicate_ids
 from resources.ledger.merge import MergeRange
 from resources.ledger.model import TablePartition
+from resources.ledger.publication_lag import MERGE_MARGIN_MS, PUBLISH_MARGIN_MS
 from resources.publication import checks
 from resources.publication.manifest import catalog_location, read_spectrum
 from tests.publication.conftest import DT, World
+from tests.support.fakes import FakeClock
 from tests.support.merge_child import TABLE
 
 LIVE_DT = "2027-01-14"
@@ -154,3 +156,33 @@ def test_duplicate_ids_are_checked_over_the_files_gc_keeps(good: World) -> None:
     assert report.rows_checked == sum(good.expected(DT).values()) + sum(
         good.expected(LIVE_DT).values()
     )
+
+
+def test_rows_unpublished_past_their_interval_fail_publication_lag(
+    good: World, clock: FakeClock
+) -> None:
+    """The store's clock is the fake one: a live commit left unpublished past a publication
+    tick and the margin fails, and so does a delayed object left unmerged past
+    `merge.delayed_interval` and the margin; publishing (and merging) makes it pass again."""
+    good.ingest(1, LIVE_DT)
+    assert run(good)["publication_lag"].passed  # just committed: within its interval
+    clock.advance(PUBLISH_MARGIN_MS / 1000 + 1)
+    outcome = run(good)["publication_lag"]
+    assert not outcome.passed and outcome.metadata["behind"] == 1
+    assert f"{TABLE} dt={LIVE_DT}: ids 4..4 unpublished (published up to 3)" in outcome.summary
+    good.publish(LIVE_DT)
+    assert run(good)["publication_lag"].summary == (
+        "2 table partitions: every committed row is published"
+    )
+
+    good.ingest(1)  # DT is closed and switched: a delayed object, visible once merged
+    wait_s = good.config.merge.delayed_interval_s + MERGE_MARGIN_MS / 1000
+    clock.advance(wait_s)
+    assert run(good)["publication_lag"].passed
+    clock.advance(1)
+    found = failed(good)
+    assert set(found) == {"publication_lag"}
+    assert "delayed object 5 was committed" in found["publication_lag"]
+    good.merge()
+    good.publish()
+    assert run(good)["publication_lag"].passed
