@@ -46,8 +46,8 @@ class RegisteredObject:
     """Committed after its table partition closed (`last_live_object_id` was set)."""
     committed_at_ms: int | None = None
     """When its commit's transaction ran, on the store's clock: how long its rows have waited
-    to be published (`resources.ledger.publication_lag`). None: not known (a DynamoDB item written
-    before the ledger kept it, or an object built outside a commit)."""
+    to be published (`resources.ledger.publication_lag`). None: not known (a DynamoDB item
+    without the attribute, or an object built outside a commit)."""
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ it was committed, which its row and the object tell:
   due again at once): deadline = commit + `MERGE_MARGIN_MS`. Afterwards the commit makes the
   job due `merge.delayed_interval` later: deadline = commit + that + `MERGE_MARGIN_MS`.
 
-Ids are allocated inside the commit's transaction, so they follow commit order: the first
-unpublished id of each kind is the one that has waited longest. An object whose commit time is
-unknown (`committed_at_ms` None: a DynamoDB item written before the ledger read it back, or one
+Every unpublished id is judged on its own commit time (ids follow commit order, but each
+commit's time is its writer's clock, so the first id need not be the oldest). An object whose
+commit time is unknown (`committed_at_ms` None: a DynamoDB item without the attribute, or one
 a Query did not return yet) is never judged late, only counted, so the check can say it could
 not tell. Pure: the check reads the rows and objects and calls this.
 """

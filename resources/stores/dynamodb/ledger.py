@@ -493,7 +493,7 @@ class DynamoDbLedger:
                         source_partition_key=raw["sourceObjectPartitionKey"]["S"],
                         epoch=int(raw["epoch"]["N"]),
                         delayed=raw["delayed"]["BOOL"],
-                        # Absent on items written before the ledger read it back: unknown.
+                        # An item without it (not written by this version): unknown, not an error.
                         committed_at_ms=_optional(raw, "committedAt"),
                     )
                 )
