@@ -7,6 +7,7 @@ it still works once garbage collection deleted the small objects a published mer
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,7 +16,7 @@ import pytest
 from resources.check_outcome import CheckOutcome
 from resources.ingestion.checks import find_duplicate_ids
 from resources.ledger.merge import MergeRange
-from resources.ledger.model import TablePartition
+from resources.ledger.model import RegisteredObject, TablePartition
 from resources.ledger.publication_lag import MERGE_MARGIN_MS, PUBLISH_MARGIN_MS
 from resources.publication import checks
 from resources.publication.manifest import catalog_location, read_spectrum
@@ -186,3 +187,47 @@ def test_rows_unpublished_past_their_interval_fail_publication_lag(
     good.merge()
     good.publish()
     assert run(good)["publication_lag"].passed
+
+
+class _Rows:
+    """Just the ledger reads `publication_lag` makes, recording which partitions' objects it
+    reads."""
+
+    def __init__(self, partitions: list[TablePartition], objects: list[RegisteredObject]):
+        self.partitions, self.objects = partitions, objects
+        self.read: list[str | None] = []
+
+    def table_partitions(self, table: str) -> list[TablePartition]:
+        return self.partitions
+
+    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
+        self.read.append(dt)
+        return [o for o in self.objects if o.dt == dt]
+
+
+def _object(dt: str, object_id: int, committed_at_ms: int | None) -> RegisteredObject:
+    return RegisteredObject(
+        TABLE, dt, object_id, f"s{object_id}", 1, 1, "src", "k", 1, False, committed_at_ms
+    )
+
+
+def test_publication_lag_reads_only_partitions_behind_and_passes_on_unknown_times() -> None:
+    """Objects are read only for a partition whose row shows ids past what is published; one
+    whose unpublished objects have no commit time passes, with a note."""
+    published = TablePartition(
+        TABLE, "2027-01-13", next_object_id=3, current_manifest_version=0, published_upper=2,
+        publication_seq=1,
+    )  # fmt: skip
+    behind = replace(published, dt="2027-01-14", next_object_id=4)
+    ledger = _Rows([published, behind], [_object("2027-01-14", 3, None)])
+    outcome = checks.publication_lag(ledger, TABLE, 300.0, now_ms=10**15)  # type: ignore[arg-type]
+    assert ledger.read == ["2027-01-14"]
+    assert outcome.passed and outcome.metadata["unknown_commit_times"] == 1
+    assert outcome.summary == (
+        "2 table partitions: 1 behind, none past its publication deadline; 1 unpublished ids "
+        f"have an unknown commit time: {TABLE} dt=2027-01-14: ids 3..3 unpublished (published "
+        "up to 2), 1 with an unknown commit time"
+    )
+    ledger.objects = [_object("2027-01-14", 3, 10**15 - PUBLISH_MARGIN_MS - 1)]
+    late = checks.publication_lag(ledger, TABLE, 300.0, now_ms=10**15)  # type: ignore[arg-type]
+    assert not late.passed and late.severity == "error" and late.metadata["behind"] == 1
