@@ -44,6 +44,10 @@ class RegisteredObject:
     epoch: int
     delayed: bool
     """Committed after its table partition closed (`last_live_object_id` was set)."""
+    committed_at_ms: int | None = None
+    """When its commit's transaction ran, on the store's clock: how long its rows have waited
+    to be published (`resources.ledger.publication_lag`). None: not known (a DynamoDB item
+    without the attribute, or an object built outside a commit)."""
 
 
 @dataclass(frozen=True)
@@ -149,11 +153,14 @@ def assign_ids(
     token: LeaseToken,
     groups: Mapping[tuple[str, str], Sequence[SmallObject]],
     counters: Mapping[tuple[str, str], tuple[int, int | None]],
+    committed_at_ms: int | None = None,
 ) -> list[RegisteredObject]:
     """Ids for a commit's objects: per table partition, dense from its counter
     (`next_object_id`, `last_live_object_id`; a partition without one starts at 1). Called
     inside the commit's transaction with the counters it read, by every backend: an object is
-    delayed when its partition had closed (`last_live_object_id` set) before this commit."""
+    delayed when its partition had closed (`last_live_object_id` set) before this commit.
+    `committed_at_ms`: the time the backend stores with them, so a commit's result equals what
+    a later read returns."""
     registered = []
     for (table, dt), group in groups.items():
         next_id, last_live = counters.get((table, dt), (1, None))
@@ -170,6 +177,7 @@ def assign_ids(
                     source_partition_key=token.partition_key,
                     epoch=token.epoch,
                     delayed=last_live is not None,
+                    committed_at_ms=committed_at_ms,
                 )
             )
     return registered

@@ -8,12 +8,15 @@ turn outcomes into results.
 They judge what an external engine is served (ARCHITECTURE §6): the catalog points at the
 ledger's current publication, whose manifest names files that exist in full and hold exactly
 the rows committed for the ids it covers, and a partition switched to merged objects only once
-its chain covers every live id. Read-only: nothing is created or written.
+its chain covers every live id; and that nothing committed waits for publication longer than
+the interval that should have published it. Read-only: nothing is created or written.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from resources.catalog.base import Catalog, CatalogError
@@ -22,6 +25,7 @@ from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
 from resources.ledger.publication import Publication, live_upper
+from resources.ledger.publication_lag import is_behind, partition_lag
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.publication.manifest import (
     SYMLINK_DIR,
@@ -43,8 +47,15 @@ CHECKS: dict[str, str] = {
     "(Parquet footers) = the rows the ledger committed for the ids it covers.",
     "catalog_current": "Every catalog partition points at its ledger's current publication "
     "(location and seq), and every published partition is in the catalog.",
+    "publication_lag": "No committed rows of a table partition have been missing from its "
+    "published version longer than the interval that should have published them: a "
+    "publication tick, or for a delayed object its merge (merge.delayed_interval after its "
+    "commit, at once while the live ids are unmerged), plus a margin. Commit times the ledger "
+    "does not hold are reported, not judged.",
 }
 """Check name -> description, in the order `run_all` runs them."""
+
+log = logging.getLogger(__name__)
 
 MAX_LISTED = 20
 """Offenders listed in a check's metadata; the summary names the first and counts the rest."""
@@ -297,6 +308,56 @@ def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcom
     )
 
 
+def publication_lag(
+    ledger: Ledger, table: str, delayed_interval_s: float, now_ms: int
+) -> CheckOutcome:
+    """Per table partition, how long its oldest unpublished committed rows have waited
+    (`resources.ledger.publication_lag`). `now_ms`: the store's clock (commit times are on it),
+    read before the rows, so an id judged late was unpublished past its deadline when its row
+    was read. Only partitions whose row shows ids past what is published have their objects
+    read: the cost is the partition rows plus the objects of the partitions that are behind,
+    not every object ever committed."""
+    delayed_ms = round(delayed_interval_s * 1000)
+    partitions = ledger.table_partitions(table)
+    problems: list[str] = []
+    unknown: list[str] = []
+    behind = unknown_ids = 0
+    for tp in partitions:
+        if not is_behind(tp):
+            continue
+        behind += 1
+        lag = partition_lag(tp, ledger.ledger_objects(table, tp.dt), now_ms, delayed_ms)
+        if lag.late:
+            problems.append(lag.describe())
+        elif lag.unknown:
+            unknown.append(lag.describe())
+        unknown_ids += lag.unknown
+    if unknown_ids:
+        log.info(
+            "%s: %d unpublished ids have no commit time in the ledger; publication_lag cannot "
+            "judge them",
+            table,
+            unknown_ids,
+        )
+    good = f"{len(partitions)} table partitions: " + (
+        f"{behind} behind, none past its publication deadline"
+        if behind
+        else "every committed row is published"
+    )
+    if unknown_ids:
+        good += f"; {unknown_ids} unpublished ids have an unknown commit time{_first(unknown)}"
+    outcome = _outcome("publication_lag", problems, len(partitions), "partitions", good)
+    return replace(
+        outcome,
+        metadata={
+            **outcome.metadata,
+            "behind": behind,
+            "unknown_commit_times": unknown_ids,
+            "unknown_details": "\n".join(f"- {u}" for u in unknown[:MAX_LISTED]) or "none",
+        },
+    )
+
+
 def run_one(
     name: str,
     config: StreamConfig,
@@ -316,6 +377,9 @@ def run_one(
         return published_rows(store, objects, table)
     if name == "catalog_current":
         return catalog_current(store, catalog, table)
+    if name == "publication_lag":
+        now_ms = store.now_ms()  # before any read: see publication_lag
+        return publication_lag(store, table, config.merge.delayed_interval_s, now_ms)
     # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.
     raise ValueError(f"no publication check {name!r}; known: {', '.join(CHECKS)}")
 

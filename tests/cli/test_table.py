@@ -405,9 +405,15 @@ def test_check_runs_the_publication_checks(env: Published, capsys) -> None:
     code, out, err = run(capsys, "check", "--stream", STREAM, "--json")
     assert err == ""
     verdicts = {row["check"]: row["verdict"] for row in json.loads(out)}
-    publication = ["manifest_entries_exist", "switch_coverage", "published_rows", "catalog_current"]
+    publication = [
+        "manifest_entries_exist",
+        "switch_coverage",
+        "published_rows",
+        "catalog_current",
+        "publication_lag",
+    ]
     assert {name: verdicts.get(name) for name in publication} == dict.fromkeys(publication, "PASS")
-    assert list(verdicts)[-4:] == publication  # after the ingestion and compaction checks
+    assert list(verdicts)[-5:] == publication  # after the ingestion and compaction checks
 
     # The catalog moved behind the ledger's back: catalog_current fails (exit 4).
     catalog = LocalCatalog(env.catalog_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from resources.coordination.errors import PartitionNotOwnedError
-from resources.coordination.items import PartitionStatus
+from resources.coordination.items import ATTR, PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ledger.model import AlreadyCommittedError, SmallObject
 from tests.support.fakes import FakeClock
@@ -120,3 +120,39 @@ def test_oversized_commit_is_refused_before_writing(store: LeaseStore) -> None:
         )
     assert store.ledger_objects("events") == []
     assert store.get(sid, "wide").status is PartitionStatus.ASSIGNED
+
+
+def test_objects_read_back_with_their_commit_time(store: LeaseStore, clock: FakeClock) -> None:
+    """Each object keeps its commit's time (the store's clock): `publication_lag` measures how
+    long its rows have waited for publication from it. A commit's result holds the same time,
+    so it equals the later read."""
+    sid = setup(store, "a", "b")
+    first = store.commit(store.acquire(sid, "a", "w1", T).token, [obj("2026-01-01", "a1")])
+    first_ms = store.now_ms()
+    clock.advance(90.5)
+    second = store.commit(store.acquire(sid, "b", "w1", T).token, [obj("2026-01-01", "b1")])
+    objects = store.ledger_objects("events", "2026-01-01")
+    assert [o.committed_at_ms for o in objects] == [first_ms, first_ms + 90_500]
+    assert objects == [*first.objects, *second.objects]
+
+
+def test_an_object_item_without_its_commit_time_reads_as_unknown(
+    store: LeaseStore, backend: str
+) -> None:
+    """Items written before the ledger read the commit time back may lack it (DynamoDB: an
+    attribute, not a column): unknown, None, never an error."""
+    if backend != "dynamodb":
+        pytest.skip("the SQLite column is NOT NULL since the first release")
+    sid = setup(store, "a")
+    store.commit(store.acquire(sid, "a", "w1", T).token, [obj("2026-01-01", "a1")])
+    store.client.update_item(  # type: ignore[attr-defined]
+        TableName=store.table_name,  # type: ignore[attr-defined]
+        Key={
+            ATTR["sid"]: {"S": "events|2026-01-01|smallObjects"},
+            ATTR["key"]: {"S": f"{1:019d}"},
+        },
+        UpdateExpression="REMOVE committedAt",
+        ConditionExpression="attribute_exists(committedAt)",
+    )
+    (read,) = store.ledger_objects("events", "2026-01-01")
+    assert read.committed_at_ms is None and read.object_id == 1

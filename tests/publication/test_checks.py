@@ -1,12 +1,13 @@
 """The publication checks pass on a good table (one partition switched, one live) and each
 fails on the fault it exists for: a missing file, a file of the wrong length, a catalog
 pointing at an old version or at nothing the ledger published, a manifest whose rows are not
-the committed ones, a switch the chain does not cover. Plus ingestion's duplicate check, which
-reads the files that hold each committed row once, so it still works once garbage collection
-deleted the small objects a published merge covers."""
+the committed ones, a switch the chain does not cover, rows unpublished past their interval.
+Plus ingestion's duplicate check, which reads the files that hold each committed row once, so
+it still works once garbage collection deleted the small objects a published merge covers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,10 +16,12 @@ import pytest
 from resources.check_outcome import CheckOutcome
 from resources.ingestion.checks import find_duplicate_ids
 from resources.ledger.merge import MergeRange
-from resources.ledger.model import TablePartition
+from resources.ledger.model import RegisteredObject, TablePartition
+from resources.ledger.publication_lag import MERGE_MARGIN_MS, PUBLISH_MARGIN_MS
 from resources.publication import checks
 from resources.publication.manifest import catalog_location, read_spectrum
 from tests.publication.conftest import DT, World
+from tests.support.fakes import FakeClock
 from tests.support.merge_child import TABLE
 
 LIVE_DT = "2027-01-14"
@@ -154,3 +157,77 @@ def test_duplicate_ids_are_checked_over_the_files_gc_keeps(good: World) -> None:
     assert report.rows_checked == sum(good.expected(DT).values()) + sum(
         good.expected(LIVE_DT).values()
     )
+
+
+def test_rows_unpublished_past_their_interval_fail_publication_lag(
+    good: World, clock: FakeClock
+) -> None:
+    """The store's clock is the fake one: a live commit left unpublished past a publication
+    tick and the margin fails, and so does a delayed object left unmerged past
+    `merge.delayed_interval` and the margin; publishing (and merging) makes it pass again."""
+    good.ingest(1, LIVE_DT)
+    assert run(good)["publication_lag"].passed  # just committed: within its interval
+    clock.advance(PUBLISH_MARGIN_MS / 1000 + 1)
+    outcome = run(good)["publication_lag"]
+    assert not outcome.passed and outcome.metadata["behind"] == 1
+    assert f"{TABLE} dt={LIVE_DT}: ids 4..4 unpublished (published up to 3)" in outcome.summary
+    good.publish(LIVE_DT)
+    assert run(good)["publication_lag"].summary == (
+        "2 table partitions: every committed row is published"
+    )
+
+    good.ingest(1)  # DT is closed and switched: a delayed object, visible once merged
+    wait_s = good.config.merge.delayed_interval_s + MERGE_MARGIN_MS / 1000
+    clock.advance(wait_s)
+    assert run(good)["publication_lag"].passed
+    clock.advance(1)
+    found = failed(good)
+    assert set(found) == {"publication_lag"}
+    assert "delayed object 5 was committed" in found["publication_lag"]
+    good.merge()
+    good.publish()
+    assert run(good)["publication_lag"].passed
+
+
+class _Rows:
+    """Just the ledger reads `publication_lag` makes, recording which partitions' objects it
+    reads."""
+
+    def __init__(self, partitions: list[TablePartition], objects: list[RegisteredObject]):
+        self.partitions, self.objects = partitions, objects
+        self.read: list[str | None] = []
+
+    def table_partitions(self, table: str) -> list[TablePartition]:
+        return self.partitions
+
+    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
+        self.read.append(dt)
+        return [o for o in self.objects if o.dt == dt]
+
+
+def _object(dt: str, object_id: int, committed_at_ms: int | None) -> RegisteredObject:
+    return RegisteredObject(
+        TABLE, dt, object_id, f"s{object_id}", 1, 1, "src", "k", 1, False, committed_at_ms
+    )
+
+
+def test_publication_lag_reads_only_partitions_behind_and_passes_on_unknown_times() -> None:
+    """Objects are read only for a partition whose row shows ids past what is published; one
+    whose unpublished objects have no commit time passes, with a note."""
+    published = TablePartition(
+        TABLE, "2027-01-13", next_object_id=3, current_manifest_version=0, published_upper=2,
+        publication_seq=1,
+    )  # fmt: skip
+    behind = replace(published, dt="2027-01-14", next_object_id=4)
+    ledger = _Rows([published, behind], [_object("2027-01-14", 3, None)])
+    outcome = checks.publication_lag(ledger, TABLE, 300.0, now_ms=10**15)  # type: ignore[arg-type]
+    assert ledger.read == ["2027-01-14"]
+    assert outcome.passed and outcome.metadata["unknown_commit_times"] == 1
+    assert outcome.summary == (
+        "2 table partitions: 1 behind, none past its publication deadline; 1 unpublished ids "
+        f"have an unknown commit time: {TABLE} dt=2027-01-14: ids 3..3 unpublished (published "
+        "up to 2), 1 with an unknown commit time"
+    )
+    ledger.objects = [_object("2027-01-14", 3, 10**15 - PUBLISH_MARGIN_MS - 1)]
+    late = checks.publication_lag(ledger, TABLE, 300.0, now_ms=10**15)  # type: ignore[arg-type]
+    assert not late.passed and late.severity == "error" and late.metadata["behind"] == 1

@@ -106,7 +106,7 @@ class DynamoDbLedger:
             dues: dict[tuple[str, str], int | None] = {}
             counters = self._read_counters(list(groups), dues)
             now = self.now_ms()
-            registered = assign_ids(token, groups, counters)
+            registered = assign_ids(token, groups, counters, now)
             writes: list[dict[str, Any]] = []
             for (table, dt), group in groups.items():
                 stored_due = dues.get((table, dt))
@@ -493,6 +493,8 @@ class DynamoDbLedger:
                         source_partition_key=raw["sourceObjectPartitionKey"]["S"],
                         epoch=int(raw["epoch"]["N"]),
                         delayed=raw["delayed"]["BOOL"],
+                        # An item without it (not written by this version): unknown, not an error.
+                        committed_at_ms=_optional(raw, "committedAt"),
                     )
                 )
         return sorted(out, key=lambda o: (o.dt, o.object_id))

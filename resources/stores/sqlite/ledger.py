@@ -111,7 +111,7 @@ class SqliteLedger:
                     row is not None and row[1] is not None,
                     merge_due.get(table),
                 )
-            registered = assign_ids(token, groups, counters)
+            registered = assign_ids(token, groups, counters, now)
             db.executemany(
                 "INSERT INTO table_partitions (tbl, dt, next_object_id, merge_due_at) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (tbl, dt) DO UPDATE SET "
@@ -180,14 +180,15 @@ class SqliteLedger:
     def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
         sql = (
             "SELECT tbl, dt, object_id, url, content_length, row_count, "
-            f"{ATTR['sid']}, {ATTR['key']}, epoch, delayed FROM small_objects WHERE tbl = ?"
+            f"{ATTR['sid']}, {ATTR['key']}, epoch, delayed, committed_at "
+            "FROM small_objects WHERE tbl = ?"
         )
         args: tuple[str, ...] = (table,)
         if dt is not None:
             sql += " AND dt = ?"
             args += (dt,)
         rows = self._connection().execute(sql + " ORDER BY dt, object_id", args).fetchall()
-        return [RegisteredObject(*r[:9], delayed=bool(r[9])) for r in rows]
+        return [RegisteredObject(*r[:9], delayed=bool(r[9]), committed_at_ms=r[10]) for r in rows]
 
     def table_partitions(self, table: str) -> list[TablePartition]:
         rows = self._connection().execute(
