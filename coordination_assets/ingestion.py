@@ -181,21 +181,17 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
     def run_check(
         name: str, coordination: CoordinationResource, lake: LakeResource
     ) -> CheckOutcome:
-        config, table = lake.stream(stream), lake.table_name(stream)
-        store = coordination.store
-        if name == "rows_reconcile":
-            return suite.rows_reconcile(store, stream, table)
-        if name == "unique_record_ids":
-            read_column = lake.object_store(config.table).read_column
-            return suite.unique_record_ids(store, table, config.record_id, read_column)
-        if name == "lease_health":
-            return suite.lease_health(
-                store,
-                stream,
-                coordination.ownership_timeout_seconds,
-                coordination.unassigned_retry_after_seconds,
-            )
-        return suite.source_completeness(store, stream, lake.lister(stream))
+        config = lake.stream(stream)
+        return suite.run_one(
+            name,
+            coordination.store,
+            config,
+            table=lake.table_name(stream),
+            lister=lake.lister(stream),
+            read_column=lake.object_store(config.table).read_column,
+            ownership_timeout_s=coordination.ownership_timeout_seconds,
+            unassigned_retry_after_s=coordination.unassigned_retry_after_seconds,
+        )
 
     def build(name: str, description: str) -> AssetChecksDefinition:
         @asset_check(asset=asset_key, name=name, description=description, blocking=False)

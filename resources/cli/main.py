@@ -176,7 +176,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Every check of every stream (or of --stream), read-only: exit 4 when one fails."""
+    """Every check of every stream (or of --stream): exit 4 when one fails. Each judges what
+    changed since it last passed, or everything with --full (`resources.ledger.check_scope`)."""
     from resources.catalog.opening import catalog_for
     from resources.catalog.settings import CatalogSettings
     from resources.check_outcome import CheckOutcome
@@ -201,7 +202,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return object_store_for(url, endpoint_url=lake.s3_endpoint_url, region=lake.region)
 
     results: list[tuple[str, CheckOutcome]] = []
-    store = open_existing_store(settings)
+    # Writable: each check remembers what it has evaluated, so the next pass reads what changed.
+    store = open_existing_store(settings, read_only=False)
     catalog = catalog_for(catalog_settings)
     try:
         for name in [args.stream] if args.stream else sorted(streams):
@@ -214,6 +216,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 read_column=objects(config.table).read_column,
                 ownership_timeout_s=timing.ownership_timeout_seconds,
                 unassigned_retry_after_s=timing.unassigned_retry_after_seconds,
+                full=args.full,
             )
             outcomes += compaction_checks.run_all(
                 store,
@@ -221,8 +224,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 objects=objects(config.table),
                 ownership_timeout_s=timing.ownership_timeout_seconds,
                 table=name,
+                full=args.full,
             )
-            outcomes += publication_checks.run_all(config, store, objects(config.table), catalog)
+            outcomes += publication_checks.run_all(
+                config, store, objects(config.table), catalog, full=args.full
+            )
             results += [(name, outcome) for outcome in outcomes]
     finally:
         store.close_store()
@@ -319,10 +325,17 @@ def build_parser() -> argparse.ArgumentParser:
     purge.set_defaults(fn=cmd_purge)
     check = add(
         "check",
-        help="run every check of every stream, read-only: rows reconcile, unique record ids, "
-        "lease health, source completeness, merge chains, publication (exit 4 when one fails)",
+        help="run every check of every stream: rows reconcile, unique record ids, lease "
+        "health, source completeness, merge chains, publication (exit 4 when one fails); each "
+        "judges what changed since it last passed",
     )
     check.add_argument("--stream", default=None, help="only this stream of the streams file")
+    check.add_argument(
+        "--full",
+        action="store_true",
+        help="a full audit: judge every table partition and list the whole source, not only "
+        "what changed since each check last passed (a pass is full by itself once a day)",
+    )
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(fn=cmd_check)
     table = add(

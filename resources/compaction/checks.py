@@ -8,17 +8,19 @@ check` only turn outcomes into results, so they cannot drift apart.
 They judge what readers will be served once a partition switches to its merged objects
 (ARCHITECTURE §6): a chain that covers each committed id exactly once, merged objects that
 exist in full and hold exactly the rows of the small objects they replace, and a merge job for
-every partition with something left to merge. Read-only: nothing is created or written.
+every partition with something left to merge. Read-only but for the checks' memory
+(`resources.ledger.check_scope`): each judges the partitions changed since it last passed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.items import ItemType, PartitionStatus, iso_utc, to_millis
+from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
@@ -75,8 +77,11 @@ def _skipped(name: str, table: str) -> CheckOutcome | None:
     )
 
 
-def _chains(ledger: Ledger, table: str) -> Iterator[tuple[TablePartition, list[MergeRange]]]:
-    for partition in ledger.table_partitions(table):
+def _chains(
+    ledger: Ledger, table: str, scope: CheckScope | None
+) -> Iterator[tuple[TablePartition, list[MergeRange]]]:
+    """The partitions `scope` says changed (all without one), each with its chain."""
+    for partition in (scope or CheckScope.everything()).changed(ledger.table_partitions(table)):
         yield partition, ledger.merge_ranges(table, partition.dt)
 
 
@@ -84,7 +89,7 @@ def _merged(ranges: list[MergeRange]) -> list[MergeRange]:
     return [r for r in ranges if not r.is_sentinel]
 
 
-def merge_chain(ledger: Ledger, table: str) -> CheckOutcome:
+def merge_chain(ledger: Ledger, table: str, scope: CheckScope | None = None) -> CheckOutcome:
     """`chain_problems` (which includes "nothing past the committed ids") and the partition
     row agreeing with its chain: `merged_upper` decides what the next merge and the schedule
     consider unmerged, so a row ahead of its chain would strand objects for good."""
@@ -93,7 +98,7 @@ def merge_chain(ledger: Ledger, table: str) -> CheckOutcome:
         return skipped
     problems: list[str] = []
     checked = broken = 0
-    for partition, ranges in _chains(ledger, table):
+    for partition, ranges in _chains(ledger, table, scope):
         checked += 1
         found = _chain_problems(table, partition, ranges)
         if found:
@@ -151,7 +156,9 @@ def _key(objects: ObjectStore, r: MergeRange) -> str | None:
         return None
 
 
-def merged_objects_exist(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcome:
+def merged_objects_exist(
+    ledger: Ledger, objects: ObjectStore, table: str, scope: CheckScope | None = None
+) -> CheckOutcome:
     """A HEAD (a stat locally) per range: a missing or truncated merged object would break
     every reader once the partition switches to its merged objects."""
     skipped = _skipped("merged_objects_exist", table)
@@ -159,7 +166,7 @@ def merged_objects_exist(ledger: Ledger, objects: ObjectStore, table: str) -> Ch
         return skipped
     problems: list[str] = []
     checked = 0
-    for partition, ranges in _chains(ledger, table):
+    for partition, ranges in _chains(ledger, table, scope):
         for r in _merged(ranges):
             checked += 1
             where = _where(table, partition.dt, r)
@@ -189,7 +196,9 @@ def merged_objects_exist(ledger: Ledger, objects: ObjectStore, table: str) -> Ch
     )
 
 
-def merged_rows(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcome:
+def merged_rows(
+    ledger: Ledger, objects: ObjectStore, table: str, scope: CheckScope | None = None
+) -> CheckOutcome:
     """Rows three ways per range: the ledger's record, the small objects it replaces (every id
     of `(lower, upper]` must have one) and the merged object's Parquet footer — only the
     footer is read (`ObjectStore.parquet_metadata`: a local file's footer, two ranged GETs at
@@ -197,17 +206,16 @@ def merged_rows(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcom
     skipped = _skipped("merged_rows", table)
     if skipped:
         return skipped
-    # Chains first, objects after: a range only covers committed ids, so every id a chain
-    # read covers is in a later read of the objects, however commits interleave.
-    chains = list(_chains(ledger, table))
-    by_dt: dict[str, dict[int, RegisteredObject]] = {}
-    for obj in ledger.ledger_objects(table):
-        by_dt.setdefault(obj.dt, {})[obj.object_id] = obj
+    # Per partition, chain first, objects after: a range only covers committed ids, so every
+    # id a chain read covers is in a later read of the objects, however commits interleave.
     problems: list[str] = []
     checked = 0
-    for partition, ranges in chains:
-        small = by_dt.get(partition.dt, {})
-        for r in _merged(ranges):
+    for partition, ranges in _chains(ledger, table, scope):
+        merged = _merged(ranges)
+        if not merged:
+            continue
+        small = {o.object_id: o for o in ledger.ledger_objects(table, partition.dt)}
+        for r in merged:
             checked += 1
             problems += _range_rows(objects, table, partition.dt, r, small)
     if problems:
@@ -310,17 +318,23 @@ def run_one(
     objects: ObjectStore,
     ownership_timeout_s: float,
     table: str | None = None,
+    full: bool = False,
 ) -> CheckOutcome:
     """The check `name` of `CHECKS` for one stream's table: one Dagster asset check each.
     `table` is its ledger table (default: the stream's name), `objects` the table's object
-    store (where its merged objects are), `ownership_timeout_s` the merge job lease's."""
+    store (where its merged objects are), `ownership_timeout_s` the merge job lease's. The
+    chain checks judge the partitions changed since they last passed (`full`: all of them;
+    `resources.ledger.check_scope`); `merge_jobs` reads one row per partition, always all."""
     table = table or config.name
-    if name == "merge_chain":
-        return merge_chain(store, table)
-    if name == "merged_objects_exist":
-        return merged_objects_exist(store, objects, table)
-    if name == "merged_rows":
-        return merged_rows(store, objects, table)
+    judges: dict[str, Callable[[CheckScope], CheckOutcome]] = {
+        "merge_chain": lambda scope: merge_chain(store, table, scope),
+        "merged_objects_exist": lambda scope: merged_objects_exist(store, objects, table, scope),
+        "merged_rows": lambda scope: merged_rows(store, objects, table, scope),
+    }
+    if name in judges and _skipped(name, table) is None:
+        return with_memory(store, config.name, table, name, judges[name], full)
+    if name in judges:
+        return judges[name](CheckScope.everything())
     if name == "merge_jobs":
         return merge_jobs(store, table, ownership_timeout_s)
     # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.
@@ -334,9 +348,10 @@ def run_all(
     objects: ObjectStore,
     ownership_timeout_s: float,
     table: str | None = None,
+    full: bool = False,
 ) -> list[CheckOutcome]:
     """Every check of `CHECKS` for one stream's table, in that order (arguments as `run_one`).
-    Read-only."""
+    Writes nothing but the checks' memory."""
     return [
         run_one(
             name,
@@ -345,6 +360,7 @@ def run_all(
             objects=objects,
             ownership_timeout_s=ownership_timeout_s,
             table=table,
+            full=full,
         )  # fmt: skip
         for name in CHECKS
     ]

@@ -2,8 +2,9 @@
 
 The Dagster asset checks and `leasehold check` (hence CI and the tests) must judge a stream by
 the same code, or one of them will drift into passing what the other fails. So each check is
-one function here taking plain arguments and returning a `CheckOutcome`, and `run_all` runs
-them all; a Dagster asset check only turns an outcome into its result. What each check
+one function here taking plain arguments and returning a `CheckOutcome`, `run_one` runs one
+with its memory (`resources.ledger.check_scope`) and `run_all` them all; a Dagster asset check
+only turns an outcome into its result. What each check
 computes lives in `checks` (ledger and source) and `resources.coordination.health` (leases).
 """
 
@@ -19,6 +20,7 @@ from resources.ingestion.checks import (
     reconcile_rows,
 )
 from resources.ingestion.discovery import Lister
+from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -57,7 +59,11 @@ def rows_reconcile(store: LeaseStore, stream: str, table: str) -> CheckOutcome:
 
 
 def unique_record_ids(
-    store: Ledger, table: str, record_id: str | None, read_column: ReadColumn
+    store: Ledger,
+    table: str,
+    record_id: str | None,
+    read_column: ReadColumn,
+    scope: CheckScope | None = None,
 ) -> CheckOutcome:
     if record_id is None:
         return CheckOutcome(
@@ -67,7 +73,7 @@ def unique_record_ids(
             "skipped: the stream has no record_id",
             {"skipped": "no record_id configured"},
         )
-    report = find_duplicate_ids(store, table, record_id, read_column)
+    report = find_duplicate_ids(store, table, record_id, read_column, scope)
     if report.duplicates:
         ids = sum(len(v) for v in report.duplicates.values())
         found = [f"dt={dt}: {sorted(v)[:5]}" for dt, v in report.duplicates.items()]
@@ -111,8 +117,10 @@ def lease_health(
     )
 
 
-def source_completeness(store: LeaseStore, stream: str, lister: Lister) -> CheckOutcome:
-    report = find_unleased_objects(store, stream, lister)
+def source_completeness(
+    store: LeaseStore, stream: str, lister: Lister, scope: CheckScope | None = None
+) -> CheckOutcome:
+    report = find_unleased_objects(store, stream, lister, scope=scope)
     if report.unleased:
         summary = (
             f"{report.unleased} of {report.listed} source objects have no lease item "
@@ -120,13 +128,58 @@ def source_completeness(store: LeaseStore, stream: str, lister: Lister) -> Check
             f"{_first(report.first, report.unleased)}"
         )
     else:
-        summary = f"all {report.listed} source objects have a lease item"
+        summary = f"all {report.listed} source objects listed have a lease item"
     # Behind the cursor, an object without a lease item was missed (a late object, until the
     # next reconciliation pass); after it, one is only waiting for the next discovery tick.
     severity: Severity = "error" if report.behind_cursor else "warn"
     return CheckOutcome(
         "source_completeness", not report.unleased, severity, summary, report.metadata()
     )
+
+
+def run_one(
+    name: str,
+    store: CoordinationStore,
+    config: StreamConfig,
+    *,
+    table: str,
+    lister: Lister,
+    read_column: ReadColumn,
+    ownership_timeout_s: float,
+    unassigned_retry_after_s: float,
+    full: bool = False,
+) -> CheckOutcome:
+    """The check `name` of `CHECKS` for one stream: one Dagster asset check each. `table` is
+    the stream's ledger table, `lister` lists its source (`source_listing.source_lister`),
+    `read_column` reads its table objects. `unique_record_ids` and `source_completeness` judge
+    what changed since they last passed (`full`: everything; `resources.ledger.check_scope`);
+    the other two read one item per work unit, always all."""
+    if name == "rows_reconcile":
+        return rows_reconcile(store, config.name, table)
+    if name == "lease_health":
+        return lease_health(store, config.name, ownership_timeout_s, unassigned_retry_after_s)
+    if name == "unique_record_ids":
+        if config.record_id is None:  # nothing to judge, nothing to remember
+            return unique_record_ids(store, table, None, read_column)
+        return with_memory(
+            store,
+            config.name,
+            table,
+            name,
+            lambda scope: unique_record_ids(store, table, config.record_id, read_column, scope),
+            full,
+        )
+    if name == "source_completeness":
+        return with_memory(
+            store,
+            config.name,
+            table,
+            name,
+            lambda scope: source_completeness(store, config.name, lister, scope),
+            full,
+        )
+    # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.
+    raise ValueError(f"no ingestion check {name!r}; known: {', '.join(CHECKS)}")
 
 
 def run_all(
@@ -138,13 +191,21 @@ def run_all(
     read_column: ReadColumn,
     ownership_timeout_s: float,
     unassigned_retry_after_s: float,
+    full: bool = False,
 ) -> list[CheckOutcome]:
-    """Every check of `CHECKS` for one stream, in that order. `table` is the stream's ledger
-    table, `lister` lists its source (`source_listing.source_lister`), `read_column` reads its
-    table objects. Read-only: nothing is created or written, metrics included."""
+    """Every check of `CHECKS` for one stream, in that order (arguments as `run_one`). Writes
+    nothing but the checks' memory."""
     return [
-        rows_reconcile(store, config.name, table),
-        unique_record_ids(store, table, config.record_id, read_column),
-        lease_health(store, config.name, ownership_timeout_s, unassigned_retry_after_s),
-        source_completeness(store, config.name, lister),
+        run_one(
+            name,
+            store,
+            config,
+            table=table,
+            lister=lister,
+            read_column=read_column,
+            ownership_timeout_s=ownership_timeout_s,
+            unassigned_retry_after_s=unassigned_retry_after_s,
+            full=full,
+        )
+        for name in CHECKS
     ]

@@ -8,7 +8,7 @@ them all.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,9 +19,9 @@ from resources.ingestion.discovery import SUPPLIER_STATE, Lister
 from resources.ingestion.runner import quarantine_table
 from resources.ingestion.source_listing import listing_pages
 from resources.ingestion.work_units import UnitCoverage
+from resources.ledger.check_scope import CheckScope
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
-from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import current_data_files
 
 
@@ -93,17 +93,21 @@ ReadColumn = Callable[[Sequence[str], str], list[Any]]
 
 
 def find_duplicate_ids(
-    store: Ledger, table: str, record_id: str, read_column: ReadColumn
+    store: Ledger,
+    table: str,
+    record_id: str,
+    read_column: ReadColumn,
+    scope: CheckScope | None = None,
 ) -> DuplicateReport:
     """No record id twice in a table partition, over exactly the files that hold its committed
     rows once each (`current_data_files`: the merged objects and the small objects above the
     chain), never the small objects a merge replaced: garbage collection deletes those once a
-    published merge covers them."""
-    by_dt: dict[str, list[RegisteredObject]] = defaultdict(list)
-    for obj in store.ledger_objects(table):
-        by_dt[obj.dt].append(obj)
+    published merge covers them. Only the partitions `scope` says changed are read."""
+    scope = scope or CheckScope.everything()
     report = DuplicateReport()
-    for dt, objects in sorted(by_dt.items()):
+    for tp in scope.changed(store.table_partitions(table)):
+        dt = tp.dt
+        objects = store.ledger_objects(table, dt)
         # Chain after objects: a merge committed in between covers ids this read holds, so
         # every committed row read is still named exactly once.
         files = current_data_files(objects, whole_chain(store, table, dt))
@@ -152,18 +156,31 @@ class UnleasedReport:
 
 
 def find_unleased_objects(
-    store: LeaseStore, stream: str, lister: Lister, page_size: int = 1000, keep: int = 50
+    store: LeaseStore,
+    stream: str,
+    lister: Lister,
+    page_size: int = 1000,
+    keep: int = 50,
+    scope: CheckScope | None = None,
 ) -> UnleasedReport:
     """Every source object is held by a work unit: else no run will ever ingest it. Lists the
-    whole source through discovery's own lister (same keys), walking the lease items beside it
-    (`UnitCoverage`): O(objects), memory O(page). An object after discovery's cursor may simply
-    not be discovered yet; one behind it was listed and lost."""
+    source through discovery's own lister (same keys) after `scope.source_after` (the whole
+    source in a full pass), walking the lease items beside it (`UnitCoverage`): O(objects
+    listed), memory O(page). An object after discovery's cursor may simply not be discovered
+    yet; one behind it was listed and lost. Sets `scope.source_reached` to the end of the last
+    page before the first unheld object (with the units reaching past it): the next pass
+    resumes there."""
+    scope = scope or CheckScope.everything()
     sid = store.source_identifier(stream)
     report = UnleasedReport(cursor=store.read_global_state(stream, SUPPLIER_STATE).get("cursor"))
-    coverage = UnitCoverage(store, sid)
-    for keys in listing_pages(lister, page_size):
+    coverage = UnitCoverage(store, sid, scope.source_after, scope.source_covering)
+    held = True
+    for keys in listing_pages(lister, page_size, after=scope.source_after):
         report.listed += len(keys)
         missing = coverage.uncovered(keys)
+        held = held and not missing
+        if held:  # the next pass resumes after this page, with the units reaching past it
+            scope.source_reached = (coverage.after, list(coverage.covering))
         report.unleased += len(missing)
         if report.cursor is not None:
             report.behind_cursor += sum(1 for key in missing if key <= report.cursor)

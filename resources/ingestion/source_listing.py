@@ -24,10 +24,12 @@ def source_lister(source: ObjectStore) -> Lister:
     return list_after
 
 
-def listing_pages(lister: Lister, page_size: int = 1000) -> Iterator[list[str]]:
-    """Every key the lister has, from the first, one page at a time (a whole listing at
-    once would hold millions of keys): until a page comes back empty."""
-    cursor: str | None = None
+def listing_pages(
+    lister: Lister, page_size: int = 1000, after: str | None = None
+) -> Iterator[list[str]]:
+    """Every key the lister has after `after` (None: from the first), one page at a time (a
+    whole listing at once would hold millions of keys): until a page comes back empty."""
+    cursor = after
     while True:
         listed, cursor = lister(cursor, page_size)
         if not listed:

@@ -9,18 +9,20 @@ They judge what an external engine is served (ARCHITECTURE §6): the catalog poi
 ledger's current publication, whose manifest names files that exist in full and hold exactly
 the rows committed for the ids it covers, and a partition switched to merged objects only once
 its chain covers every live id; and that nothing committed waits for publication longer than
-the interval that should have published it. Read-only: nothing is created or written.
+the interval that should have published it. Read-only but for the checks' memory
+(`resources.ledger.check_scope`): most judge the partitions changed since they last passed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from resources.catalog.base import Catalog, CatalogError
 from resources.check_outcome import CheckOutcome
+from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
@@ -85,10 +87,12 @@ def _where(table: str, dt: str) -> str:
     return f"{table} dt={dt}"
 
 
-def _published(ledger: Ledger, table: str) -> Iterator[tuple[TablePartition, Publication | None]]:
-    """Each published partition with its current publication record (None: the record is
-    missing, itself a problem)."""
-    for tp in ledger.table_partitions(table):
+def _published(
+    ledger: Ledger, table: str, scope: CheckScope | None = None
+) -> Iterator[tuple[TablePartition, Publication | None]]:
+    """Each published partition (of those `scope` says changed; all without one) with its
+    current publication record (None: the record is missing, itself a problem)."""
+    for tp in (scope or CheckScope.everything()).changed(ledger.table_partitions(table)):
         if tp.publication_seq > 0:
             records = ledger.publications(table, tp.dt)
             yield tp, (records[-1] if records else None)
@@ -119,12 +123,14 @@ def _entries(objects: ObjectStore, p: Publication) -> list[ManifestEntry]:
     return entries
 
 
-def manifest_entries_exist(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcome:
+def manifest_entries_exist(
+    ledger: Ledger, objects: ObjectStore, table: str, scope: CheckScope | None = None
+) -> CheckOutcome:
     """A HEAD (a stat locally) per entry of each current manifest: a missing or truncated file
     fails every engine reading the partition."""
     problems: list[str] = []
     partitions = 0
-    for tp, p in _published(ledger, table):
+    for tp, p in _published(ledger, table, scope):
         partitions += 1
         where = _where(table, tp.dt)
         if p is None:
@@ -156,10 +162,10 @@ def manifest_entries_exist(ledger: Ledger, objects: ObjectStore, table: str) -> 
     )
 
 
-def switch_coverage(ledger: Ledger, table: str) -> CheckOutcome:
+def switch_coverage(ledger: Ledger, table: str, scope: CheckScope | None = None) -> CheckOutcome:
     problems: list[str] = []
     checked = 0
-    for tp in ledger.table_partitions(table):
+    for tp in (scope or CheckScope.everything()).changed(ledger.table_partitions(table)):
         checked += 1
         found = _coverage_problems(table, tp, ledger.merge_ranges(table, tp.dt))
         if found:
@@ -218,22 +224,22 @@ def _snapshot(
     return tp, ranges
 
 
-def published_rows(ledger: Ledger, objects: ObjectStore, table: str) -> CheckOutcome:
+def published_rows(
+    ledger: Ledger, objects: ObjectStore, table: str, scope: CheckScope | None = None
+) -> CheckOutcome:
     """Rows three ways per published partition: the current manifest's Parquet footers (only
     footers are read), the ledger's objects with ids `1..upper`, and the publication record.
     Per date, so with ingestion's reconciliation it is end-to-end exactly-once."""
     # Publications first, objects after: a publication only covers committed ids, so every id
     # it covers is in a later read of the objects.
-    published = list(_published(ledger, table))
-    by_dt: dict[str, dict[int, RegisteredObject]] = {}
-    for obj in ledger.ledger_objects(table):
-        by_dt.setdefault(obj.dt, {})[obj.object_id] = obj
+    published = list(_published(ledger, table, scope))
     problems: list[str] = []
     for tp, p in published:
         if p is None:
             problems.append(_no_record(table, tp))
             continue
-        problems += _rows_problems(objects, table, p, by_dt.get(tp.dt, {}))
+        small = {o.object_id: o for o in ledger.ledger_objects(table, tp.dt)}
+        problems += _rows_problems(objects, table, p, small)
     return _outcome(
         "published_rows",
         problems,
@@ -364,17 +370,23 @@ def run_one(
     store: CoordinationStore,
     objects: ObjectStore,
     catalog: Catalog,
+    full: bool = False,
 ) -> CheckOutcome:
     """The check `name` of `CHECKS` for one stream's published table (`config.name`);
     `objects` is the table's object store (manifests and data files), `catalog` the one the
-    publisher writes to."""
+    publisher writes to. The manifest, coverage and row checks judge the partitions changed
+    since they last passed (`full`: all of them; `resources.ledger.check_scope`);
+    `catalog_current` and `publication_lag` read one row per partition, always all."""
     table = config.name
-    if name == "manifest_entries_exist":
-        return manifest_entries_exist(store, objects, table)
-    if name == "switch_coverage":
-        return switch_coverage(store, table)
-    if name == "published_rows":
-        return published_rows(store, objects, table)
+    judges: dict[str, Callable[[CheckScope], CheckOutcome]] = {
+        "manifest_entries_exist": lambda scope: manifest_entries_exist(
+            store, objects, table, scope
+        ),
+        "switch_coverage": lambda scope: switch_coverage(store, table, scope),
+        "published_rows": lambda scope: published_rows(store, objects, table, scope),
+    }
+    if name in judges:
+        return with_memory(store, config.name, table, name, judges[name], full)
     if name == "catalog_current":
         return catalog_current(store, catalog, table)
     if name == "publication_lag":
@@ -385,7 +397,12 @@ def run_one(
 
 
 def run_all(
-    config: StreamConfig, store: CoordinationStore, objects: ObjectStore, catalog: Catalog
+    config: StreamConfig,
+    store: CoordinationStore,
+    objects: ObjectStore,
+    catalog: Catalog,
+    full: bool = False,
 ) -> list[CheckOutcome]:
-    """Every check of `CHECKS`, in that order (arguments as `run_one`). Read-only."""
-    return [run_one(name, config, store, objects, catalog) for name in CHECKS]
+    """Every check of `CHECKS`, in that order (arguments as `run_one`). Writes nothing but
+    the checks' memory."""
+    return [run_one(name, config, store, objects, catalog, full) for name in CHECKS]

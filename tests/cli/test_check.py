@@ -1,6 +1,7 @@
 """`leasehold check` on a stream really ingested (discovery tick, range run, Spark), on both
-store backends: every check passes, an object nobody leased fails completeness, a ledger entry
-changed behind the store's back fails reconciliation — exit 4, naming the check."""
+store backends: every check passes, an object nobody leased fails completeness (behind the
+checks' memory, in a full audit), a ledger entry changed behind the store's back fails
+reconciliation — exit 4, naming the check."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from dagster import materialize
 
 from coordination_assets.ingestion import build_ingestion_asset
 from resources.cli.main import EXIT_CHECK_FAILED, main
-from resources.coordination.items import ATTR
+from resources.coordination.items import ATTR, LeaseItem
+from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.sample_data import write_sample_sources
 from tests.dagster.test_discovery_sensor import tick
 from tests.support.pipeline_env import STREAM, PipelineEnv, write_streams
@@ -58,6 +60,16 @@ def ingested(
     return env
 
 
+def lease_items(store: LeaseStore) -> list[LeaseItem]:
+    """Every lease item but the checks' memory (`resources.ledger.check_scope`)."""
+    return [i for i in store.iter_items() if not i.partition_key.startswith("check/")]
+
+
+def partition_metrics(store: LeaseStore) -> dict[str, dict[str, int]]:
+    """The store's counters but the global-state ones, which the checks' memory moves."""
+    return {k: v for k, v in store.read_metrics().items() if not k.endswith("|global")}
+
+
 def check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
     code = main(["check", *args])
     out, err = capsys.readouterr()
@@ -97,7 +109,7 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
 ) -> None:
     env = ingested
     store = env.store()
-    before = (list(store.iter_items()), store.read_metrics())
+    before = (lease_items(store), partition_metrics(store))
 
     code, lines = check(capsys)
     assert code == 0, lines
@@ -117,10 +129,13 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         ["PASS", STREAM, "publication_lag"],
     ]
     assert lines[0].endswith("4 committed partitions reconcile")
-    assert lines[3].endswith("all 4 source objects have a lease item")
-    assert (list(store.iter_items()), store.read_metrics()) == before  # read-only
+    # The first pass has no memory: a full audit.
+    assert lines[3].endswith("all 4 source objects listed have a lease item (full audit)")
+    # Nothing written but the checks' memory.
+    assert (lease_items(store), partition_metrics(store)) == before
 
     # An object that landed after discovery ran, after its cursor: the next tick takes it.
+    # The pass lists only after where the last one found everything held.
     new = "2026/01/09/part-new.jsonl"
     (env.root / "sources" / new).parent.mkdir(parents=True)
     (env.root / "sources" / new).write_text("{}\n")
@@ -128,20 +143,25 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
     assert code == 0, lines
     (warned,) = [line for line in lines if line.startswith("WARN")]
     assert warned.endswith(
-        f"1 of 5 source objects have no lease item (0 behind the discovery cursor): {new}"
+        f"1 of 1 source objects have no lease item (0 behind the discovery cursor): {new}"
     )
     store.create_partitions(store.source_identifier(STREAM), [new])
 
-    # One behind the cursor (a late file in a folder already listed): discovery never sees it.
+    # One behind the cursor (a late file in a folder already listed): discovery never sees it,
+    # and neither does a pass listing after its memory — a full audit does, and then every
+    # pass is full until it is fixed.
     late = "2026/01/01/0-late.jsonl"
     (env.root / "sources" / late).write_text("{}\n")
     code, lines = check(capsys, "--stream", STREAM)
-    assert code == EXIT_CHECK_FAILED
-    (failed,) = [line for line in lines if line.startswith("FAIL")]
-    assert failed.split()[:3] == ["FAIL", STREAM, "source_completeness"]
-    assert failed.endswith(
-        f"1 of 6 source objects have no lease item (1 behind the discovery cursor): {late}"
-    )
+    assert code == 0, lines
+    for args in (["--full"], []):
+        code, lines = check(capsys, "--stream", STREAM, *args)
+        assert code == EXIT_CHECK_FAILED
+        (failed,) = [line for line in lines if line.startswith("FAIL")]
+        assert failed.split()[:3] == ["FAIL", STREAM, "source_completeness"]
+        assert failed.endswith(
+            f"1 of 6 source objects have no lease item (1 behind the discovery cursor): {late}"
+        )
     store.create_partitions(store.source_identifier(STREAM), [late])
     assert check(capsys)[0] == 0
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import cast
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +17,7 @@ import pytest
 from resources.check_outcome import CheckOutcome
 from resources.compaction import checks
 from resources.coordination.items import ItemType, LeaseItem, PartitionStatus
+from resources.ledger import check_scope
 from resources.ledger.merge import MergeRange, merged_object_name
 from resources.ledger.model import RegisteredObject, TablePartition
 from resources.objects.local import LocalObjectStore
@@ -60,6 +62,21 @@ class FakeLedger:
 
     def now_ms(self) -> int:
         return NOW_MS
+
+    # The checks' memory (`resources.ledger.check_scope`): global state under no real lease.
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def read_global_state(self, stream: str, name: str) -> dict[str, Any]:
+        return dict(self.memory.get(name, {}))
+
+    def acquire_global_state(
+        self, stream: str, name: str, owner: str, timeout_s: float
+    ) -> SimpleNamespace:
+        return SimpleNamespace(token=name)
+
+    def release_global_state(self, token: str, state: dict[str, Any] | None = None) -> None:
+        if state is not None:
+            self.memory[token] = state
 
 
 def small(dt: str, object_id: int) -> RegisteredObject:
@@ -148,10 +165,14 @@ def config() -> StreamConfig:
 
 
 def run_all(
-    ledger: FakeLedger, lake: LocalObjectStore, table: str | None = None
+    ledger: FakeLedger, lake: LocalObjectStore, table: str | None = None, full: bool = True
 ) -> list[CheckOutcome]:
+    """Full passes by default: these tests break the table behind the ledger's back, which
+    only a full pass sees (the incremental ones are tested at the end)."""
     store = cast(CoordinationStore, ledger)  # only the reads the checks make
-    return checks.run_all(store, config(), objects=lake, ownership_timeout_s=TIMEOUT_S, table=table)
+    return checks.run_all(
+        store, config(), objects=lake, ownership_timeout_s=TIMEOUT_S, table=table, full=full
+    )
 
 
 def run(ledger: FakeLedger, lake: LocalObjectStore, name: str) -> CheckOutcome:
@@ -163,9 +184,9 @@ def test_a_consistent_table_passes_every_check(ledger: FakeLedger, lake: LocalOb
     assert [o.name for o in outcomes] == list(checks.CHECKS)
     assert [o.verdict for o in outcomes] == ["PASS"] * 4, [o.summary for o in outcomes]
     assert [o.summary for o in outcomes] == [
-        "3 table partitions have a valid merge chain",
-        "all 3 merged objects exist with their recorded length",
-        "all 3 merge ranges hold exactly the rows of their small objects",
+        "3 table partitions have a valid merge chain (full audit)",
+        "all 3 merged objects exist with their recorded length (full audit)",
+        "all 3 merge ranges hold exactly the rows of their small objects (full audit)",
         "3 table partitions, 2 with a pending merge job, none stranded, no dead merge",
     ]
 
@@ -330,3 +351,47 @@ def test_quarantine_tables_are_skipped(ledger: FakeLedger, lake: LocalObjectStor
         (True, {"skipped": "quarantine table"})
     ] * 4
     assert outcomes[0].summary == "skipped: events.quarantine is a quarantine table, never merged"
+
+
+def test_an_incremental_pass_judges_only_the_partitions_whose_row_moved(
+    ledger: FakeLedger, lake: LocalObjectStore
+) -> None:
+    assert all(o.passed for o in run_all(ledger, lake, full=False))  # no memory yet: full
+    again = {o.name: o for o in run_all(ledger, lake, full=False)}
+    assert again["merge_chain"].summary == (
+        "0 table partitions have a valid merge chain (3 unchanged since the last pass not read "
+        "again)"
+    )
+    assert again["merged_rows"].metadata["unchanged_skipped"] == 3
+
+    # A merge lands in DT2: its row moves, so only DT2 is read — and its broken range found.
+    ledger.ranges[DT2] = [sentinel(DT2), write_merged(lake, DT2, 0, 2, 5)]
+    ledger.partitions[DT2] = replace(ledger.partitions[DT2], merged_upper=2)
+    outcome = {o.name: o for o in run_all(ledger, lake, full=False)}["merged_rows"]
+    assert outcome.failed and "dt=2026-01-16" in outcome.summary
+    assert outcome.metadata["unchanged_skipped"] == 2
+
+
+def test_damage_that_moves_no_row_is_found_by_a_full_pass_and_a_failure_forgets(
+    ledger: FakeLedger, lake: LocalObjectStore
+) -> None:
+    assert all(o.passed for o in run_all(ledger, lake, full=False))
+    merged = ledger.ranges[DT][1].url
+    assert merged is not None
+    lake.delete(lake.key_of(merged))
+    # Nothing in the ledger moved: an incremental pass does not read DT again (documented).
+    assert {o.name: o for o in run_all(ledger, lake, full=False)}["merged_objects_exist"].passed
+    # The full audit finds it, and forgets the memory: the next plain pass is full and fails.
+    assert {o.name: o for o in run_all(ledger, lake, full=True)}["merged_objects_exist"].failed
+    outcome = {o.name: o for o in run_all(ledger, lake, full=False)}["merged_objects_exist"]
+    assert outcome.failed and outcome.metadata["full_audit"]
+
+
+def test_a_pass_is_a_full_audit_when_the_last_one_is_a_day_old(
+    ledger: FakeLedger, lake: LocalObjectStore
+) -> None:
+    run_all(ledger, lake, full=False)
+    for state in ledger.memory.values():
+        state["full_at_ms"] = NOW_MS - check_scope.FULL_AUDIT_EVERY_MS
+    outcome = {o.name: o for o in run_all(ledger, lake, full=False)}["merge_chain"]
+    assert outcome.summary.endswith("(full audit)") and outcome.metadata["unchanged_skipped"] == 0

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from resources.check_outcome import CheckOutcome
 from resources.coordination.backoff import ReopenBackoff
+from resources.coordination.items import ItemType, LeaseItem
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion import check_suite
 from resources.ingestion.checks import find_unleased_objects
 from resources.ingestion.discovery import Discovery
-from resources.ingestion.source_listing import source_lister
+from resources.ingestion.source_listing import Lister, source_lister
+from resources.ledger.check_scope import CheckScope
 from resources.objects.local import LocalObjectStore
 from resources.streams import ColumnSpec, StreamConfig
 
@@ -66,7 +69,7 @@ def test_completeness_pages_through_the_source_and_splits_at_the_cursor(
 
     store.create_partitions(store.source_identifier(STREAM), [lost, late])
     outcome = check_suite.source_completeness(store, STREAM, lister)
-    assert outcome.passed and outcome.summary == "all 12 source objects have a lease item"
+    assert outcome.passed and outcome.summary == "all 12 source objects listed have a lease item"
 
 
 def test_a_dead_letter_warns_and_a_stuck_lease_fails(store: LeaseStore, clock) -> None:
@@ -87,11 +90,17 @@ def test_a_dead_letter_warns_and_a_stuck_lease_fails(store: LeaseStore, clock) -
     assert failed.summary.startswith("1 stuck, 0 waiting, 1 dead-lettered: ")
 
 
-def test_run_all_runs_every_registered_check_read_only(store: LeaseStore, tmp_path: Path) -> None:
+def unit_items(store: LeaseStore) -> list[LeaseItem]:
+    return list(store.iter_items(store.source_identifier(STREAM)))
+
+
+def test_run_all_runs_every_registered_check_writing_only_its_memory(
+    store: LeaseStore, tmp_path: Path
+) -> None:
     lister = source_lister(source(tmp_path, ["a.jsonl"]))
     store.create_partitions(store.source_identifier(STREAM), ["a.jsonl"])
     store.flush_metrics()
-    before = (list(store.iter_items()), store.read_metrics())
+    before = (unit_items(store), store.read_metrics()[store.source_identifier(STREAM)])
 
     def read_nothing(urls, column):  # type: ignore[no-untyped-def]
         raise AssertionError("no ledger objects, nothing to read")
@@ -109,7 +118,11 @@ def test_run_all_runs_every_registered_check_read_only(store: LeaseStore, tmp_pa
     assert [o.verdict for o in outcomes] == ["PASS"] * 4
     assert outcomes[1].summary == "skipped: the stream has no record_id"
     store.flush_metrics()
-    assert (list(store.iter_items()), store.read_metrics()) == before
+    assert (unit_items(store), store.read_metrics()[store.source_identifier(STREAM)]) == before
+    memory = [
+        i.partition_key for i in store.iter_items(store.source_identifier(STREAM, ItemType.GLOBAL))
+    ]
+    assert memory == ["check/events/source_completeness"]  # no record_id: nothing to remember
 
 
 def test_completeness_keeps_the_first_keys_and_counts_them_all(
@@ -124,3 +137,77 @@ def test_completeness_keeps_the_first_keys_and_counts_them_all(
     )
     assert outcome.metadata["first_unleased"].splitlines() == keys[:50]
     assert outcome.metadata["discovery_cursor"] == "none"
+
+
+def completeness(store: LeaseStore, lister: Lister, full: bool = False) -> CheckOutcome:
+    return check_suite.run_one(
+        "source_completeness",
+        store,
+        config(),
+        table=STREAM,
+        lister=lister,
+        read_column=lambda urls, column: [],
+        ownership_timeout_s=60,
+        unassigned_retry_after_s=1800,
+        full=full,
+    )
+
+
+def test_an_incremental_pass_lists_only_after_what_it_found_held(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    keys = [f"2026/01/01/part-{i}.jsonl" for i in range(5)]
+    objects = source(tmp_path, keys)
+    lister = source_lister(objects)
+    Discovery(store, STREAM, lister, owner="d1").discover(None)
+    first = completeness(store, lister)
+    assert first.summary == "all 5 source objects listed have a lease item (full audit)"
+
+    again = completeness(store, lister)
+    assert again.passed and again.summary == "all 0 source objects listed have a lease item"
+
+    new = "2026/01/02/part-0.jsonl"
+    source(tmp_path, [new])
+    waiting = completeness(store, lister)  # after discovery's cursor: waiting, a warning
+    assert (waiting.verdict, waiting.summary) == (
+        "WARN",
+        f"1 of 1 source objects have no lease item (0 behind the discovery cursor): {new}",
+    )
+    Discovery(store, STREAM, lister, owner="d1").discover(None)
+    assert completeness(store, lister).summary.startswith("all 1 source objects listed")
+
+    # One behind the remembered key: only a full pass reads there (reconciliation leases it).
+    lost = "2026/01/01/part-2b.jsonl"
+    source(tmp_path, [lost])
+    assert completeness(store, lister).passed
+    audit = completeness(store, lister, full=True)
+    assert audit.failed and audit.severity == "error" and lost in audit.summary
+    assert completeness(store, lister).summary.startswith("1 of 7 source objects")
+
+
+def test_the_memory_keeps_the_units_that_reach_past_a_page(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """A work unit of many objects may end past where a pass stopped: the next pass resumes
+    there and must still see the rest of that unit's objects as held."""
+    keys = [f"2026/01/01/part-{i:02d}.jsonl" for i in range(25)]
+    lister = source_lister(source(tmp_path, keys))
+    discovery = Discovery(store, STREAM, lister, owner="d1", unit_max_objects=10)
+    assert discovery.discover(None).created == 3  # units of keys 0-9, 10-19, 20-24
+    new = "2026/01/02/part-00.jsonl"
+    source(tmp_path, [new])
+
+    # Pages of 7: the fourth (keys 21-24 and the new one) is not all held, so the pass
+    # remembers the end of the third (key 20) and the unit of keys 20-24 reaching past it.
+    scope = CheckScope(full=True)
+    report = find_unleased_objects(store, STREAM, lister, page_size=7, scope=scope)
+    assert (report.listed, report.first) == (26, [new])
+    assert scope.source_reached == (keys[20], [keys[20]])
+
+    after, covering = scope.source_reached
+    resumed = CheckScope(full=False, source_after=after, source_covering=covering)
+    report = find_unleased_objects(store, STREAM, lister, page_size=7, scope=resumed)
+    assert (report.listed, report.first) == (5, [new])
+    # Without the unit carried, keys 21-24 would look unheld: the memory must carry it.
+    bare = CheckScope(full=False, source_after=after)
+    assert find_unleased_objects(store, STREAM, lister, page_size=7, scope=bare).unleased == 5
