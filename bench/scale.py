@@ -95,31 +95,46 @@ def partitions(project: Path, env: dict[str, str]) -> int:
 
 
 DISCOVERY_TICK = """
-import time
-import urllib.request
+import sys, time
+from dataclasses import replace
 from dagster import DagsterInstance, build_sensor_context
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import build_discovery_sensor
 from coordination_assets.main_job import main_job_cursor_key
+from resources.dagster_resources.discovery_tick import SensorCursor
+from resources.ingestion.reconciliation import ReconcileState
 defs = build_definitions()
 sensor = build_discovery_sensor("events")
 key = main_job_cursor_key("events")
 with DagsterInstance.get() as instance:
-    cursor = instance.run_storage.get_cursor_values({key}).get(key)
-    times = []
-    for _ in range(3):
-        with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as c:
-            started = time.perf_counter()
-            sensor(c)
-            times.append(time.perf_counter() - started)
-    print(sorted(times)[1])
+    cursor = SensorCursor.parse(instance.run_storage.get_cursor_values({key}).get(key))
+    now_ms = int(time.time() * 1000)
+    variants = {
+        # Nothing new and no reconciliation pass due: the tick's own floor.
+        "idle": replace(cursor, reconcile=ReconcileState(None, now_ms)),
+        # One step of a reconciliation pass, its first page: what a tick in a pass adds.
+        "reconciling": replace(cursor, reconcile=ReconcileState(None, 0, in_pass=True)),
+    }
+    for name, variant in variants.items():
+        times = []
+        for _ in range(3):
+            with build_sensor_context(
+                instance=instance, cursor=variant.dump(), resources=defs.resources
+            ) as c:
+                started = time.perf_counter()
+                sensor(c)
+                times.append(time.perf_counter() - started)
+        print(name, sorted(times)[1])
 """
 
 
-def discovery_tick_s(project: Path, env: dict[str, str]) -> float:
+def discovery_tick_s(project: Path, env: dict[str, str]) -> dict[str, float]:
     """The discovery sensor evaluated from `leasehold run`'s cursor, as the daemon's tick runs
     it (the sensor alone: not the process start or the code location's import); the median of
-    three, the same cursor each time (an idle tick changes nothing)."""
+    three, the same cursor each time (an idle tick changes nothing). Two variants: no
+    reconciliation pass due (`idle`), and the first step of a pass (`reconciling`: a page of
+    `LEASEHOLD_MAX_OBJECTS_PER_TICK` keys listed again and walked beside the lease items).
+    A pass over N objects takes N / that page ticks, so at 10⁶ objects most ticks are in one."""
     done = subprocess.run(
         [sys.executable, "-c", DISCOVERY_TICK],
         cwd=project,
@@ -130,7 +145,10 @@ def discovery_tick_s(project: Path, env: dict[str, str]) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"discovery tick failed:\n{done.stderr[-3000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    return {
+        name: float(value)
+        for name, value in (line.split() for line in done.stdout.strip().splitlines()[-2:])
+    }
 
 
 PARTITION_STATUSES = """
@@ -229,7 +247,7 @@ def main() -> int:
             write_wave(project / "sources", wave, args.per_wave)
             run_s = leasehold(project, env, "run")
             idle_s = leasehold(project, env, "run")
-            tick_s = discovery_tick_s(project, env)
+            ticks = discovery_tick_s(project, env)
             objects = (wave + 1) * args.per_wave
             graphql_s: float | None = None
             if wave in (0, args.waves - 1):
@@ -241,7 +259,8 @@ def main() -> int:
                     "run_s": run_s,
                     "per_object_ms": run_s / args.per_wave * 1000,
                     "idle_s": idle_s,
-                    "tick_s": tick_s,
+                    "tick_s": ticks["idle"],
+                    "reconciling_tick_s": ticks["reconciling"],
                     "graphql_s": graphql_s,
                     "partitions": partitions(project, env),
                     "dagster_bytes": size_of(project / "dagster_home"),
@@ -258,24 +277,27 @@ def main() -> int:
     print(f"\n### {args.waves} waves of {args.per_wave:,} one-record objects\n")
     print(
         "| objects | `leasehold run` s | ms per new object | idle run s | discovery tick s "
-        "| partition-status query s | Dagster partitions | Dagster bytes per object "
-        "| store bytes per object |"
+        "| tick with a reconciliation step s | partition-status query s | Dagster partitions "
+        "| Dagster bytes per object | store bytes per object |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         query = "" if r["graphql_s"] is None else f"{r['graphql_s']:.2f}"
         print(
             f"| {r['objects']:,} | {r['run_s']:.1f} | {r['per_object_ms']:.2f} | "
-            f"{r['idle_s']:.1f} | {r['tick_s']:.3f} | {query} | {r['partitions']} | "
+            f"{r['idle_s']:.1f} | {r['tick_s']:.3f} | {r['reconciling_tick_s']:.3f} | {query} | "
+            f"{r['partitions']} | "
             f"{r['dagster_bytes'] / r['objects']:.0f} | {r['store_bytes'] / r['objects']:.0f} |"
         )
     per_object = last["per_object_ms"] / first["per_object_ms"]
     idle = last["idle_s"] / first["idle_s"]
     tick = last["tick_s"] / first["tick_s"]
-    ok = per_object <= 1.1 and idle <= 1.2 and tick <= 1.2
+    step = last["reconciling_tick_s"] / first["reconciling_tick_s"]
+    ok = per_object <= 1.1 and idle <= 1.2 and tick <= 1.2 and step <= 1.2
     print(
         f"\nlast wave / first: per object {per_object:.2f}x (<= 1.1), idle run {idle:.2f}x "
-        f"(<= 1.2), discovery tick {tick:.2f}x (<= 1.2): {'met' if ok else 'MISSED'}"
+        f"(<= 1.2), discovery tick {tick:.2f}x (<= 1.2), tick with a reconciliation step "
+        f"{step:.2f}x (<= 1.2): {'met' if ok else 'MISSED'}"
     )
     return 0 if ok else 1
 
