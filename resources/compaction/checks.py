@@ -331,10 +331,10 @@ def run_one(
         "merged_objects_exist": lambda scope: merged_objects_exist(store, objects, table, scope),
         "merged_rows": lambda scope: merged_rows(store, objects, table, scope),
     }
-    if name in judges and _skipped(name, table) is None:
-        return with_memory(store, config.name, table, name, judges[name], full)
     if name in judges:
-        return judges[name](CheckScope.everything())
+        if _skipped(name, table) is not None:  # nothing to judge, nothing to remember
+            return judges[name](CheckScope.everything())
+        return with_memory(store, config.name, table, name, judges[name], full)
     if name == "merge_jobs":
         return merge_jobs(store, table, ownership_timeout_s)
     # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.

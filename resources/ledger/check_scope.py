@@ -74,6 +74,8 @@ class CheckScope:
     source_reached: tuple[str | None, list[str]] | None = None
     """Set by the source check: every object up to this key is held by a work unit, and the
     units reaching past it; None: nothing new (the next pass resumes where this one did)."""
+    full_at_ms: int = 0
+    """When the last full pass ran (this one, once it is kept, if it is full)."""
 
     @classmethod
     def everything(cls) -> CheckScope:
@@ -119,6 +121,7 @@ class CheckMemory:
             remembered=dict(state.get("dates", {})),
             source_after=state.get("source"),
             source_covering=list(state.get("covering", [])),
+            full_at_ms=int(state.get("full_at_ms", 0)),
         )
 
     def remember(self, scope: CheckScope, outcome: CheckOutcome) -> None:
@@ -128,17 +131,15 @@ class CheckMemory:
         if outcome.failed and outcome.severity == "error":
             state: dict[str, Any] = {}
         else:
-            old = self.store.read_global_state(self.stream, self.name)
-            dates = {**({} if scope.full else old.get("dates", {})), **scope.evaluated}
+            # A full scope starts from nothing remembered, so this is the same for both.
+            dates = {**scope.remembered, **scope.evaluated}
             kept = sorted(dates)[-MAX_REMEMBERED_DATES:]
-            source, covering = scope.source_reached or (
-                (None, []) if scope.full else (old.get("source"), old.get("covering", []))
-            )
+            source, covering = scope.source_reached or (scope.source_after, scope.source_covering)
             state = {
                 "dates": {dt: dates[dt] for dt in kept},
                 "source": source,
                 "covering": covering,
-                "full_at_ms": self.store.now_ms() if scope.full else old.get("full_at_ms", 0),
+                "full_at_ms": self.store.now_ms() if scope.full else scope.full_at_ms,
             }
         owner = f"checks-{uuid.uuid4().hex[:12]}"
         item = self.store.acquire_global_state(self.stream, self.name, owner, MEMORY_LEASE_S)
