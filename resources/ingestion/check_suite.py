@@ -43,16 +43,24 @@ def _first(details: list[str], total: int | None = None) -> str:
     return f": {details[0]}" + (f" (and {more} more)" if more > 0 else "")
 
 
-def rows_reconcile(store: LeaseStore, stream: str, table: str) -> CheckOutcome:
-    report = reconcile_rows(store, stream, table)
+def rows_reconcile(
+    store: LeaseStore, stream: str, table: str, scope: CheckScope | None = None
+) -> CheckOutcome:
+    scope = scope or CheckScope.everything()
+    report = reconcile_rows(store, stream, table, None if scope.full else scope.completed_upto)
+    scope.completed_upto = report.completed_upto
     unverifiable = f", {report.unverifiable} without row counts" if report.unverifiable else ""
     if report.mismatches:
         summary = (
             f"{len(report.mismatches)} of {report.checked} committed partitions do not "
             f"reconcile{_first(report.mismatches)}"
         )
-    else:
+    elif report.partitions_read is None:
         summary = f"{report.checked} committed partitions reconcile{unverifiable}"
+    else:
+        summary = (
+            f"{report.checked} work units completed since the last pass reconcile{unverifiable}"
+        )
     return CheckOutcome(
         "rows_reconcile", not report.mismatches, "error", summary, report.metadata()
     )
@@ -96,10 +104,20 @@ def lease_health(
     stream: str | None,
     ownership_timeout_s: float,
     unassigned_retry_after_s: float,
+    scope: CheckScope | None = None,
 ) -> CheckOutcome:
     """A stuck lease is an error (no worker is picking partitions up); partitions waiting for
     a run and dead letters are warnings: they need a look, not a failed build."""
-    report = lease_health_report(store, stream, ownership_timeout_s, unassigned_retry_after_s)
+    scope = scope or CheckScope.everything()
+    report = lease_health_report(
+        store,
+        stream,
+        ownership_timeout_s,
+        unassigned_retry_after_s,
+        None if scope.full else scope.completed_upto,
+        scope.dead_letters,
+    )
+    scope.completed_upto, scope.dead_letters = report.completed_upto, report.dead_letter_keys
     if report.healthy:
         summary = "no stuck lease, no partition waiting, no dead letter"
     else:
@@ -151,13 +169,31 @@ def run_one(
 ) -> CheckOutcome:
     """The check `name` of `CHECKS` for one stream: one Dagster asset check each. `table` is
     the stream's ledger table, `lister` lists its source (`source_listing.source_lister`),
-    `read_column` reads its table objects. `unique_record_ids` and `source_completeness` judge
-    what changed since they last passed (`full`: everything; `resources.ledger.check_scope`);
-    the other two read one item per work unit, always all."""
+    `read_column` reads its table objects. Each judges what changed since it last passed
+    (`full`: everything; `resources.ledger.check_scope`): `unique_record_ids` the partitions
+    whose row moved, `source_completeness` the source after the key it reached,
+    `rows_reconcile` the work units completed since, `lease_health` the units not completed
+    and those completed since (with the dead letters it found before)."""
     if name == "rows_reconcile":
-        return rows_reconcile(store, config.name, table)
+        return with_memory(
+            store,
+            config.name,
+            table,
+            name,
+            lambda scope: rows_reconcile(store, config.name, table, scope),
+            full,
+        )
     if name == "lease_health":
-        return lease_health(store, config.name, ownership_timeout_s, unassigned_retry_after_s)
+        return with_memory(
+            store,
+            config.name,
+            table,
+            name,
+            lambda scope: lease_health(
+                store, config.name, ownership_timeout_s, unassigned_retry_after_s, scope
+            ),
+            full,
+        )
     if name == "unique_record_ids":
         if config.record_id is None:  # nothing to judge, nothing to remember
             return unique_record_ids(store, table, None, read_column)

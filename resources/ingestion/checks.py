@@ -9,14 +9,15 @@ them all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from resources.coordination.items import PartitionStatus
+from resources.coordination.health import INDEX_LAG_MS, completed_since
+from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.discovery import SUPPLIER_STATE, Lister
-from resources.ingestion.runner import quarantine_table
+from resources.ingestion.runner import TABLE_PARTITIONS, quarantine_table
 from resources.ingestion.source_listing import listing_pages
 from resources.ingestion.work_units import UnitCoverage
 from resources.ledger.check_scope import CheckScope
@@ -30,30 +31,95 @@ class ReconcileReport:
     checked: int = 0
     mismatches: list[str] = field(default_factory=list)
     unverifiable: int = 0
+    completed_upto: str | None = None
+    """Every unit completed up to this priority was judged: where the next pass may start."""
+    partitions_read: int | None = None
+    """Table partitions read for it; None: the whole ledger."""
 
     def metadata(self) -> dict[str, Any]:
         return {
             "partitions_checked": self.checked,
             "mismatches": len(self.mismatches),
             "unverifiable": self.unverifiable,
+            "table_partitions_read": "all"
+            if self.partitions_read is None
+            else self.partitions_read,
             "details": "\n".join(self.mismatches[:50]) or "none",
         }
 
 
-def reconcile_rows(store: LeaseStore, stream: str, table: str) -> ReconcileReport:
-    """Per committed source partition: table rows in the ledger = rows read - quarantined, and
-    quarantine rows in the ledger = rows quarantined (counts saved by the same commit)."""
+class UnitRows:
+    """The rows the ledger holds per work unit, in the table and in its quarantine, read by
+    table partition as units need them: a unit's progress names the partitions its commits
+    wrote to (`TABLE_PARTITIONS`), so judging the units completed since the last pass reads
+    those partitions, not the table's history. A unit without the list makes it read the
+    whole table, once."""
+
+    def __init__(self, store: LeaseStore, sid: str, table: str, quarantine: str) -> None:
+        self.store, self.sid = store, sid
+        self.tables = (table, quarantine)
+        self.by_partition: dict[tuple[str, str], Counter[str]] = {}
+        self.totals: dict[str, Counter[str]] | None = None
+
+    def of(self, item: LeaseItem) -> tuple[int, int]:
+        """(table rows, quarantined rows) the ledger holds for the unit."""
+        key = item.partition_key
+        where = (item.progress or {}).get(TABLE_PARTITIONS)
+        if where is None or self.totals is not None:
+            totals = self.everything()
+            return totals[self.tables[0]][key], totals[self.tables[1]][key]
+        rows: Counter[str] = Counter()
+        for part in where:
+            table, dt = part.rsplit("|", 1)
+            rows[table] += self._partition(table, dt)[key]
+        return rows[self.tables[0]], rows[self.tables[1]]
+
+    def _partition(self, table: str, dt: str) -> Counter[str]:
+        if (table, dt) not in self.by_partition:
+            counts: Counter[str] = Counter()
+            for obj in self.store.ledger_objects(table, dt):
+                if obj.source_identifier == self.sid:
+                    counts[obj.source_partition_key] += obj.row_count
+            self.by_partition[(table, dt)] = counts
+        return self.by_partition[(table, dt)]
+
+    def everything(self) -> dict[str, Counter[str]]:
+        if self.totals is None:
+            self.totals = {}
+            for table in self.tables:
+                counts: Counter[str] = Counter()
+                for obj in self.store.ledger_objects(table):
+                    if obj.source_identifier == self.sid:
+                        counts[obj.source_partition_key] += obj.row_count
+                self.totals[table] = counts
+        return self.totals
+
+    @property
+    def partitions_read(self) -> int | None:
+        """Table partitions read one by one; None: the whole ledger was read."""
+        return None if self.totals is not None else len(self.by_partition)
+
+
+def reconcile_rows(
+    store: LeaseStore, stream: str, table: str, completed_upto: str | None = None
+) -> ReconcileReport:
+    """Per committed work unit: table rows in the ledger = rows read - quarantined, and
+    quarantine rows in the ledger = rows quarantined (counts saved by the same commit).
+
+    Given `completed_upto` (how far an earlier pass judged), only the units completed since
+    are judged, from the partitions they wrote to; without it, every unit, from the whole
+    ledger. A unit's rows don't change once it is COMPLETED, so judging it once is enough;
+    the full audit judges them all again."""
     sid = store.source_identifier(stream)
-    table_rows: Counter[str] = Counter()
-    quarantine_rows: Counter[str] = Counter()
-    for obj in store.ledger_objects(table):
-        if obj.source_identifier == sid:
-            table_rows[obj.source_partition_key] += obj.row_count
-    for obj in store.ledger_objects(quarantine_table(stream)):
-        if obj.source_identifier == sid:
-            quarantine_rows[obj.source_partition_key] += obj.row_count
-    report = ReconcileReport()
-    for item in store.iter_items(sid):
+    now = store.now_ms()
+    report = ReconcileReport(completed_upto=priority_at(now - INDEX_LAG_MS))
+    rows = UnitRows(store, sid, table, quarantine_table(stream))
+    if completed_upto is None:
+        units: Iterable[LeaseItem] = store.iter_items(sid)
+        rows.everything()
+    else:
+        units = completed_since(store, sid, completed_upto, now + 1)
+    for item in units:
         if item.status is not PartitionStatus.COMPLETED or item.dead_letter_reason is not None:
             continue
         progress = item.progress or {}
@@ -62,13 +128,15 @@ def reconcile_rows(store: LeaseStore, stream: str, table: str) -> ReconcileRepor
             continue
         report.checked += 1
         key = item.partition_key
+        table_rows, quarantine_rows = rows.of(item)
         expected = progress["rows_read"] - progress["rows_quarantined"]
-        if table_rows[key] != expected or quarantine_rows[key] != progress["rows_quarantined"]:
+        if table_rows != expected or quarantine_rows != progress["rows_quarantined"]:
             report.mismatches.append(
                 f"{key}: read {progress['rows_read']}, quarantined {progress['rows_quarantined']}"
-                f" but the ledger has {table_rows[key]} table rows and {quarantine_rows[key]}"
+                f" but the ledger has {table_rows} table rows and {quarantine_rows}"
                 " quarantined"
             )
+    report.partitions_read = rows.partitions_read
     return report
 
 

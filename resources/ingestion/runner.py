@@ -94,8 +94,11 @@ class PartitionOutcome:
 
 def committed_outcome(item: LeaseItem, outcome: str, message: str) -> PartitionOutcome:
     """A COMPLETED item's outcome as its commit saved it (the counts are the commit's
-    progress state), for a partition whose commit Dagster has to be told about again."""
+    progress state), for a partition whose commit Dagster has to be told about again. Objects,
+    bytes and dates are 0 / empty for a unit committed before its progress kept them."""
     progress = item.progress or {}
+    where = [p.rsplit("|", 1) for p in progress.get(TABLE_PARTITIONS, [])]
+    quarantine = {t for t, _ in where if t.endswith(QUARANTINE_SUFFIX)}
     return PartitionOutcome(
         item.partition_key,
         outcome,
@@ -103,6 +106,9 @@ def committed_outcome(item: LeaseItem, outcome: str, message: str) -> PartitionO
         rows_read=int(progress.get("rows_read", 0)),
         rows_written=int(progress.get("rows_written", 0)),
         rows_quarantined=int(progress.get("rows_quarantined", 0)),
+        small_objects=int(progress.get("small_objects", 0)),
+        bytes=int(progress.get("bytes", 0)),
+        table_partitions=sorted({dt for t, dt in where if t not in quarantine}),
         message=message,
     )
 
@@ -141,8 +147,11 @@ Publish = Callable[[Path, str], str]
 """(local file, object key under the table root) -> its URL; moves the file."""
 
 
+QUARANTINE_SUFFIX = ".quarantine"
+
+
 def quarantine_table(stream: str) -> str:
-    return f"{stream}.quarantine"
+    return f"{stream}{QUARANTINE_SUFFIX}"
 
 
 def object_name(attempt_id: str, source_key: str, n: int, suffix: str) -> str:
@@ -160,6 +169,9 @@ FAILED_READS = "failed"
 CHUNK = "chunk"
 """Progress field of a large object read in chunks: where the next chunk starts (`offset`,
 `line`), committed with the chunk before it."""
+TABLE_PARTITIONS = "table_partitions"
+"""Progress field: the `table|dt` partitions (of the table and of its quarantine) a unit's
+commits wrote to."""
 QUARANTINE_PART = "*"
 """The quarantine's partition slot: its date is the commit's day, which a retry may not share."""
 
@@ -184,12 +196,24 @@ def failures(failed: dict[str, str]) -> str:
 
 def add_counts(progress: dict[str, Any], objects: Sequence[SmallObject], table: str) -> None:
     """Add one transaction's rows to the unit's totals: the totals always equal what the
-    ledger holds for the unit, whatever failed between transactions."""
-    written = sum(o.row_count for o in objects if o.table == table)
+    ledger holds for the unit, whatever failed between transactions.
+
+    Also where they are (`TABLE_PARTITIONS`), so a check can read the unit's rows back from
+    those partitions alone, and the table's objects and bytes, so a commit recorded without
+    its run (`committed_outcome`) says what the run would have. A unit that began committing
+    before the list was kept never gets one (it would miss its first transactions): checks
+    read such a unit's rows from the whole table."""
+    if TABLE_PARTITIONS in progress or "rows_read" not in progress:
+        where = {f"{o.table}|{o.dt}" for o in objects}
+        progress[TABLE_PARTITIONS] = sorted(set(progress.get(TABLE_PARTITIONS, [])) | where)
+    mine = [o for o in objects if o.table == table]
+    written = sum(o.row_count for o in mine)
     quarantined = sum(o.row_count for o in objects if o.table != table)
     progress["rows_written"] = int(progress.get("rows_written", 0)) + written
     progress["rows_quarantined"] = int(progress.get("rows_quarantined", 0)) + quarantined
     progress["rows_read"] = progress["rows_written"] + progress["rows_quarantined"]
+    progress["small_objects"] = int(progress.get("small_objects", 0)) + len(mine)
+    progress["bytes"] = int(progress.get("bytes", 0)) + sum(o.content_length for o in mine)
 
 
 def commit_batches(

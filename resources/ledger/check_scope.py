@@ -4,9 +4,11 @@ A check that judged every table partition and every source object on every pass 
 what history holds, and `leasehold run`, the checks sensor and CI run them after every run
 (issue 20: the checks were what made an idle run grow with history). Each check remembers
 what it last found good — per table partition the state of its row, for the source the key up
-to which every object was held by a work unit — and its next pass evaluates only what differs:
-a partition whose row moved (a commit, a merge, a close, a publication all move it) and source
-objects after that key. Its cost is then what changed since the last pass.
+to which every object was held by a work unit, for the work units the completion time up to
+which every completed one was judged — and its next pass evaluates only what differs: a
+partition whose row moved (a commit, a merge, a close, a publication all move it), source
+objects after that key, units completed since. Its cost is then what changed since the last
+pass.
 
 What an incremental pass cannot see is damage that moves no row: a file deleted or truncated
 behind the ledger's back, an object landing behind the remembered key (discovery's
@@ -76,6 +78,11 @@ class CheckScope:
     units reaching past it; None: nothing new (the next pass resumes where this one did)."""
     full_at_ms: int = 0
     """When the last full pass ran (this one, once it is kept, if it is full)."""
+    completed_upto: str | None = None
+    """For checks that judge work units as they complete: every unit completed up to this
+    priority was judged (None: judge them all). The check sets it to how far it got."""
+    dead_letters: list[str] = field(default_factory=list)
+    """For `lease_health`: the dead letters found so far, for the next pass to read again."""
 
     @classmethod
     def everything(cls) -> CheckScope:
@@ -122,6 +129,8 @@ class CheckMemory:
             source_after=state.get("source"),
             source_covering=list(state.get("covering", [])),
             full_at_ms=int(state.get("full_at_ms", 0)),
+            completed_upto=state.get("completed_upto"),
+            dead_letters=list(state.get("dead_letters", [])),
         )
 
     def remember(self, scope: CheckScope, outcome: CheckOutcome) -> None:
@@ -140,6 +149,8 @@ class CheckMemory:
                 "source": source,
                 "covering": covering,
                 "full_at_ms": self.store.now_ms() if scope.full else scope.full_at_ms,
+                "completed_upto": scope.completed_upto,
+                "dead_letters": scope.dead_letters,
             }
         owner = f"checks-{uuid.uuid4().hex[:12]}"
         item = self.store.acquire_global_state(self.stream, self.name, owner, MEMORY_LEASE_S)

@@ -3,17 +3,22 @@ verdicts and severities; the full pipeline through `leasehold check` is in tests
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from resources.check_outcome import CheckOutcome
+from resources.coordination import health
 from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import ItemType, LeaseItem
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion import check_suite
 from resources.ingestion.checks import find_unleased_objects
 from resources.ingestion.discovery import Discovery
+from resources.ingestion.runner import add_counts
 from resources.ingestion.source_listing import Lister, source_lister
-from resources.ledger.check_scope import CheckScope
+from resources.ledger.check_scope import CheckScope, with_memory
+from resources.ledger.model import SmallObject
 from resources.objects.local import LocalObjectStore
 from resources.streams import ColumnSpec, StreamConfig
 
@@ -122,7 +127,12 @@ def test_run_all_runs_every_registered_check_writing_only_its_memory(
     memory = [
         i.partition_key for i in store.iter_items(store.source_identifier(STREAM, ItemType.GLOBAL))
     ]
-    assert memory == ["check/events/source_completeness"]  # no record_id: nothing to remember
+    # No record_id: unique_record_ids has nothing to remember.
+    assert memory == [
+        "check/events/lease_health",
+        "check/events/rows_reconcile",
+        "check/events/source_completeness",
+    ]
 
 
 def test_completeness_keeps_the_first_keys_and_counts_them_all(
@@ -211,3 +221,153 @@ def test_the_memory_keeps_the_units_that_reach_past_a_page(
     # Without the unit carried, keys 21-24 would look unheld: the memory must carry it.
     bare = CheckScope(full=False, source_after=after)
     assert find_unleased_objects(store, STREAM, lister, page_size=7, scope=bare).unleased == 5
+
+
+def commit_unit(store: LeaseStore, key: str, rows: dict[str, int], *, extra_rows: int = 0) -> None:
+    """Commit work unit `key` with `rows` per date, its progress as the runner writes it;
+    `extra_rows` makes the progress claim more rows than the ledger gets."""
+    sid = store.source_identifier(STREAM)
+    store.create_partitions(sid, [key])
+    lease = store.acquire(sid, key, "w1", 60)
+    objects = [
+        SmallObject(STREAM, dt, f"file:///lake/{STREAM}/dt={dt}/{key}.parquet", 100, n)
+        for dt, n in rows.items()
+    ]
+    progress: dict[str, Any] = {}
+    add_counts(progress, objects, STREAM)
+    progress["rows_written"] += extra_rows
+    progress["rows_read"] += extra_rows
+    store.commit(lease.token, objects, progress_state=json.dumps(progress))
+
+
+def reconcile_pass(store: LeaseStore, full: bool = False) -> CheckOutcome:
+    return with_memory(
+        store,
+        STREAM,
+        STREAM,
+        "rows_reconcile",
+        lambda scope: check_suite.rows_reconcile(store, STREAM, STREAM, scope),
+        full,
+    )
+
+
+def test_rows_reconcile_judges_units_completed_since_from_the_partitions_they_wrote(
+    store: LeaseStore, clock
+) -> None:
+    # Each pass runs past the index-lag window after the commits before it (a pass reads the
+    # last minute's completions again: the status index may lag), so none is read twice.
+    commit_unit(store, "a", {"2026-01-01": 3, "2026-01-02": 4})
+    clock.advance(120)
+    first = reconcile_pass(store)
+    assert first.passed and first.summary == "1 committed partitions reconcile (full audit)"
+    assert first.metadata["table_partitions_read"] == "all"
+
+    commit_unit(store, "b", {"2026-01-03": 5})
+    clock.advance(120)
+    second = reconcile_pass(store)
+    assert second.passed
+    assert second.summary == "1 work units completed since the last pass reconcile"
+    assert (second.metadata["partitions_checked"], second.metadata["table_partitions_read"]) == (
+        1,
+        1,
+    )
+
+    commit_unit(store, "c", {"2026-01-01": 2, "2026-01-03": 1}, extra_rows=1)
+    clock.advance(120)
+    failed = reconcile_pass(store)
+    assert failed.failed and failed.summary.startswith(
+        "1 of 1 committed partitions do not reconcile: c: read 4, quarantined 0 but the "
+        "ledger has 3 table rows"
+    )
+    assert failed.metadata["table_partitions_read"] == 2
+    # A failure forgets the memory: the next pass judges every unit again, and still fails.
+    again = reconcile_pass(store)
+    assert again.failed and again.summary.startswith("1 of 3 committed partitions")
+    assert again.metadata["full_audit"] is True
+
+
+def test_rows_reconcile_reads_the_whole_ledger_for_a_unit_without_its_partitions(
+    store: LeaseStore, clock
+) -> None:
+    commit_unit(store, "a", {"2026-01-01": 3})
+    clock.advance(120)
+    assert reconcile_pass(store).passed
+    # Committed before units kept where they wrote: its rows are found in the whole ledger.
+    sid = store.source_identifier(STREAM)
+    store.create_partitions(sid, ["old"])
+    lease = store.acquire(sid, "old", "w1", 60)
+    old = SmallObject(STREAM, "2026-01-05", "file:///lake/old.parquet", 100, 7)
+    store.commit(
+        lease.token,
+        [old],
+        progress_state=json.dumps({"rows_read": 7, "rows_written": 7, "rows_quarantined": 0}),
+    )
+    clock.advance(120)
+    outcome = reconcile_pass(store)
+    assert outcome.passed and outcome.metadata["partitions_checked"] == 1
+    assert outcome.metadata["table_partitions_read"] == "all"
+
+
+def health_pass(store: LeaseStore, full: bool = False) -> CheckOutcome:
+    return with_memory(
+        store,
+        STREAM,
+        STREAM,
+        "lease_health",
+        lambda scope: check_suite.lease_health(store, STREAM, 60, 1800, scope),
+        full,
+    )
+
+
+def dead_letter(store: LeaseStore, key: str, why: str) -> None:
+    sid = store.source_identifier(STREAM)
+    store.create_partitions(sid, [key])
+    lease = store.acquire(sid, key, "w1", 60)
+    store.close(lease.token, ReopenBackoff.fixed(0), max_closed_count=0, reason=why)
+
+
+def test_lease_health_remembers_dead_letters_and_reads_only_what_completed_since(
+    store: LeaseStore, clock
+) -> None:
+    dead_letter(store, "bad", "unreadable")
+    commit_unit(store, "good", {"2026-01-01": 1})
+    clock.advance(120)
+    first = health_pass(store)
+    assert first.verdict == "WARN" and first.metadata["full_audit"] is True
+    assert first.metadata["dead_letters"] == 1
+
+    dead_letter(store, "worse", "truncated")
+    clock.advance(120)
+    second = health_pass(store)
+    assert second.verdict == "WARN" and second.metadata["full_audit"] is False
+    assert second.metadata["dead_letters"] == 2  # the remembered one and the new one
+    assert "bad: unreadable" in second.metadata["details"]
+    assert "worse: truncated" in second.metadata["details"]
+
+    # A stuck lease is found by status, whatever the memory; the error forgets it.
+    sid = store.source_identifier(STREAM)
+    store.create_partitions(sid, ["held"])
+    store.acquire(sid, "held", "w1", 60)
+    clock.advance(60 + 121)
+    stuck = health_pass(store)
+    assert stuck.verdict == "FAIL" and stuck.metadata["stuck_leases"] == 1
+    assert stuck.metadata["dead_letters"] == 2
+    assert health_pass(store).metadata["full_audit"] is True
+
+
+def test_completed_since_reads_every_item_across_pages_of_equal_priorities(
+    store: LeaseStore, clock, monkeypatch
+) -> None:
+    monkeypatch.setattr(health, "COMPLETED_PAGE", 3)
+    sid = store.source_identifier(STREAM)
+    groups = [["a", "b"], ["c", "d", "e"], ["f"], ["g", "h"]]  # completed in the same ms
+    for group in groups:
+        for key in group:
+            store.create_partitions(sid, [key])
+            store.complete(store.acquire(sid, key, "w1", 60).token)
+        clock.advance(0.005)
+    found = [i.partition_key for i in health.completed_since(store, sid, None, 2**62)]
+    assert sorted(found) == [k for g in groups for k in g] and len(found) == 8
+    first = [i.priority for i in store.completed_between(sid, None, 2**62, 1)][0]
+    later = [i.partition_key for i in health.completed_since(store, sid, first, 2**62)]
+    assert sorted(later) == ["c", "d", "e", "f", "g", "h"]

@@ -142,8 +142,10 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         bound: str | tuple[str, str],
         limit: int = 25,
     ) -> list[LeaseItem]:
-        """One GSI query: items of `status`, by priority, optionally `op` bound, or BETWEEN a
-        (low, high) bound, both included (GSI: may lag)."""
+        """Items of `status` from the GSI, by priority, optionally `op` bound, or BETWEEN a
+        (low, high) bound, both included (GSI: may lag). Up to `limit`, following the query's
+        pages: a page stops at 1 MB, about 25 items of work units of 1,000 objects, so one
+        page short of `limit` does not mean there are no more."""
         values = {":sk": codec.s(status_key(sid, status))}
         if op == "BETWEEN":
             low, high = bound
@@ -153,19 +155,26 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             condition = "#status_key = :sk" + (f" AND #priority {op} :p" if op else "")
             if op:
                 values[":p"] = codec.s(str(bound))
-        out = self._call(
-            "query_status",
-            lambda: self.client.query(
-                TableName=self.table_name,
-                IndexName=GSI,
-                KeyConditionExpression=condition,
-                ExpressionAttributeNames=codec.names(condition),
-                ExpressionAttributeValues=values,
-                ScanIndexForward=True,
-                Limit=limit,
-            ),
-        )
-        return [codec.item_from(raw) for raw in out.get("Items", [])]
+        items: list[LeaseItem] = []
+        start: dict[str, Any] | None = None
+        while len(items) < limit:
+            query: dict[str, Any] = {
+                "TableName": self.table_name,
+                "IndexName": GSI,
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeNames": codec.names(condition),
+                "ExpressionAttributeValues": values,
+                "ScanIndexForward": True,
+                "Limit": limit - len(items),
+            }
+            if start is not None:
+                query["ExclusiveStartKey"] = start
+            out = self._call("query_status", lambda query=query: self.client.query(**query))
+            items += [codec.item_from(raw) for raw in out.get("Items", [])]
+            start = out.get("LastEvaluatedKey")
+            if start is None:
+                break
+        return items
 
     def _available(self, source_identifier: str, now_ms: int) -> Iterator[LeaseItem]:
         now_prio = priority_at(now_ms)
@@ -227,11 +236,9 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         status = PartitionStatus.COMPLETED
         if after is None:
             items = self._by_status(source_identifier, status, "<", before, limit)
-        else:  # BETWEEN includes both ends: one more of each, dropped below
-            items = self._by_status(
-                source_identifier, status, "BETWEEN", (after, before), limit + 2
-            )
-        return [i for i in items if after is None or after < i.priority < before][:limit]
+        else:  # one bound per key condition: after it, then drop what is not before `before`
+            items = self._by_status(source_identifier, status, ">", after, limit)
+        return [i for i in items if i.priority < before]
 
     def items_between(
         self, source_identifier: str, after: str | None, upto: str
@@ -261,16 +268,27 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             if ATTR["status"] in raw and raw[ATTR["key"]]["S"] != after:
                 yield codec.item_from(raw)
 
-    def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
+    def iter_items(
+        self, source_identifier: str | None = None, *, progress: bool = True
+    ) -> Iterator[LeaseItem]:
+        # Without progress: every attribute but it (DynamoDB still charges reads by item size,
+        # but the bytes never cross the network or get decoded).
+        names = [] if progress else [a for c, a in ATTR.items() if c != "progress"]
+        projection = {
+            "ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(names))),
+            "ExpressionAttributeNames": {f"#p{i}": name for i, name in enumerate(names)},
+        }
         if source_identifier is None:
 
             def scan() -> list[dict[str, Any]]:
-                pages = self.client.get_paginator("scan").paginate(TableName=self.table_name)
+                pages = self.client.get_paginator("scan").paginate(
+                    TableName=self.table_name, **(projection if names else {})
+                )
                 return [raw for page in pages for raw in page.get("Items", [])]
 
             raws = self._call("iter_items", scan)
         else:
-            raws = self._query_all("iter_items", source_identifier)
+            raws = self._query_all("iter_items", source_identifier, names)
         items = [codec.item_from(raw) for raw in raws if ATTR["status"] in raw]
         yield from sorted(items, key=lambda i: (i.source_identifier, i.priority))
 
