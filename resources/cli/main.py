@@ -125,16 +125,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def print_held_elsewhere(settings: StoreSettings, streams: Sequence[str]) -> None:
     """Partitions still ASSIGNED after this run's work: another owner holds them — a run going
     on elsewhere, or a killed run whose leases have not expired yet. Say when they are free."""
+    from resources.coordination.health import MAX_PENDING_READ
     from resources.coordination.items import PartitionStatus, iso_utc
 
     store = open_existing_store(settings)
     try:
         for stream in streams:
-            held = [
-                item
-                for item in store.iter_items(store.source_identifier(stream))
-                if item.status is PartitionStatus.ASSIGNED
-            ]
+            # By status (O(pending)), not one item per work unit of history.
+            pending = store.pending_partitions(store.source_identifier(stream), MAX_PENDING_READ)
+            held = [item for item in pending if item.status is PartitionStatus.ASSIGNED]
             if held:
                 free_by = max(i.ownership_timeout_ms or 0 for i in held)
                 print(

@@ -322,14 +322,23 @@ class DiscoveryTick:
             unleased |= missing
 
     def _unrecorded_commits(self, coverage: Coverage) -> list[AssetMaterialization]:
+        """Units COMPLETED in the store that Dagster shows unmaterialized, with no run in
+        flight for them. Only the dynamic partitions without a materialization are read
+        (one item each), never the store's history: a unit retired from the partitions
+        (completed longer than the retention ago) is out of the UI's sight, and this scan,
+        which follows every badly ended run, recorded it long before."""
         materialized = self.instance.get_materialized_partitions(self.asset_key)
         events = []
-        for item in self.store.iter_items(self.sid):
-            if item.status is not PartitionStatus.COMPLETED or item.dead_letter_reason:
+        for pk in coverage.order:
+            p = coverage.position[pk]
+            if pk in materialized or p in coverage.pending or p in coverage.started:
                 continue
-            pk = to_partition_key(item.partition_key)
-            p = coverage.position.get(pk)
-            if p is None or pk in materialized or p in coverage.pending or p in coverage.started:
+            item = self.store.get(self.sid, from_partition_key(pk))
+            if (
+                item is None
+                or item.status is not PartitionStatus.COMPLETED
+                or item.dead_letter_reason
+            ):
                 continue
             outcome = committed_outcome(
                 item,

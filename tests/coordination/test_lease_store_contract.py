@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -439,3 +440,17 @@ def test_pending_partitions_lists_work_not_done_by_status_never_dead_letters(
     for key in ("closed-soon", "closed-late"):
         store.complete(store.acquire(s, key, "w", T).token)
     assert store.pending_partitions(s, 10) == []
+
+
+def test_iter_items_without_progress_is_the_same_items_less_their_progress(
+    store: LeaseStore,
+) -> None:
+    sid = store.source_identifier("s")
+    store.create_partitions(sid, ["a", "b"], progress_states=['{"unit": [["a", 1]]}', None])
+    store.complete(store.acquire(sid, "b", "w1", T).token, progress_state='{"rows_read": 3}')
+    whole = list(store.iter_items(sid))
+    bare = list(store.iter_items(sid, progress=False))
+    assert [i.progress for i in whole] == [{"unit": [["a", 1]]}, {"rows_read": 3}]
+    assert [i.progress for i in bare] == [None, None]
+    assert [replace(i, progress_state=None) for i in whole] == bare
+    assert [i.partition_key for i in store.iter_items(None, progress=False)] == ["a", "b"]

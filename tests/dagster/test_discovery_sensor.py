@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -42,7 +43,9 @@ from resources.dagster_resources.runs import (
 )
 from resources.errors import ConfigError
 from resources.ingestion.partition_keys import from_partition_key
+from resources.ingestion.runner import add_counts, quarantine_table
 from resources.ingestion.sample_data import write_sample_sources
+from resources.ledger.model import SmallObject
 from tests.ingestion.test_discovery import CountingStore
 from tests.support.pipeline_env import STREAM, PipelineEnv, write_streams
 
@@ -293,18 +296,24 @@ def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> 
     store = env.store()
     sid = store.source_identifier(STREAM)
     committed = [i.partition_key for i in store.iter_items(sid)][:2]
-    for key in committed:
+    for n, key in enumerate(committed):
         token = store.acquire(sid, key, "run", 60).token
-        store.commit(
-            token,
-            [],
-            progress_state='{"rows_read": 7, "rows_written": 6, '
-            '"rows_quarantined": 1, "attempt": "a"}',
-        )
+        objects = [
+            SmallObject(STREAM, "2026-01-01", f"file:///lake/{n}.parquet", 500, 6),
+            SmallObject(quarantine_table(STREAM), "2026-11-24", f"file:///q/{n}.parquet", 80, 1),
+        ]
+        progress: dict[str, object] = {"attempt": "a"}
+        add_counts(progress, objects, STREAM)  # as the runner's commit saves them
+        store.commit(token, objects, progress_state=json.dumps(progress))
     instance.report_run_canceled(queue(instance, planned, DagsterRunStatus.STARTED))
     result = tick(env, instance, resources, first.cursor)
     assert sorted(from_partition_key(e.partition) for e in result.asset_events) == sorted(committed)
-    assert {e.metadata["rows_written"].value for e in result.asset_events} == {6}
+    # The commit's own counts, as its run would have reported them.
+    assert {
+        tuple(e.metadata[k].value for k in ("rows_written", "rows_quarantined", "small_objects"))
+        + (e.metadata["bytes"].value, e.metadata["table_partitions"].value)
+        for e in result.asset_events
+    } == {(6, 1, 1, 500, "2026-01-01")}
     for event in result.asset_events:
         instance.report_runless_asset_event(event)
     assert {

@@ -21,7 +21,7 @@ create an absent partition, and "never merged" must be said as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -292,14 +292,25 @@ class DynamoDbLedger:
         )
         return out.get("Item")
 
-    def _query_all(self, action: str, sid: str) -> list[dict[str, Any]]:
+    def _query_all(
+        self, action: str, sid: str, attributes: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
+        """Every item of `sid`; only `attributes` of each when given."""
+        names = {"#sid": ATTR["sid"], **{f"#p{i}": a for i, a in enumerate(attributes)}}
+        projection = (
+            {"ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(attributes)))}
+            if attributes
+            else {}
+        )
+
         def query() -> list[dict[str, Any]]:
             pages = self.client.get_paginator("query").paginate(
                 TableName=self.table_name,
                 KeyConditionExpression="#sid = :sid",
-                ExpressionAttributeNames={"#sid": ATTR["sid"]},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues={":sid": codec.s(sid)},
                 ConsistentRead=True,
+                **projection,
             )
             return [raw for page in pages for raw in page.get("Items", [])]
 

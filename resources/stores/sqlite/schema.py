@@ -30,6 +30,7 @@ COLUMNS = (
     "dead_letter",
 )
 SELECT = ", ".join(ATTR[c] for c in COLUMNS)
+SELECT_WITHOUT_PROGRESS = ", ".join("NULL" if c == "progress" else ATTR[c] for c in COLUMNS)
 INSERT_ABSENT = f"INSERT OR IGNORE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
 UPSERT = f"INSERT OR REPLACE INTO lease_items ({SELECT}) VALUES ({', '.join('?' * 13)})"
 FETCH = f"SELECT {SELECT} FROM lease_items WHERE {ATTR['sid']} = ? AND {ATTR['key']} = ?"

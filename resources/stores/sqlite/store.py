@@ -250,15 +250,16 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         )
         return [schema.row_to_item(r) for r in self._connection().execute(sql, params).fetchall()]
 
-    def iter_items(self, source_identifier: str | None = None) -> Iterator[LeaseItem]:
+    def iter_items(
+        self, source_identifier: str | None = None, *, progress: bool = True
+    ) -> Iterator[LeaseItem]:
         db = self._connection()
+        columns = schema.SELECT if progress else schema.SELECT_WITHOUT_PROGRESS
         if source_identifier is None:
-            rows = db.execute(
-                f"SELECT {schema.SELECT} FROM lease_items ORDER BY 1, {ATTR['priority']}"
-            )
+            rows = db.execute(f"SELECT {columns} FROM lease_items ORDER BY 1, {ATTR['priority']}")
         else:
             rows = db.execute(
-                f"SELECT {schema.SELECT} FROM lease_items WHERE {ATTR['sid']} = ? "
+                f"SELECT {columns} FROM lease_items WHERE {ATTR['sid']} = ? "
                 f"ORDER BY {ATTR['priority']}",
                 (source_identifier,),
             )
