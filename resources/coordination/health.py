@@ -10,7 +10,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from resources.coordination.items import LeaseItem, PartitionStatus, priority_at, to_millis
+from resources.coordination.items import (
+    LeaseItem,
+    PartitionStatus,
+    priority_at,
+    to_millis,
+    whole_priority_groups,
+)
 from resources.coordination.lease_store import LeaseStore
 
 
@@ -54,15 +60,13 @@ def completed_since(
     store: LeaseStore, source_identifier: str, after: str | None, before_ms: int
 ) -> Iterator[LeaseItem]:
     """COMPLETED items whose completion priority is after `after` and before `before_ms`, in
-    that order, every one of them: paged, and a full page gives back its last group of equal
-    priorities, so the next page, which starts strictly after a priority, reads it whole."""
+    that order, every one of them: paged by whole groups of equal priorities
+    (`whole_priority_groups`)."""
     while True:
-        page = store.completed_between(source_identifier, after, before_ms, COMPLETED_PAGE)
-        full = len(page) == COMPLETED_PAGE
-        if full and page[0].priority != page[-1].priority:
-            page = [i for i in page if i.priority != page[-1].priority]
+        read = store.completed_between(source_identifier, after, before_ms, COMPLETED_PAGE)
+        page = whole_priority_groups(read, COMPLETED_PAGE)
         yield from page
-        if not full:
+        if len(read) < COMPLETED_PAGE:
             return
         after = page[-1].priority
 

@@ -78,6 +78,16 @@ def priority_at(millis: int, seq: int = 0) -> str:
     return f"{millis:015d}.{seq:06d}"
 
 
+def whole_priority_groups(page: list[LeaseItem], limit: int) -> list[LeaseItem]:
+    """A page read by priority, fit to carry a cursor: a full page (`limit` items) gives back
+    its last group of equal priorities, since a next read starting strictly after that priority
+    would skip the group's unread members (units completing in the same millisecond share a
+    priority). A page that is one group is kept whole: there is nothing before it to stop at."""
+    if len(page) < limit or page[0].priority == page[-1].priority:
+        return page
+    return [item for item in page if item.priority != page[-1].priority]
+
+
 def status_key(source_identifier: str, status: PartitionStatus) -> str:
     return f"{source_identifier}|{status.value}"
 

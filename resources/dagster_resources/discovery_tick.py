@@ -37,7 +37,12 @@ from dagster import (
     SkipReason,
 )
 
-from resources.coordination.items import LeaseItem, PartitionStatus, to_millis
+from resources.coordination.items import (
+    LeaseItem,
+    PartitionStatus,
+    to_millis,
+    whole_priority_groups,
+)
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.coordination import CoordinationResource
@@ -252,7 +257,10 @@ class DiscoveryTick:
         before it. Dead letters stay: they are what the UI must keep showing."""
         retention_s = parse_iso_duration(self.lake.partition_retention, "partition_retention")
         before = self.store.now_ms() - to_millis(retention_s)
-        items = self.store.completed_between(self.sid, after, before, MAX_RETIRED_PER_TICK)
+        items = whole_priority_groups(
+            self.store.completed_between(self.sid, after, before, MAX_RETIRED_PER_TICK),
+            MAX_RETIRED_PER_TICK,
+        )
         retired: list[str] = []
         for item in items:
             pk = to_partition_key(item.partition_key)
