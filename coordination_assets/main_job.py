@@ -11,21 +11,27 @@ scheduling differs.
 """
 
 import os
+import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
     AssetsDefinition,
     AssetSelection,
+    BetaWarning,
     DagsterInstance,
     Definitions,
     DynamicPartitionsDefinition,
     ExecuteInProcessResult,
+    PreviewWarning,
     RunRequest,
     SensorDefinition,
     SensorResult,
@@ -105,6 +111,47 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
+class Progress(Protocol):
+    """Where `leasehold run` says how far it got: one stage at a time (discovery, ingestion,
+    merges, publication, checks), each started, updated while it works, and finished with
+    what it did. The CLI draws it (a live line on a terminal, plain lines otherwise)."""
+
+    def start(self, stream: str, stage: str) -> None: ...
+
+    def update(self, text: str) -> None: ...
+
+    def finish(self, text: str) -> None: ...
+
+
+class PlainProgress:
+    """One line per finished stage, with its duration: what a log file or CI shows."""
+
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.out = out
+        self.stream, self.stage, self.started = "", "", 0.0
+
+    def start(self, stream: str, stage: str) -> None:
+        self.stream, self.stage, self.started = stream, stage, time.monotonic()
+
+    def update(self, text: str) -> None:
+        """Plain output keeps to one line per stage: the details are in the summary."""
+
+    def finish(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        self.out(f"{self.stream} > {self.stage}: {text} ({elapsed:.1f} s)")
+
+
+@contextmanager
+def _stage(progress: Progress | None, stream: str, stage: str) -> Iterator[list[str]]:
+    """A stage of `progress` around a block; what the block appends is its finishing line."""
+    if progress is not None:
+        progress.start(stream, stage)
+    done: list[str] = []
+    yield done
+    if progress is not None:
+        progress.finish(done[0] if done else "done")
+
+
 @dataclass
 class MainJobReport:
     ticks: int = 0
@@ -124,6 +171,10 @@ class MainJobReport:
     crashed_runs: list[str] = field(default_factory=list)
     """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
+    check_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each check's metadata of this invocation's checks run (its counts: duplicates, ...)."""
+    new_units: int = 0
+    """Work units discovery created in this invocation (one Dagster partition each)."""
     merge_runs: int = 0
     merges: list[str] = field(default_factory=list)
     """One line per merge committed: table partition, objects, rows, bytes, range."""
@@ -141,6 +192,26 @@ class MainJobReport:
     """`dt=<date>` -> why its publication failed (it stays due; the sensor asks again)."""
     table: dict[str, TablePartitionState] = field(default_factory=dict)
     """Each table partition Dagster knows (its dates) -> what it publishes at the end, by dt."""
+    table_before: dict[str, TablePartitionState] = field(default_factory=dict)
+    """The same when this invocation started: what it published is the difference."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing was discovered, ingested, recorded, merged or published."""
+        return not (
+            self.new_units or self.runs or self.recorded or self.merges or self.publications
+        )
+
+    def published_now(self) -> dict[str, int]:
+        """Table partition -> rows its publication gained in this invocation (only those that
+        changed). With every commit published, their sum is the rows committed now."""
+        gained = {}
+        for dt, state in self.table.items():
+            before = self.table_before.get(dt)
+            rows = state.rows - (before.rows if before else 0)
+            if state != before:
+                gained[dt] = rows
+        return gained
 
     @property
     def failed_partitions(self) -> list[str]:
@@ -209,11 +280,12 @@ def run_stream(
     *,
     max_ticks: int = 100,
     log: Callable[[str], None] = print,
+    progress: Progress | None = None,
 ) -> MainJobReport:
     """Tick the discovery sensor and do what it says, as the daemon would, until it asks for
     nothing new: add its partitions, record its runless materializations, execute each run
     it requests (a run key executes once, like the daemon's dedup) and keep its cursor."""
-    report = MainJobReport()
+    report = MainJobReport(table_before=table_states(instance, stream))
     # The same builders the code location uses, unbound, so `materialize` can bind resources.
     sensor = build_discovery_sensor(stream)
     asset_def = build_ingestion_asset(stream)
@@ -223,37 +295,109 @@ def run_stream(
     ticks = _sensor_ticks(
         sensor, instance, resources, partitions_for(stream), main_job_cursor_key(stream), max_ticks
     )
-    for result in ticks:
-        report.ticks += 1
-        if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
-            log(f"{stream}: discovery skipped: {getattr(result, 'skip_message', result)}")
-            break
-        for event in result.asset_events or []:
-            report.recorded += 1
-            if isinstance(event, AssetMaterialization) and event.partition is not None:
-                report.not_ingested.pop(event.partition, None)
-        runs = [r for r in result.run_requests or [] if r.run_key not in executed]
-        if not runs:
-            break
-        for run in runs:
-            executed.add(str(run.run_key))
-            _execute(run, asset_def, instance, resources, report, log, stream)
-    merge_asset, merge_checks = _merge(defs, instance, stream, report, max_ticks, log)
-    table_asset, publication_checks = _publish(defs, instance, stream, report, max_ticks, log)
-    report.table = table_states(instance, stream)
+    with _stage(progress, stream, "discovery and ingestion") as done:
+        for result in ticks:
+            report.ticks += 1
+            if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
+                log(f"{stream}: discovery skipped: {getattr(result, 'skip_message', result)}")
+                break
+            report.new_units += sum(
+                len(request.partition_keys)
+                for request in result.dynamic_partitions_requests or []
+                if isinstance(request, AddDynamicPartitionsRequest)
+            )
+            for event in result.asset_events or []:
+                report.recorded += 1
+                if isinstance(event, AssetMaterialization):
+                    _add_rows(report, event.metadata)
+                    if event.partition is not None:
+                        report.not_ingested.pop(event.partition, None)
+            runs = [r for r in result.run_requests or [] if r.run_key not in executed]
+            if not runs:
+                break
+            for run in runs:
+                executed.add(str(run.run_key))
+                if progress is not None:
+                    progress.update(
+                        f"run {report.runs + 1}: {run.tags.get(EXPECTED_COUNT, '1')} work units"
+                        f" ({report.rows['rows_read']:,} records read so far)"
+                    )
+                _execute(run, asset_def, instance, resources, report, log, stream)
+        done.append(ingestion_line(report))
+    with _stage(progress, stream, "closing and merges") as done:
+        merge_asset, merge_checks = _merge(defs, instance, stream, report, max_ticks, log)
+        done.append(merge_line(report))
+    with _stage(progress, stream, "publication") as done:
+        table_asset, publication_checks = _publish(defs, instance, stream, report, max_ticks, log)
+        report.table = table_states(instance, stream)
+        done.append(publication_summary(report))
     all_checks = [*checks, *merge_checks, *publication_checks]
-    check_run = materialize(
-        [asset_def, merge_asset, table_asset, *all_checks],
-        instance=instance,
-        resources=resources,
-        selection=AssetSelection.checks(*all_checks),
-        raise_on_error=False,
-        run_config=QUIET,
-        tags={CHECKS_TAG: stream, **in_this_process()},
-    )
-    for evaluation in check_run.get_asset_check_evaluations():
-        report.checks[evaluation.check_name] = evaluation.passed
+    with _stage(progress, stream, "checks") as done:
+        check_run = materialize(
+            [asset_def, merge_asset, table_asset, *all_checks],
+            instance=instance,
+            resources=resources,
+            selection=AssetSelection.checks(*all_checks),
+            raise_on_error=False,
+            run_config=QUIET,
+            tags={CHECKS_TAG: stream, **in_this_process()},
+        )
+        for evaluation in check_run.get_asset_check_evaluations():
+            report.checks[evaluation.check_name] = evaluation.passed
+            report.check_metadata[evaluation.check_name] = {
+                k: v.value for k, v in evaluation.metadata.items()
+            }
+        failed = [name for name, passed in report.checks.items() if not passed]
+        done.append(
+            f"{len(report.checks) - len(failed)} of {len(report.checks)} passed"
+            + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        )
     return report
+
+
+def _add_rows(report: MainJobReport, metadata: Mapping[str, Any]) -> None:
+    """Add a commit's row counts (its materialization's metadata) to the report's."""
+    for name in report.rows:
+        value = metadata.get(name)
+        value = getattr(value, "value", value)
+        report.rows[name] += int(value or 0)  # type: ignore[arg-type]
+
+
+def ingestion_line(report: MainJobReport) -> str:
+    if not (report.new_units or report.runs or report.recorded):
+        return "nothing new: every source object listed is already ingested"
+    rows = report.rows
+    line = (
+        f"{_count(report.new_units, 'new work unit')}; {_count(report.runs, 'run')} ingested "
+        f"{_count(report.materialized, 'unit')}: {rows['rows_read']:,} records read, "
+        f"{rows['rows_quarantined']:,} quarantined, {rows['rows_written']:,} committed"
+    )
+    if report.recorded:
+        line += f"; {_count(report.recorded, 'commit')} of earlier runs recorded"
+    if report.not_ingested:
+        line += f"; {_count(len(report.not_ingested), 'unit')} NOT ingested (listed below)"
+    return line
+
+
+def merge_line(report: MainJobReport) -> str:
+    if not report.merges and not report.not_merged:
+        return "nothing due"
+    totals = report.merge_totals
+    line = (
+        f"{_count(len(report.merges), 'merge')}: {_count(totals['objects_merged'], 'small object')}"
+        f", {totals['rows']:,} rows"
+    )
+    return line + (f"; {len(report.not_merged)} NOT merged" if report.not_merged else "")
+
+
+def publication_summary(report: MainJobReport) -> str:
+    if not report.publications and not report.not_published:
+        return "nothing new to publish"
+    line = (
+        f"{_count(len(report.publications), 'table partition')} published "
+        f"({report.switched_now} switched to merged files)"
+    )
+    return line + (f"; {len(report.not_published)} NOT published" if report.not_published else "")
 
 
 def _sensor_ticks(
@@ -514,9 +658,7 @@ def _execute(
         report.materialized += 1
         if event.partition is not None:
             report.not_ingested.pop(event.partition, None)
-        metadata = event.materialization.metadata
-        for name in report.rows:
-            report.rows[name] += int(metadata[name].value)  # type: ignore[arg-type]
+        _add_rows(report, event.materialization.metadata)
     first = run.tags.get(RANGE_START, run.partition_key)
     what = f"{stream}: {'retry ' if retry else ''}run {first} .. ({count} partitions)"
     if outcome.success:
@@ -529,10 +671,13 @@ def _execute(
 
 
 def run_main_job(
-    streams: Sequence[str], default_home: Path, log: Callable[[str], None] = print
+    streams: Sequence[str],
+    default_home: Path,
+    log: Callable[[str], None] = print,
+    progress: Progress | None = None,
 ) -> list[MainJobReport]:
     """`leasehold run`: every stream on the instance at `DAGSTER_HOME` (`default_home` when
-    unset); one report per stream."""
+    unset); one report per stream. Without `progress`, each stream's report is logged."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(default_home)))
     # An instance configured by someone else keeps its configuration; one leasehold wrote is
     # written again, so it names the storage classes where this version keeps them.
@@ -542,7 +687,15 @@ def run_main_job(
     reports = []
     with DagsterInstance.get() as instance:
         for name in streams:
-            report = run_stream(defs, instance, name, log=log)
-            log(f"{name}: {report.describe()}")
+            report = run_stream(defs, instance, name, log=log, progress=progress)
+            if progress is None:
+                log(f"{name}: {report.describe()}")
             reports.append(report)
     return reports
+
+
+def quiet_dagster_warnings() -> None:
+    """Dagster's warnings that an API is beta or preview are for the code's authors (who see
+    them in the tests), not for someone running the job."""
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    warnings.filterwarnings("ignore", category=PreviewWarning)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,28 +100,57 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The main job: discovery -> range runs -> commits -> checks, on the configured stores."""
-    from coordination_assets.main_job import run_main_job
-    from resources.ingestion.sample_data import write_sample_sources
+    """The main job: discovery -> range runs -> commits -> merges -> publication -> checks, on
+    the configured stores; a line per stage, then per stream its dates and an audit line."""
+    from coordination_assets.main_job import (
+        PlainProgress,
+        Progress,
+        quiet_dagster_warnings,
+        run_main_job,
+    )
+    from resources.cli.story import TerminalProgress, audit_line, stream_table
+    from resources.ingestion.sample_data import write_story_sources
     from resources.objects.base import object_store_for
 
     settings = settings_from_env()  # fail fast on bad store configuration
     lake = LakeSettings.from_env()
     streams = lake.streams()
+    quiet_spark(args.verbose)
     for config in streams.values():
         source = object_store_for(
             config.source, endpoint_url=lake.s3_endpoint_url, region=lake.region
         )
         if config.source.startswith("file://") and not source.list_after(None, 1):
             root = Path(config.source[len("file://") :])
-            write_sample_sources(
-                root, objects=args.sample_objects, records_per_object=200, malformed_every=997
-            )
-            print(f"{config.name}: wrote {args.sample_objects} sample objects under {root}")
-    reports = run_main_job(sorted(streams), default_data_dir() / "dagster_home")
-    print_status(settings)
-    print_held_elsewhere(settings, sorted(streams))
+            sample = write_story_sources(root, objects=args.sample_objects)
+            print(f"{config.name}: wrote a sample under {root}: {sample.describe()}")
+    progress: Progress | None = None
+    if not args.verbose:
+        quiet_dagster_warnings()
+        progress = TerminalProgress() if sys.stdout.isatty() else PlainProgress()
+    names = sorted(streams)
+    reports = run_main_job(
+        names,
+        default_data_dir() / "dagster_home",
+        log=print if args.verbose else _drop,
+        progress=progress,
+    )
+    store = build_store(settings)
+    try:
+        for name, report in zip(names, reports, strict=True):
+            print()
+            print("\n".join(stream_table(name, report, store.table_partitions(name))))
+            print(audit_line(name, report))
+    finally:
+        store.close_store()
+    if args.verbose:
+        print_status(settings)
+    print_held_elsewhere(settings, names)
     return run_outcome(reports)
+
+
+def _drop(line: str) -> None:
+    """The main job's detail lines, without --verbose: the stage lines and tables say it."""
 
 
 def print_held_elsewhere(settings: StoreSettings, streams: Sequence[str]) -> None:
@@ -288,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     # from resetting a --debug given before it.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    verbose_help = (
+        "show what libraries print (Spark's and Java's logs, Dagster's warnings) and every "
+        "detail line; without it Spark's log goes to LEASEHOLD_SPARK_LOG "
+        "(default <data dir>/logs/spark.log)"
+    )
+    parser.add_argument("--verbose", action="store_true", help=verbose_help)
+    common.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
@@ -301,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--sample-objects",
         type=int,
-        default=60,
+        default=300,
         help="objects to generate when a local source directory is empty",
     )
     run.set_defaults(fn=cmd_run)
@@ -400,6 +440,23 @@ def configure_logging(debug: bool) -> None:
             logging.getLogger(name).setLevel(logging.DEBUG)
 
 
+def quiet_libraries(verbose: bool) -> None:
+    """Unless --verbose, what libraries print for their developers stays out of the output:
+    PySpark's warning about the pandas version is dropped (`quiet_spark` moves the JVM's log)."""
+    if verbose:
+        return
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+
+
+def quiet_spark(verbose: bool) -> None:
+    """For a command that starts Spark: unless --verbose, the Spark JVM's log (Java's module
+    warning, log4j's start-up lines, Hadoop's native-code WARN) goes to a file. An explicit
+    LEASEHOLD_SPARK_LOG wins either way."""
+    if not verbose:
+        log = default_data_dir() / "logs" / "spark.log"
+        os.environ.setdefault("LEASEHOLD_SPARK_LOG", str(log))
+
+
 def one_line(exc: BaseException) -> str:
     """The error's message on one line (a message from a library may span several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
@@ -410,6 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (`ConfigError`) or 1; any other error is a bug and propagates with its traceback."""
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
+    quiet_libraries(args.verbose)
     try:
         return args.fn(args)
     except LeaseholdError as exc:

@@ -8,6 +8,7 @@ a local Connect server), which the data path supports because it uses the DataFr
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -63,6 +64,11 @@ class SparkSettings(Settings):
         env="LEASEHOLD_SPARK_REMOTE",
         doc="Spark Connect URL, or `local[N]` for a local Connect server",
     )
+    log_file: str | None = setting(
+        None,
+        env="LEASEHOLD_SPARK_LOG",
+        doc="file the Spark JVM's own output goes to (log4j, Java warnings); default: stderr",
+    )
 
 
 class SparkSessionError(LeaseholdError):
@@ -87,6 +93,7 @@ def build_spark_session(
     configured = SparkSettings.from_env()
     master = master or configured.master
     remote = remote or configured.remote
+    log_file = Path(configured.log_file) if configured.log_file else None
     builder = SparkSession.builder.appName(app_name)
     if remote:
         builder = builder.remote(remote)
@@ -95,7 +102,8 @@ def build_spark_session(
     for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     try:
-        return builder.getOrCreate()
+        with jvm_output_to(log_file):
+            return builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - whatever stops Spark from starting: one message
         if remote:
             where = f"Spark Connect at {remote!r}"
@@ -103,6 +111,32 @@ def build_spark_session(
             java = os.environ.get("JAVA_HOME") or "not set"
             where = f"Spark (master {master or 'local[*]'!r}, JAVA_HOME {java})"
         raise SparkSessionError(f"could not start {where}: {_first_line(exc)}") from exc
+
+
+@contextmanager
+def jvm_output_to(log_file: Path | None) -> Iterator[None]:
+    """Point this process's stderr (fd 2) at `log_file` while a JVM starts, then back.
+
+    The JVM (py4j's gateway, or a local Spark Connect server) inherits fd 2 when it starts and
+    writes all it ever logs there: Java's module warnings, log4j's start-up lines and every
+    later WARN. Spark has no setting for the first of those, and its log4j configuration is
+    read by the JVM only, so the one place to catch them all is the descriptor it inherits.
+    Python's own stderr is back on the terminal as soon as the JVM runs."""
+    if log_file is None:
+        yield
+        return
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    target = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(target, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def _first_line(exc: BaseException, limit: int = 300) -> str:

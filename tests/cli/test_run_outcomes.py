@@ -51,12 +51,12 @@ def test_a_run_with_an_unreadable_object_lists_it_and_exits_3(tmp_path: Path) ->
     assert failed.startswith("leasehold: not ingested: 2026/01/01/zz-broken.jsonl.gz: unreadable")
     assert "named .gz but is not gzip data" in failed and "retr" in failed
     assert "Traceback" not in done.stderr
-    assert "materialized: 3" in done.stdout
+    assert "1 run ingested 3 units" in done.stdout
 
     again = leasehold(tmp_path, "run")
     # Its CLOSED item reopens only after its backoff: nothing is redone, nothing new fails.
     assert again.returncode == 0, again.stderr
-    assert "runs: 0" in again.stdout
+    assert "nothing new: every source object listed is already ingested" in again.stdout
 
 
 def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path) -> None:
@@ -82,6 +82,6 @@ def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path)
     # The pass of the first run ended; with the default interval the next one is 15 min away.
     done = leasehold(tmp_path, "run", LEASEHOLD_RECONCILE_INTERVAL_SECONDS="0")
     assert done.returncode == 0, done.stderr
-    assert "materialized: 1" in done.stdout
+    assert "1 run ingested 1 unit:" in done.stdout
     after = leasehold(tmp_path, "check")
     assert after.returncode == 0, after.stdout
