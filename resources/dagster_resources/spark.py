@@ -1,6 +1,11 @@
 """`SparkResource`: the one SparkSession of a run, created lazily.
 
 The first asset that needs Spark pays for starting it, and no other step starts a second one.
+A classic session (a master) is started by dagster-pyspark's `LazyPySparkResource` from
+leasehold's settings (`session_conf`: loopback, the table defaults); a Spark Connect session
+(`remote`) by leasehold itself, since dagster-pyspark has no Connect support. Either way
+`starting_spark` finds Java, sends the JVM's output to `LEASEHOLD_SPARK_LOG` and turns a
+failure to start into one message.
 """
 
 from __future__ import annotations
@@ -8,10 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from dagster import InitResourceContext
+from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
 from resources.dagster_resources.env import settings_resource
-from resources.spark.session import SparkSettings, build_spark_session
+from resources.spark.session import (
+    SparkSettings,
+    build_spark_session,
+    session_conf,
+    starting_spark,
+)
 
 
 class SparkResource(settings_resource(SparkSettings)):
@@ -39,8 +50,14 @@ class SparkResource(settings_resource(SparkSettings)):
                 active = SparkSession.getActiveSession()
                 self._session = active or SparkSession.builder.getOrCreate()
                 self._owned = False
+            elif self.remote:
+                # dagster-pyspark builds classic sessions only (no `builder.remote`).
+                self._session = build_spark_session(remote=self.remote)
+                self._owned = True
             else:
-                self._session = build_spark_session(master=self.master, remote=self.remote)
+                pyspark = LazyPySparkResource(spark_config=session_conf(self.master))
+                with starting_spark(self.master, None, self.log_file):
+                    self._session = pyspark.spark_session
                 self._owned = True
         return self._session
 

@@ -87,23 +87,48 @@ def build_spark_session(
     app_name: str = "leasehold",
     extra_conf: dict[str, str] | None = None,
 ) -> Any:
-    prepare_environment()
+    """A session on the configured master or Connect URL (the arguments win over the
+    settings), bound to loopback: for the CLI's own commands, the tests and the benchmarks.
+    Dagster runs get theirs from `SparkResource`, started by dagster-pyspark with the same
+    `session_conf` inside the same `starting_spark`."""
     from pyspark.sql import SparkSession
 
     configured = SparkSettings.from_env()
     master = master or configured.master
     remote = remote or configured.remote
-    log_file = Path(configured.log_file) if configured.log_file else None
-    builder = SparkSession.builder.appName(app_name)
-    if remote:
-        builder = builder.remote(remote)
-    else:
-        builder = builder.master(master or "local[*]")
-    for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
-        builder = builder.config(key, value)
-    try:
-        with jvm_output_to(log_file):
+    with starting_spark(master, remote, configured.log_file):
+        if not remote:
+            builder = SparkSession.builder
+            for key, value in session_conf(master, app_name, extra_conf).items():
+                builder = builder.config(key, value)
             return builder.getOrCreate()
+        builder = SparkSession.builder.appName(app_name).remote(remote)
+        for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+
+
+def session_conf(
+    master: str | None, app_name: str = "leasehold", extra_conf: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Every setting of a classic session: the master, loopback, the table defaults."""
+    return {
+        "spark.master": master or "local[*]",
+        "spark.app.name": app_name,
+        **LOOPBACK_CONF,
+        **(extra_conf or {}),
+    }
+
+
+@contextmanager
+def starting_spark(master: str | None, remote: str | None, log_file: str | None) -> Iterator[None]:
+    """Around the call that starts Spark: Java found, loopback only, the JVM's output to
+    `log_file` (`LEASEHOLD_SPARK_LOG`), and whatever stops it from starting turned into one
+    message."""
+    prepare_environment()
+    try:
+        with jvm_output_to(Path(log_file) if log_file else None):
+            yield
     except Exception as exc:  # noqa: BLE001 - whatever stops Spark from starting: one message
         if remote:
             where = f"Spark Connect at {remote!r}"
