@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
 from resources.cli.gc import cmd_gc
+from resources.cli.redrive import add_redrive_parser
 from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.status import status_json, status_text  # noqa: E402
@@ -294,7 +295,8 @@ exit status:
   0  success (`check`: every check passed or only warned)
   1  failure: a store, object store or catalog unreachable, no store or catalog where one
      was looked for, a table or date the catalog does not have, a run that crashed, a stream
-     whose garbage collection stopped (`gc` collects the others)
+     whose garbage collection stopped (`gc` collects the others), a key `redrive` did not
+     put back (not a dead letter, or no such item; the others were re-driven)
   2  invalid configuration (the message names the field; `leasehold config` checks it all
      and shows what each setting is and where it came from) or invalid command line
   3  `run`: some source partitions were not ingested, each listed with its reason and when it
@@ -416,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--json", action="store_true", help="machine-readable output")
     gc.set_defaults(fn=cmd_gc)
+    add_redrive_parser(add)
     return parser
 
 

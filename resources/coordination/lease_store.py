@@ -343,6 +343,40 @@ class LeaseStore(ABC):
             expiration_time=self.expiration_at(now),
         )
 
+    # -- dead letters: an operator's way back ---------------------------------------------------
+
+    def dead_letters(self, source_identifier: str) -> list[LeaseItem]:
+        """The dead-lettered items of one source identifier, in key order, without their
+        progress. Reads every item without its progress, as `status` does (O(units) small
+        reads): dead letters are COMPLETED, and the status index does not tell them apart."""
+        found = [
+            item
+            for item in self.iter_items(source_identifier, progress=False)
+            if transitions.is_dead_letter(item)
+        ]
+        return sorted(found, key=lambda item: item.partition_key)
+
+    def redrive(self, source_identifier: str, partition_key: str) -> LeaseItem:
+        """Put a dead letter back to be retried: CLOSED, due now, `closedCount` 0, its reason
+        removed, its progress kept (objects already committed are not read again). One
+        conditional write that applies only while the item is still a dead letter, so it can
+        never take back a unit that completed, or one another operator re-drove and a run
+        holds. Raises `PartitionNotFoundError`, or `PartitionUnavailableError` (its `.current`
+        says what the item is instead) when it is not a dead letter."""
+        now = self.now_ms()
+        item, current = self._apply(
+            source_identifier,
+            partition_key,
+            transitions.redrive(now_ms=now, expiration_time=self.expiration_at(now)),
+        )
+        if item is not None:
+            self.metrics.incr(source_identifier, m.PARTITIONS_REDRIVEN)
+            return item
+        if current is None:
+            self.metrics.incr(source_identifier, m.PARTITION_NOT_FOUND)
+            raise PartitionNotFoundError(source_identifier, partition_key)
+        raise PartitionUnavailableError(current)
+
     # -- fenced writes and their metrics -------------------------------------------------------
 
     def _fenced_apply(

@@ -24,6 +24,8 @@ PARTITIONS_CLOSED = "partitionsClosed"
 NO_PARTITIONS_ACQUIRED = "noPartitionsAcquired"
 PARTITION_NOT_FOUND = "partitionNotFoundErrors"
 PARTITION_NOT_OWNED = "partitionNotOwnedErrors"
+PARTITIONS_REDRIVEN = "partitionsRedriven"
+"""Ours, not Data Prepper's (it has no re-drive): dead letters an operator put back."""
 
 
 def update_errors(action: str) -> str:

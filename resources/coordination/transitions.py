@@ -15,6 +15,8 @@ A refused transition is explained by `refusal(transition, current)`, the same wa
     ASSIGNED --close--> CLOSED (reOpenAt, closedCount + 1), or past the maximum:
              --dead_letter--> COMPLETED with deadLetterReason
     ASSIGNED --complete--> COMPLETED (never acquired again)
+    COMPLETED with deadLetterReason --redrive--> CLOSED (reOpenAt now, closedCount 0): an
+             operator's decision, the one transition no owner makes (`leasehold redrive`)
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Guard:
     """Owner writes: ASSIGNED to this owner at this epoch (fencing)."""
     closed_below: int | None = None
     """Closing: `closedCount` below this; past it the item is dead-lettered instead."""
+    dead_lettered: bool = False
+    """Re-driving: COMPLETED with a `deadLetterReason`. Never a plain COMPLETED item: its
+    records are in the table, and taking it back would ingest them twice."""
 
     def holds(self, item: LeaseItem | None) -> bool:
         if item is None:
@@ -53,6 +58,8 @@ class Guard:
         if self.available_at_ms is not None and not item.is_available(self.available_at_ms):
             return False
         if self.owned_by is not None and not owned_by(item, self.owned_by):
+            return False
+        if self.dead_lettered and not is_dead_letter(item):
             return False
         return self.closed_below is None or item.closed_count < self.closed_below
 
@@ -63,6 +70,10 @@ def owned_by(item: LeaseItem, token: LeaseToken) -> bool:
         and item.owner == token.owner
         and item.epoch == token.epoch
     )
+
+
+def is_dead_letter(item: LeaseItem) -> bool:
+    return item.status is PartitionStatus.COMPLETED and item.dead_letter_reason is not None
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class Transition:
     reopen_at_ms: int | None = KEEP
     progress_state: str | None = KEEP
     dead_letter_reason: str | None = KEEP
+    closed_count: int = KEEP
     expiration_time: int | None = None
     bump_epoch: bool = False
     bump_closed_count: bool = False
@@ -94,6 +106,7 @@ class Transition:
             "reopen_at_ms",
             "progress_state",
             "dead_letter_reason",
+            "closed_count",
         ):
             value = getattr(self, name)
             if value is not KEEP:
@@ -112,6 +125,7 @@ class Refusal(str, enum.Enum):
     UNAVAILABLE = "unavailable"
     NOT_OWNED = "not_owned"
     CLOSED_TOO_OFTEN = "closed_too_often"
+    NOT_DEAD_LETTERED = "not_dead_lettered"
 
 
 def refusal(transition: Transition, current: LeaseItem | None) -> Refusal:
@@ -123,6 +137,8 @@ def refusal(transition: Transition, current: LeaseItem | None) -> Refusal:
         return Refusal.NOT_OWNED
     if guard.closed_below is not None and current.closed_count >= guard.closed_below:
         return Refusal.CLOSED_TOO_OFTEN
+    if guard.dead_lettered and not is_dead_letter(current):
+        return Refusal.NOT_DEAD_LETTERED
     return Refusal.UNAVAILABLE
 
 
@@ -294,5 +310,27 @@ def complete(
         PartitionStatus.COMPLETED,
         priority=priority_at(now_ms),
         progress_state=progress_state,
+        expiration_time=expiration_time,
+    )
+
+
+def redrive(*, now_ms: int, expiration_time: int | None) -> Transition:
+    """A dead letter back to CLOSED, due at once, with its tries counted from zero again —
+    only while it is still a dead letter (a second operator, or a redrive repeated, is refused
+    instead of resetting a unit that is being retried).
+
+    Why CLOSED with `reOpenAt` now rather than UNASSIGNED: the discovery sensor asks for a
+    CLOSED item whose `reOpenAt` passed after a started run covering it was created, whereas
+    an UNASSIGNED one is left to such a run, which may have passed its position already.
+    The progress state is kept: the objects its earlier attempts committed (`done`, `partial`,
+    a large object's `chunk` offset) are not read again; only the rest of the unit is."""
+    return Transition(
+        action="redrive",
+        guard=Guard(dead_lettered=True),
+        status=PartitionStatus.CLOSED,
+        priority=priority_at(now_ms),
+        reopen_at_ms=now_ms,
+        closed_count=0,
+        dead_letter_reason=None,
         expiration_time=expiration_time,
     )

@@ -3,6 +3,8 @@ fail, and that the next run retries them without redoing the rest."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from resources.ingestion.sample_data import write_sample_sources
-from tests.support.pipeline_env import write_streams
+from tests.support.pipeline_env import source_ids, write_streams
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +59,58 @@ def test_a_run_with_an_unreadable_object_lists_it_and_exits_3(tmp_path: Path) ->
     # Its CLOSED item reopens only after its backoff: nothing is redone, nothing new fails.
     assert again.returncode == 0, again.stderr
     assert "nothing new: every source object listed is already ingested" in again.stdout
+
+
+def test_a_dead_letter_fixed_and_redriven_is_ingested_once(tmp_path: Path) -> None:
+    """The operations guide's re-drive, end to end: a unit of four objects, one not gzip
+    data, dead-lettered at its first failure after the other three committed; the object is
+    fixed, `leasehold redrive` puts the unit back, and the next run reads only that object:
+    every record is in the published table once, and the checks pass."""
+    sources = tmp_path / "sources"
+    write_sample_sources(sources, objects=3, records_per_object=20, days=1)
+    broken = sources / "2026/01/01/zz-broken.jsonl.gz"
+    broken.write_text("not gzip at all\n")
+    streams = write_streams(
+        tmp_path / "streams.yaml", f"file://{sources}", f"file://{tmp_path / 'lake'}", {}
+    )
+    assert streams.read_text()  # default unit sizes: the four objects are one unit
+    dead = leasehold(tmp_path, "run", LEASEHOLD_MAX_CLOSED_COUNT="0")
+    assert dead.returncode == 3, dead.stderr
+    assert "dead-lettered after 1 failed reads" in dead.stderr
+    assert "its readable objects committed (60 rows in all)" in dead.stderr
+    # A dead letter is not retried, and `run` counts `lease_health`'s warning as a failed check.
+    idle = leasehold(tmp_path, "run")
+    assert idle.returncode == 4, idle.stderr
+    assert "runs: 0" in idle.stdout
+    assert idle.stderr.splitlines() == [
+        "leasehold: check failed: lease_health (details: leasehold check)"
+    ]
+
+    fixed = [
+        json.dumps(
+            {
+                "event_id": f"fixed-{n}",
+                "user_id": "u",
+                "amount": 1.0,
+                "event_time": f"2026-01-01T2{n}:00:00Z",
+            }
+        )
+        for n in range(3)
+    ]
+    broken.write_bytes(gzip.compress(("\n".join(fixed) + "\n").encode()))
+    redrive = leasehold(tmp_path, "redrive", "events", "--all")
+    assert redrive.returncode == 0, redrive.stderr
+    assert "re-driven '2026/01/01/part-00000.jsonl'" in redrive.stdout
+    again = leasehold(tmp_path, "run")
+    assert again.returncode == 0, again.stderr
+    assert "materialized: 1" in again.stdout
+
+    read = leasehold(tmp_path, "table", "read", "events", "2026-01-01", "--json")
+    assert read.returncode == 0, read.stderr
+    ids = [json.loads(line)["event_id"] for line in read.stdout.splitlines()]
+    assert sorted(ids) == sorted([*source_ids(sources), *(f"fixed-{n}" for n in range(3))])
+    check = leasehold(tmp_path, "check", "--full")
+    assert check.returncode == 0, check.stdout
 
 
 def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path) -> None:

@@ -186,3 +186,30 @@ def test_every_transition_bumps_the_version_once() -> None:
     renewed = step(held, t.renew(held.token, now_ms=NOW, timeout_ms=1, expiration_time=None))
     done = step(renewed, t.complete(renewed.token, now_ms=NOW, expiration_time=None))
     assert [i.version for i in (item, held, renewed, done)] == [1, 2, 3, 4]
+
+
+def test_redrive_takes_back_only_a_dead_letter() -> None:
+    """A dead letter comes back CLOSED and due now with its tries reset and progress kept; a
+    plain COMPLETED item (its records are in the table) and every pending one are refused."""
+    item = new_item(progress='{"done": ["a"]}')
+    held = acquire(item)
+    dead = step(held, t.dead_letter(held.token, now_ms=NOW + 5, reason="403", expiration_time=1))
+    redrive = t.redrive(now_ms=NOW + 9, expiration_time=2)
+    back = step(dead, redrive)
+    assert (back.status, back.closed_count, back.reopen_at_ms) == (
+        PartitionStatus.CLOSED,
+        0,
+        NOW + 9,
+    )
+    assert (back.dead_letter_reason, back.owner, back.epoch) == (None, None, dead.epoch)
+    assert (back.progress, back.expiration_time, back.priority) == (
+        {"done": ["a"]},
+        2,
+        priority_at(NOW + 9),
+    )
+    assert t.acquire("w2", now_ms=NOW + 9, timeout_ms=1, expiration_time=None).guard.holds(back)
+    assert t.refusal(redrive, back) is Refusal.NOT_DEAD_LETTERED  # not twice
+    completed = step(held, t.complete(held.token, now_ms=NOW, expiration_time=None))
+    for other in (item, held, completed):
+        assert t.refusal(redrive, other) is Refusal.NOT_DEAD_LETTERED
+    assert t.refusal(redrive, None) is Refusal.NOT_FOUND

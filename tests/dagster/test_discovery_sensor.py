@@ -289,6 +289,32 @@ def test_a_started_retry_run_is_not_doubled_before_it_takes_the_expired_leases(
     assert instance.get_run_by_id(started.run_id).status is DagsterRunStatus.STARTED
 
 
+def test_a_redriven_dead_letter_is_requested_at_the_next_tick(env: PipelineEnv) -> None:
+    """A dead letter is never asked for; once `leasehold redrive` puts it back (CLOSED, due
+    now) the next tick asks for it — even though a run started before the re-drive covers its
+    position: that run may be past it, as it was when the unit was dead-lettered."""
+    instance, resources, first, planned = first_tick(env, objects=3)
+    store = env.store()
+    sid = store.source_identifier(STREAM)
+    done, broken, other = (i.partition_key for i in store.iter_items(sid))
+    started = queue(instance, planned, DagsterRunStatus.STARTED)
+    store.complete(store.acquire(sid, done, "run", 60).token)
+    bad = store.acquire(sid, broken, "run", 60)
+    store.close(bad.token, ReopenBackoff.fixed(1), max_closed_count=0, reason="403 Forbidden")
+    store.complete(store.acquire(sid, other, "run", 60).token)
+    instance.report_run_failed(started)
+    assert not tick(env, instance, resources, first.cursor).run_requests  # dead: left alone
+    running = queue(instance, planned, DagsterRunStatus.STARTED)  # a run started before
+    time.sleep(0.01)
+    store.redrive(sid, broken)
+    (retry,) = tick(env, instance, resources, first.cursor).run_requests
+    assert retry.tags[RETRY_TAG] == "true" and retry.tags[EXPECTED_COUNT] == "1"
+    assert [from_partition_key(retry.tags[k]) for k in (RANGE_START, RANGE_END)] == [broken] * 2
+    queue(instance, retry)  # once queued, not asked for again
+    assert not tick(env, instance, resources, first.cursor).run_requests
+    assert instance.get_run_by_id(running.run_id).status is DagsterRunStatus.STARTED
+
+
 def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> None:
     """A run canceled after the store committed some partitions, before Dagster recorded
     them: the next tick records them, with the commit's counts, exactly once."""

@@ -131,6 +131,7 @@ AVAILABLE = (
     " OR (#status = :c_closed AND #reopen_at <= :c_now))"
 )
 OWNED = "#status = :c_assigned AND #owner = :c_owner AND #epoch = :c_epoch"
+DEAD_LETTERED = "#status = :c_completed AND attribute_exists(#dead_letter)"
 
 
 def owned_values(token: LeaseToken) -> dict[str, dict[str, str]]:
@@ -162,6 +163,9 @@ def condition(guard: Guard) -> tuple[str, dict[str, dict[str, str]]]:
     if guard.closed_below is not None:
         clauses.append("#closed_count < :c_max")
         values[":c_max"] = n(guard.closed_below)
+    if guard.dead_lettered:
+        clauses.append(DEAD_LETTERED)
+        values[":c_completed"] = s(PartitionStatus.COMPLETED.value)
     if not clauses:
         # A bug in a transition, never a runtime condition: no LeaseholdError, keep the traceback.
         raise ValueError("a transition without a guard would write unconditionally")
@@ -192,7 +196,9 @@ def update(transition: Transition, sid: str) -> Update:
         out.set("expiration", n(t.expiration_time))
     if t.bump_epoch:
         out.incr("epoch")
-    if t.bump_closed_count:
+    if t.closed_count is not KEEP:
+        out.set("closed_count", n(t.closed_count))
+    elif t.bump_closed_count:
         out.incr("closed_count")
     return out
 
