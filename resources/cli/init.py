@@ -113,7 +113,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(text.rstrip("\n"))
     configured = Path(lake.streams_path or DEFAULT_PATH).resolve()
     prefix = "" if configured == streams_file else f"LEASEHOLD_STREAMS={streams_file} "
-    print(f"\nedit it if needed, then: {prefix}leasehold run --stream {name}")
+    print(f"\nnext (edit the entry first if needed): {prefix}leasehold run --stream {name}")
     return 0
 
 
@@ -233,7 +233,7 @@ def render_entry(name: str, entry: dict[str, Any], comments: dict[str, str], ind
     """The entry as YAML text at `indent` spaces (a stream under `streams:`), one field a line,
     a note beside a schema column as a comment. Scalars are quoted by YAML itself: column
     names may hold spaces, colons or any character a CSV header has."""
-    pad, step = " " * indent, "  "
+    pad, step = " " * indent, " " * indent  # a file indented by 4 nests by 4
     out = [f"{pad}{_scalar(name)}:"]
     for key, value in entry.items():
         if isinstance(value, dict):

@@ -16,7 +16,6 @@ timestamp.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import re
 import unicodedata
@@ -57,6 +56,7 @@ _TIMESTAMP = re.compile(
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _LONG = re.compile(r"[+-]?(0|[1-9]\d*)")
 _DOUBLE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+_LEADING_ZERO = re.compile(r"[+-]?0\d+")
 _OFFSET = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
 LONG_MAX = 2**63 - 1
 
@@ -286,7 +286,9 @@ def infer_type(values: Sequence[Any], *, json_values: bool) -> tuple[str, str | 
     if json_values and not all(isinstance(v, str) for v in values):
         return "string", "mixed JSON types, kept as text", False
     texts = [str(v).strip() for v in values]
-    if not json_values:
+    # Leading zeros (`007`, zip codes, account numbers) mean an identifier: a number would
+    # lose them.
+    if not json_values and not any(_LEADING_ZERO.fullmatch(t) for t in texts):
         lowered = {t.lower() for t in texts}
         if lowered <= {"true", "false"}:
             return "boolean", None, False
@@ -446,8 +448,3 @@ def stream_name(source: str) -> str:
     if not name:
         return "stream"
     return f"s_{name}" if name[0].isdigit() else name[:63]
-
-
-def csv_lines(text: str) -> list[str]:
-    """Lines of text as the runtime splits them (`\\n`, `\\r\\n`, `\\r`)."""
-    return io.StringIO(text, newline=None).read().split("\n")
