@@ -22,7 +22,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -37,10 +37,14 @@ from resources.ingestion.stream_inference import (
     parse_csv,
     parse_jsonl,
     single_format,
+    sniff_delimiter,
     stream_name,
 )
 from resources.settings import default_data_dir
 from resources.streams import DEFAULT_PATH, LakeSettings, StreamConfig, load_streams
+
+if TYPE_CHECKING:  # imported by the command itself: Spark's side loads only for `init`
+    from resources.ingestion.stream_sampling import SampledObject, SourceSample
 
 HEADER = """\
 # Streams: one source -> table pipeline each (README "Your own data"; the fields are documented
@@ -84,13 +88,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         if info.key not in formats and fmt and info.size:
             formats[info.key] = ObjectFormat(fmt, info.key.lower().endswith(".gz"))
     unknown = [k for k, f in formats.items() if f.format is None]
-    if args.format:
-        fmt = ObjectFormat(args.format, False, _delimiter(sample.sampled))
-        others = Counter(f.format for f in formats.values() if f.format not in (None, args.format))
-        if others:
-            single_format(formats, unknown)  # raises: mixed formats are no single stream
-    else:
-        fmt = single_format(formats, unknown)
+    fmt = _format(args.format, formats, unknown, sample.sampled)
     name = args.name or stream_name(source)
     existing = _existing_streams(streams_file)
     if name in existing and not args.force:
@@ -99,7 +97,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             f"{streams_file} already has a stream {name!r}",
         )
     with tempfile.TemporaryDirectory(prefix="leasehold-init-") as scratch:
-        staged = stage_sample(sample.sampled, Path(scratch) / "sample")
+        staged = stage_sample(sample.sampled, Path(scratch) / "sample", fmt.format == "csv")
         spark = build_spark_session(app_name="leasehold-init")
         lines = sample_lines(spark, staged)
         inferred = infer_entry(args, source, name, fmt, sample, lines, streams_file.parent)
@@ -135,8 +133,27 @@ def relative_url(url: str, base: Path) -> str:
         return url
 
 
-def _delimiter(sampled: list[Any]) -> str:
-    return next((o.format.delimiter for o in sampled if o.format.format == "csv"), ",")
+def _format(
+    wanted: str | None,
+    formats: dict[str, ObjectFormat],
+    unknown: list[str],
+    sampled: list[SampledObject],
+) -> ObjectFormat:
+    """The source's one format: detected, or `--format` where detection cannot tell. A
+    `--format` the objects contradict is refused: it would quarantine every record."""
+    detected = Counter(f.format for f in formats.values() if f.format)
+    if wanted is None or len(detected) > 1:
+        return single_format(formats, unknown)  # mixed formats are refused even so
+    if detected and wanted not in detected:
+        (seen,) = detected
+        raise InferenceChoiceError(
+            "--format (or leave it out)",
+            f"--format {wanted}: the objects' names or first lines say {seen}",
+        )
+    if wanted == "csv":
+        first = next((o.header for o in sampled if o.text), "")
+        return ObjectFormat("csv", False, sniff_delimiter(first))
+    return ObjectFormat(wanted, False)
 
 
 def _existing_streams(path: Path) -> set[str]:
@@ -155,7 +172,7 @@ def infer_entry(
     source: str,
     name: str,
     fmt: ObjectFormat,
-    sample: Any,
+    sample: SourceSample,
     lines: dict[int, list[str]],
     base: Path,
 ) -> Inferred:
@@ -164,7 +181,7 @@ def infer_entry(
     records: SampleRecords
     fmt_name = fmt.format or "jsonl"
     if fmt_name == "csv":
-        headers = Counter(o.header for o in sample.sampled if o.header is not None)
+        headers = Counter(o.header for o in sample.sampled if o.text)
         if len(headers) > 1:
             shown = "; ".join(f"{h!r} ({n} objects)" for h, n in headers.most_common(3))
             raise SourceInferenceError(
@@ -346,6 +363,13 @@ def check_trial(config: StreamConfig, reasons: Counter[str | None], inferred: In
     inferred.notes.append(line + (f", the rest to quarantine ({bad})" if bad else ""))
 
 
+def positive(value: str) -> int:
+    """argparse type of a count of at least one (a bad one is exit 2)."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive count (1, 2, ...)")
+    return int(value)
+
+
 def add_init_parser(add: Any) -> None:
     """`leasehold init`'s command line (`add` is `build_parser`'s subcommand factory)."""
     init = add(
@@ -362,7 +386,7 @@ def add_init_parser(add: Any) -> None:
     init.add_argument("--record-id", default=None, help="the column unique per record, or `none`")
     init.add_argument("--timezone", default="UTC", help="zone of the table's dates (default UTC)")
     init.add_argument(
-        "--sample-objects", type=int, default=20, help="objects to sample (default 20)"
+        "--sample-objects", type=positive, default=20, help="objects to sample (default 20)"
     )
     init.add_argument(
         "--streams-file",

@@ -115,7 +115,7 @@ def detect_format(key: str, head: bytes, text: str) -> ObjectFormat:
     delimiter = ","
     if fmt == "csv":
         suffix = "." + key.lower().removesuffix(".gz").rpartition(".")[2]
-        delimiter = CSV_SUFFIXES.get(suffix) or _sniff_delimiter(first)
+        delimiter = CSV_SUFFIXES.get(suffix) or sniff_delimiter(first)
     return ObjectFormat(fmt, named_gz, delimiter, problem)
 
 
@@ -126,7 +126,7 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _sniff_delimiter(header: str) -> str:
+def sniff_delimiter(header: str) -> str:
     """The most frequent of the usual delimiters in the header line (comma on a tie)."""
     counts = {d: header.count(d) for d in (",", "\t", ";", "|")}
     best = max(counts, key=lambda d: (counts[d], d == ","))

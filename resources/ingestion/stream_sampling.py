@@ -41,8 +41,12 @@ class SampledObject:
     key: str
     size: int
     format: ObjectFormat
-    header: str | None = None  # a CSV object's first line
-    text: str = ""  # its sampled text (without the CSV header), cut at a line end
+    text: str = ""  # its sampled text, cut at a line end
+
+    @property
+    def header(self) -> str:
+        """The first line: a CSV object's header."""
+        return self.text.partition("\n")[0].rstrip("\r")
 
 
 @dataclass
@@ -94,20 +98,17 @@ def _sample(store: ObjectStore, info: ObjectInfo, sample_bytes: int) -> SampledO
     if not whole:  # cut at the last line end: a partial last line is not a malformed record
         data = data[: data.rfind(b"\n") + 1]
     text = data.decode("utf-8", errors="replace").removeprefix(BOM)
-    fmt = detect_format(info.key, head, text)
-    header = None
-    if fmt.format == "csv":
-        header, _, text = text.partition("\n")
-        header = header.rstrip("\r")
-    return SampledObject(info.key, info.size, fmt, header, text)
+    return SampledObject(info.key, info.size, detect_format(info.key, head, text), text)
 
 
-def stage_sample(sampled: list[SampledObject], directory: Path) -> Path:
+def stage_sample(sampled: list[SampledObject], directory: Path, csv_header: bool) -> Path:
     """Each sampled object's text as a file Spark reads and maps back to it by name (the
-    runtime's staging: `INPUT_DIGITS` digits of its index; keys may hold any character)."""
+    runtime's staging: `INPUT_DIGITS` digits of its index, keys may hold any character; a
+    CSV header dropped, as `source_files.stage_input` drops it)."""
     directory.mkdir(parents=True, exist_ok=True)
     for i, obj in enumerate(sampled):
-        (directory / f"{i:0{INPUT_DIGITS}d}.txt").write_text(obj.text, encoding="utf-8")
+        text = obj.text.partition("\n")[2] if csv_header else obj.text
+        (directory / f"{i:0{INPUT_DIGITS}d}.txt").write_text(text, encoding="utf-8")
     return directory
 
 

@@ -317,3 +317,18 @@ def test_adding_keeps_comments_and_force_replaces_only_its_own_lines() -> None:
     assert add_entry("", "x", entry("x", "file://x"), replace=False) == (
         "streams:\n  x:\n    source: file://x\n"
     )
+
+
+def test_a_format_the_objects_contradict_is_refused(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.jsonl").write_text('{"id": 1}\n')
+    code, _, err = run(capsys, "init", str(source), "--format", "csv")
+    assert code == 2
+    assert err.splitlines() == [
+        "leasehold: --format csv: the objects' names or first lines say jsonl; choose with "
+        "--format (or leave it out)"
+    ]
+    with pytest.raises(SystemExit) as exit_:  # argparse's own exit: a bad command line
+        main(["init", str(source), "--sample-objects", "0"])
+    assert exit_.value.code == 2 and "not a positive count" in capsys.readouterr().err
