@@ -52,6 +52,10 @@ HEADER = """\
 """
 
 
+STREAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+"""What `resources.streams` accepts as a stream's name."""
+
+
 @dataclass
 class Inferred:
     """An inferred entry, with what the user should read before running it."""
@@ -71,6 +75,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     lake = LakeSettings.from_env()
     streams_file = Path(args.streams_file or lake.streams_path or DEFAULT_PATH).resolve()
     source = source_url(args.source)
+    name = args.name or stream_name(source)
+    if not STREAM_NAME.fullmatch(name):  # before sampling: Spark takes a while to start
+        raise InferenceChoiceError(
+            "--name NAME", f"{name!r} is no stream name: letters, digits and '_', not first a digit"
+        )
     if source.startswith("file://") and not Path(source[len("file://") :]).is_dir():
         raise SourceInferenceError(f"no directory at {source[len('file://') :]}")
     store = object_store_for(source, endpoint_url=lake.s3_endpoint_url, region=lake.region)
@@ -84,12 +93,11 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     formats = {o.key: o.format for o in sample.sampled}
     for info in sample.listed:  # the rest of the listing, by suffix
-        fmt = format_from_key(info.key)
-        if info.key not in formats and fmt and info.size:
-            formats[info.key] = ObjectFormat(fmt, info.key.lower().endswith(".gz"))
+        by_key = format_from_key(info.key)
+        if info.key not in formats and by_key and info.size:
+            formats[info.key] = ObjectFormat(by_key, info.key.lower().endswith(".gz"))
     unknown = [k for k, f in formats.items() if f.format is None]
     fmt = _format(args.format, formats, unknown, sample.sampled)
-    name = args.name or stream_name(source)
     existing = _existing_streams(streams_file)
     if name in existing and not args.force:
         raise InferenceChoiceError(

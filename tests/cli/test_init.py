@@ -332,3 +332,5 @@ def test_a_format_the_objects_contradict_is_refused(tmp_path: Path, capsys) -> N
     with pytest.raises(SystemExit) as exit_:  # argparse's own exit: a bad command line
         main(["init", str(source), "--sample-objects", "0"])
     assert exit_.value.code == 2 and "not a positive count" in capsys.readouterr().err
+    code, _, err = run(capsys, "init", str(source), "--name", "2 bad")
+    assert code == 2 and "'2 bad' is no stream name" in err and "--name NAME" in err
