@@ -390,20 +390,36 @@ def add_init_parser(add: Any) -> None:
     init.add_argument(
         "--format", choices=("jsonl", "csv"), default=None, help="the objects' format"
     )
-    init.add_argument("--event-time", default=None, help="the column holding each record's time")
-    init.add_argument("--record-id", default=None, help="the column unique per record, or `none`")
-    init.add_argument("--timezone", default="UTC", help="zone of the table's dates (default UTC)")
     init.add_argument(
-        "--sample-objects", type=positive, default=20, help="objects to sample (default 20)"
+        "--event-time", metavar="COL", default=None, help="the column holding each record's time"
+    )
+    init.add_argument(
+        "--record-id", metavar="COL", default=None, help="the column unique per record, or `none`"
+    )
+    init.add_argument(
+        "--timezone", metavar="ZONE", default="UTC", help="zone of the table's dates (default UTC)"
+    )
+    init.add_argument(
+        "--sample-objects",
+        metavar="N",
+        type=positive,
+        default=20,
+        help="objects to sample (default 20)",
     )
     init.add_argument(
         "--streams-file",
+        metavar="FILE",
         default=None,
         help=f"the file to add the entry to (default: LEASEHOLD_STREAMS, else {DEFAULT_PATH})",
     )
-    init.add_argument("--table", default=None, help="table URL (default: the data dir's lake/NAME)")
     init.add_argument(
-        "--quarantine", default=None, help="quarantine URL (default: TABLE_quarantine)"
+        "--table", metavar="URL", default=None, help="table URL (default: the data dir's lake/NAME)"
+    )
+    init.add_argument(
+        "--quarantine",
+        metavar="URL",
+        default=None,
+        help="quarantine URL (default: TABLE_quarantine)",
     )
     init.add_argument(
         "--force", action="store_true", help="replace an existing stream of the same name"
