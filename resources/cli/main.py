@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
 from resources.cli.gc import cmd_gc
+from resources.cli.init import add_init_parser
 from resources.cli.redrive import add_redrive_parser
 from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
@@ -30,7 +31,7 @@ from resources.ledger.model import TablePartition
 from resources.settings import default_data_dir
 from resources.stores import CoordinationStore, build_store, open_existing_store
 from resources.stores.settings import StoreSettings, settings_from_env
-from resources.streams import LakeSettings
+from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:  # the Dagster side is imported only by the commands that run it
     from coordination_assets.main_job import MainJobReport
@@ -116,20 +117,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_env()  # fail fast on bad store configuration
     lake = LakeSettings.from_env()
     streams = lake.streams()
+    if args.stream is not None and args.stream not in streams:
+        raise ConfigError(
+            "--stream", f"{args.stream!r} is not a stream; the streams file has {sorted(streams)}"
+        )
+    names = [args.stream] if args.stream else sorted(streams)
     quiet_spark(args.verbose)
-    for config in streams.values():
+    for name in names:
+        config = streams[name]
         source = object_store_for(
             config.source, endpoint_url=lake.s3_endpoint_url, region=lake.region
         )
         if config.source.startswith("file://") and not source.list_after(None, 1):
             root = Path(config.source[len("file://") :])
+            if not fits_sample_data(config):
+                print(f"{name}: no source objects under {root} yet")
+                continue
             sample = write_story_sources(root, objects=args.sample_objects)
             print(f"{config.name}: wrote a sample under {root}: {sample.describe()}")
     progress: Progress | None = None
     if not args.verbose:
         quiet_dagster_warnings()
         progress = TerminalProgress() if sys.stdout.isatty() else PlainProgress()
-    names = sorted(streams)
     reports = run_main_job(
         names,
         default_data_dir() / "dagster_home",
@@ -152,6 +161,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _drop(line: str) -> None:
     """The main job's detail lines, without --verbose: the stage lines and tables say it."""
+
+
+SAMPLE_SCHEMA = {"event_id": "string", "user_id": "string", "amount": "double"}
+
+
+def fits_sample_data(config: StreamConfig) -> bool:
+    """Whether the generated sample objects (`write_story_sources`) are records of this
+    stream: an empty directory of a stream of the user's own (`leasehold init`) stays empty
+    rather than filling with records its schema would quarantine."""
+    types = {c.name: c.type for c in config.columns}
+    return (
+        config.format == "jsonl"
+        and all(types.get(k) == v for k, v in SAMPLE_SCHEMA.items())
+        and types.get(config.event_time) in ("timestamp", "string")
+        and config.event_time == "event_time"
+    )
 
 
 def print_held_elsewhere(settings: StoreSettings, streams: Sequence[str]) -> None:
@@ -303,6 +328,10 @@ exit status:
      is retried; the others were ingested
   4  a check failed (`check`: one line per check: PASS, WARN or FAIL, stream, check, summary)
 
+`init`: 1 when the source cannot become a stream (no objects, unreadable objects, nothing that
+parses); 2 when the sample does not settle a choice: the message names the flag that does
+(--format, --event-time, --record-id, --name).
+
 An error leasehold expects is printed as one line, `leasehold: <message>`; --debug adds its
 traceback and leasehold's debug logs. Any other error is a bug and prints its traceback.
 """
@@ -344,9 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample-objects",
         type=int,
         default=300,
-        help="objects to generate when a local source directory is empty",
+        help="objects to generate when a local source directory is empty (streams declared "
+        "like the sample one)",
     )
+    run.add_argument("--stream", default=None, help="only this stream of the streams file")
     run.set_defaults(fn=cmd_run)
+    add_init_parser(add)
     demo = add("demo", help="worker processes racing over one lease store")
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--partitions", type=int, default=300)

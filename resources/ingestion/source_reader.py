@@ -199,21 +199,26 @@ class SourceReader:
             results[group].quarantine_files.append(staged_file)
 
     def _rows(self, inputs: Path) -> Any:
-        """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has
-        its date (in the table's time zone) and no reason; a bad row has a reason, its text if
-        known, and no date. Unsorted: `runs_by_source_and_date` groups them."""
+        """`source_rows` with this reader's plan, built once."""
         if self._plan is None:
             self._plan = read_plan(self.config)
-        plan = self._plan
-        if self.config.format == "jsonl":
-            schema, options = json_schema(self.config)
-            lines = self.spark.read.schema(schema).options(**options).json(str(inputs))
-        else:
-            lines = self.spark.read.text(str(inputs))
-        lines = lines.select(*plan.lines)
-        if plan.keep is not None:
-            lines = lines.where(plan.keep)
-        return lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
+        return source_rows(self.spark, self.config, self._plan, inputs)
+
+
+def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path) -> Any:
+    """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has its
+    date (in the table's time zone) and no reason; a bad row has a reason, its text if known,
+    and no date. Unsorted: `runs_by_source_and_date` groups them. Public so that `leasehold
+    init` tries an inferred stream on its sample with exactly the runtime's reading."""
+    if config.format == "jsonl":
+        schema, options = json_schema(config)
+        lines = spark.read.schema(schema).options(**options).json(str(inputs))
+    else:
+        lines = spark.read.text(str(inputs))
+    lines = lines.select(*plan.lines)
+    if plan.keep is not None:
+        lines = lines.where(plan.keep)
+    return lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
 
 
 def _counted(

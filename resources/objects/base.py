@@ -59,6 +59,11 @@ class ObjectStore(ABC):
     @abstractmethod
     def get_bytes(self, key: str) -> bytes: ...
 
+    def head_bytes(self, key: str, n: int) -> bytes:
+        """The object's first `n` bytes (all of it when shorter): enough to sample a source
+        without fetching whole objects. Here by reading it all; backends read only the head."""
+        return self.get_bytes(key)[:n]
+
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> str: ...
 

@@ -122,6 +122,10 @@ class LocalObjectStore(ObjectStore):
     def get_bytes(self, key: str) -> bytes:
         return self._path(key).read_bytes()
 
+    def head_bytes(self, key: str, n: int) -> bytes:
+        with self._path(key).open("rb") as f:
+            return f.read(n)
+
     def put_bytes(self, key: str, data: bytes) -> str:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -142,6 +142,21 @@ class S3ObjectStore(ObjectStore):
         )
         return out["Body"].read()
 
+    def head_bytes(self, key: str, n: int) -> bytes:
+        """One ranged GET of the first `n` bytes (S3 refuses a range of an empty object:
+        callers skip those, the listing gives their size)."""
+        from botocore.exceptions import ClientError
+
+        def get() -> Any:
+            return self.client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{n - 1}"
+            )
+
+        try:
+            return self._call("ranged get", key, get)["Body"].read()
+        except ClientError as exc:
+            raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
+
     def put_bytes(self, key: str, data: bytes) -> str:
         self._call(
             "put",

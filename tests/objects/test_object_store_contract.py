@@ -170,3 +170,10 @@ def test_modified_ms_is_when_the_object_was_written(objects: ObjectStore, tmp_pa
         # S3's LastModified has whole seconds.
         assert before - 1000 <= modified <= after + 1000
     assert {o.key: o.modified_ms for o in objects.list_after(None, 10)} == listed
+
+
+def test_head_bytes_reads_only_the_start(objects: ObjectStore) -> None:
+    """`leasehold init` samples an object's head, never all of a large one."""
+    objects.put_bytes("dir é/a b.jsonl.gz", b"0123456789")
+    assert objects.head_bytes("dir é/a b.jsonl.gz", 4) == b"0123"
+    assert objects.head_bytes("dir é/a b.jsonl.gz", 100) == b"0123456789"

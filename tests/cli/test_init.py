@@ -1,0 +1,336 @@
+"""`leasehold init SOURCE` + `leasehold run --stream NAME`: the user's own data in one command.
+
+The end-to-end test generates a source the way real ones look — keys with spaces, unicode and
+nested date folders, gzip and plain JSON lines in one directory, CSV in another, a few
+malformed lines — and holds the published table to the source: every well-formed record once,
+in the partition of its event time, nothing else.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from resources.cli.init import add_entry, render_entry
+from resources.cli.main import main
+from resources.streams import load_streams
+
+REPO = Path(__file__).resolve().parents[2]
+START = datetime(2026, 3, 1, 20, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("LEASEHOLD_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("LEASEHOLD_STREAMS", str(tmp_path / "streams.yaml"))
+
+
+def write_clicks(root: Path) -> dict[str, dict[str, Any]]:
+    """JSON lines, mostly gzip, nested date folders, awkward names; every 13th line is cut in
+    half. Returns the well-formed records by id."""
+    records: dict[str, dict[str, Any]] = {}
+    n = 0
+    for obj in range(8):
+        at = START + timedelta(hours=5 * obj)
+        folder = root / at.strftime("%Y/%m/%d") / ("späte Läufe" if obj % 3 == 0 else "frühe")
+        name = f"part {obj:02d} — clicks.jsonl" + ("" if obj == 5 else ".gz")
+        lines = []
+        for i in range(25):
+            n += 1
+            ts = at + timedelta(minutes=7 * i)
+            record = {
+                "click_id": f"c-{n:05d}",
+                "user": f"ü{n % 7}",
+                "ms": n * 3,
+                "ts": ts.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+                "meta": {"ref": f"r{n % 4}", "tags": [n % 2]},
+            }
+            line = json.dumps(record, ensure_ascii=False)
+            if n % 13 == 0:
+                line = line[: len(line) // 2]
+            else:
+                records[record["click_id"]] = record
+            lines.append(line)
+        folder.mkdir(parents=True, exist_ok=True)
+        data = ("\n".join(lines) + "\n").encode()
+        (folder / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    return records
+
+
+def write_orders(root: Path) -> dict[str, dict[str, Any]]:
+    """CSV with a header, offsets in the times (some cross midnight UTC), a few lines with the
+    wrong number of fields."""
+    records: dict[str, dict[str, Any]] = {}
+    n = 0
+    for obj in range(5):
+        at = START + timedelta(hours=9 * obj)
+        folder = root / f"dt={at:%Y-%m-%d}" / "Händler A"
+        lines = ["order_id,customer,amount,paid,created_at"]
+        for i in range(20):
+            n += 1
+            ts = (at + timedelta(minutes=11 * i)).astimezone(timezone(timedelta(hours=2)))
+            row = [f"o{n:04d}", f"k{n % 5}", f"{n * 1.25:.2f}", "true" if n % 2 else "false"]
+            row.append(ts.isoformat())
+            if n % 17 == 0:
+                lines.append(",".join(row[:3]))
+            else:
+                lines.append(",".join(row))
+                records[row[0]] = {"amount": n * 1.25, "ts": ts}
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"orders {obj} é.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return records
+
+
+def published(stream: str, dates: set[str], capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    """Every row of the stream's published dates, read through `leasehold table files`."""
+    rows: list[dict] = []
+    for dt in sorted(dates):
+        assert main(["table", "files", stream, dt, "--json"]) == 0, capsys.readouterr().err
+        for file in json.loads(capsys.readouterr().out)["files"]:
+            table = pq.read_table(file["url"].removeprefix("file://"))
+            rows += [{**row, "_dt": dt} for row in table.to_pylist()]
+    return rows
+
+
+def test_init_then_run_each_stream_publishes_exactly_the_good_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clicks = write_clicks(tmp_path / "sources" / "clicks ünï")
+    orders = write_orders(tmp_path / "sources" / "orders csv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DAGSTER_"))}
+    env.update(
+        PYTHONPATH=str(REPO),
+        SPARK_LOCAL_IP="127.0.0.1",
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        LEASEHOLD_DATA_DIR=str(tmp_path / "data"),
+        LEASEHOLD_STREAMS=str(tmp_path / "streams.yaml"),
+        LEASEHOLD_SPARK_MASTER="local[2]",
+    )
+    commands = [
+        ["init", "sources/clicks ünï"],
+        ["init", str(tmp_path / "sources" / "orders csv"), "--name", "orders"],
+        ["run", "--stream", "clicks_uni"],
+        ["run", "--stream", "orders"],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.cli_sequence", json.dumps(commands)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    for argv in commands:
+        assert f"=== leasehold {' '.join(argv)} -> exit 0" in out
+    assert "next (edit the entry first if needed): leasehold run --stream clicks_uni" in out
+
+    streams = load_streams(tmp_path / "streams.yaml")
+    assert set(streams) == {"clicks_uni", "orders"}
+    click = streams["clicks_uni"]
+    assert (click.format, click.event_time, click.record_id) == ("jsonl", "ts", "click_id")
+    assert {c.name: c.type for c in click.columns} == {
+        "click_id": "string",
+        "user": "string",
+        "ms": "long",
+        "ts": "timestamp",
+        "meta": "string",
+    }
+    assert click.table == f"file://{tmp_path / 'data' / 'lake' / 'clicks_uni'}"
+    order = streams["orders"]
+    assert (order.format, order.event_time, order.record_id) == ("csv", "created_at", "order_id")
+    assert [c.type for c in order.columns] == ["string", "string", "double", "boolean", "timestamp"]
+
+    for stream in ("clicks_uni", "orders"):
+        assert main(["check", "--stream", stream]) == 0, capsys.readouterr()
+        assert "FAIL" not in capsys.readouterr().out
+
+    click_dates = {r["ts"][:10] for r in clicks.values()}
+    rows = published("clicks_uni", click_dates, capsys)
+    ids = Counter(r["click_id"] for r in rows)
+    assert ids.most_common(1)[0][1] == 1  # no record twice
+    assert set(ids) == set(clicks)  # every good record, nothing else
+    for row in rows:
+        source = clicks[row["click_id"]]
+        assert row["_dt"] == source["ts"][:10] and row["user"] == source["user"]
+        assert json.loads(row["meta"]) == source["meta"]
+
+    order_dates = {r["ts"].astimezone(timezone.utc).strftime("%Y-%m-%d") for r in orders.values()}
+    rows = published("orders", order_dates, capsys)
+    ids = Counter(r["order_id"] for r in rows)
+    assert ids.most_common(1)[0][1] == 1 and set(ids) == set(orders)
+    for row in rows:
+        source = orders[row["order_id"]]
+        assert row["_dt"] == source["ts"].astimezone(timezone.utc).strftime("%Y-%m-%d")
+        assert row["amount"] == pytest.approx(source["amount"])
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_missing_or_empty_source_is_one_line_exit_1(tmp_path: Path, capsys) -> None:
+    code, out, err = run(capsys, "init", str(tmp_path / "nowhere"))
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [f"leasehold: no directory at {tmp_path / 'nowhere'}"]
+    (tmp_path / "empty" / "nested").mkdir(parents=True)
+    code, _, err = run(capsys, "init", str(tmp_path / "empty"))
+    assert code == 1
+    assert err.splitlines() == [
+        f"leasehold: no objects under file://{tmp_path / 'empty'}: nothing to infer from"
+    ]
+    assert not (tmp_path / "streams.yaml").exists()
+
+
+def test_mixed_formats_are_refused_with_counts_per_format(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "mixed"
+    source.mkdir()
+    for i in range(3):
+        (source / f"a{i}.csv").write_text("id,ts\n1,2026-01-01T00:00:00Z\n")
+    (source / "b.jsonl.gz").write_bytes(gzip.compress(b'{"id": 1}\n'))
+    code, _, err = run(capsys, "init", str(source))
+    assert code == 1
+    assert "mixes formats (3 CSV, 1 JSON-lines objects)" in err
+    assert "directory or prefix of its own" in err and len(err.splitlines()) == 1
+
+
+def test_misnamed_gzip_is_named_with_its_problem(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.jsonl").write_bytes(gzip.compress(b'{"id": 1}\n'))
+    code, _, err = run(capsys, "init", str(source))
+    assert code == 1 and "a.jsonl: gzip data not named .gz" in err
+
+
+def test_unparseable_objects_and_missing_event_time_say_what_to_do(
+    spark: Any, tmp_path: Path, capsys
+) -> None:
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "x.jsonl").write_text("not json\nnor this\n")
+    code, _, err = run(capsys, "init", str(garbage))
+    assert code == 1
+    assert err.startswith("leasehold: no record in the sample parses as JSON lines (2 lines")
+
+    no_time = tmp_path / "no_time"
+    no_time.mkdir()
+    (no_time / "x.jsonl").write_text('{"id": "a", "created_ts": 1}\n{"id": "b", "created_ts": 2}\n')
+    code, _, err = run(capsys, "init", str(no_time))
+    assert code == 2
+    assert "no column holds timestamps" in err and "created_ts hold numbers" in err
+    assert err.rstrip().endswith("choose with --event-time COL")
+
+    two = tmp_path / "two"
+    two.mkdir()
+    records = [
+        {"id": f"r{i}", "start": f"2026-01-0{i}T00:00:00Z", "end": f"2026-01-0{i}T01:00:00Z"}
+        for i in (1, 2)
+    ]
+    (two / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, _, err = run(capsys, "init", str(two))
+    assert code == 2 and "(start, end)" in err and "--event-time" in err
+    code, out, err = run(capsys, "init", str(two), "--event-time", "end", "--record-id", "none")
+    assert code == 0, err
+    stream = load_streams(tmp_path / "streams.yaml")["two"]
+    assert (stream.event_time, stream.record_id) == ("end", None)
+    assert "leasehold run --stream two" in out
+
+    code, _, err = run(capsys, "init", str(two), "--event-time", "end")
+    assert code == 2 and "already has a stream 'two'" in err and "--force" in err
+
+
+def test_run_of_an_unknown_stream_names_the_flag(tmp_path: Path, capsys) -> None:
+    (tmp_path / "streams.yaml").write_text(
+        "streams:\n  a:\n    source: file://s\n    schema: {t: timestamp}\n    event_time: t\n"
+        "    table: file://l\n"
+    )
+    code, _, err = run(capsys, "run", "--stream", "b")
+    assert code == 2
+    assert err.splitlines() == [
+        "leasehold: invalid configuration: --stream: 'b' is not a stream; the streams file "
+        "has ['a']"
+    ]
+
+
+ENTRY = {
+    "source": "file://src",
+    "format": "csv",
+    "schema": {"order id": "string", "at: time": "timestamp", "ü": "long"},
+    "event_time": "at: time",
+    "table": "file://lake/x",
+}
+
+
+def test_the_entry_is_yaml_that_keeps_odd_column_names() -> None:
+    text = render_entry("x", ENTRY, {"ü": "a note"}, 2)
+    assert "      ü: long  # a note\n" in text
+    parsed = yaml.safe_load("streams:\n" + text)["streams"]["x"]
+    assert parsed == ENTRY
+
+
+def test_adding_keeps_comments_and_force_replaces_only_its_own_lines() -> None:
+    original = (
+        "# my header\n"
+        "streams:\n"
+        "    # the first one\n"
+        "    a:\n"
+        "        source: file://a  # keep me\n"
+        "        schema: {t: timestamp}\n"
+        "\n"
+        "    b:\n"
+        "        source: file://b\n"
+        "\n"
+        "# trailing comment\n"
+        "other: 1\n"
+    )
+
+    def entry(name: str, source: str) -> Any:
+        return lambda indent: render_entry(name, {"source": source}, {}, indent)
+
+    added = add_entry(original, "c", entry("c", "file://c"), replace=False)
+    assert added.startswith(original.split("\n\n# trailing")[0] + "\n    c:\n        source: file")
+    assert added.endswith("# trailing comment\nother: 1\n")
+    assert list(yaml.safe_load(added)["streams"]) == ["a", "b", "c"]
+
+    replaced = add_entry(added, "a", entry("a", "file://new"), replace=True)
+    assert "keep me" not in replaced and "# the first one" in replaced
+    assert yaml.safe_load(replaced)["streams"]["a"] == {"source": "file://new"}
+    assert yaml.safe_load(replaced)["streams"]["b"] == {"source": "file://b"}
+
+    assert add_entry("", "x", entry("x", "file://x"), replace=False) == (
+        "streams:\n  x:\n    source: file://x\n"
+    )
+
+
+def test_a_format_the_objects_contradict_is_refused(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.jsonl").write_text('{"id": 1}\n')
+    code, _, err = run(capsys, "init", str(source), "--format", "csv")
+    assert code == 2
+    assert err.splitlines() == [
+        "leasehold: --format csv: the objects' names or first lines say jsonl; choose with "
+        "--format (or leave it out)"
+    ]
+    with pytest.raises(SystemExit) as exit_:  # argparse's own exit: a bad command line
+        main(["init", str(source), "--sample-objects", "0"])
+    assert exit_.value.code == 2 and "not a positive count" in capsys.readouterr().err
+    code, _, err = run(capsys, "init", str(source), "--name", "2 bad")
+    assert code == 2 and "'2 bad' is no stream name" in err and "--name NAME" in err
