@@ -17,6 +17,10 @@ Child processes: the plugin (`tests/support/iam_policy_plugin.py`) names a direc
 `IAM_RECORD_DIR`, which children inherit; a child started through `recorded_command` installs a
 recorder that appends each new action to its own file there as soon as it is first called (a
 child killed by a chaos test keeps what it recorded), and the plugin reads them all at the end.
+A wrapper command rather than a hook in product code or a sitecustomize: the product stays
+unaware of tests, and nothing is installed into the environment. Every child started on
+AWS-backed settings uses it; the subprocesses that do not (`dagster dev`, the `tests/dagster`
+and `tests/cli/test_run_outcomes.py` commands) run on SQLite and local files only.
 """
 
 from __future__ import annotations
