@@ -16,7 +16,8 @@ from tests.support.fakes import FakeClock, StoreFactory
 os.environ.update(AWS_TEST_ENV)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-pytest_plugins = ["tests.support.spark_fixture"]
+# The recorder: every AWS action product code calls, compared with docs/iam-policy.json.
+pytest_plugins = ["tests.support.spark_fixture", "tests.support.iam_policy_plugin"]
 
 BACKENDS = ["sqlite", "dynamodb"]
 

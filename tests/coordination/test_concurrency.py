@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
+from tests.support.aws_action_recorder import recorded_command
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def spawn(settings: StoreSettings, out: Path, **args: object) -> subprocess.Pope
         **args,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.concurrency_child", json.dumps(payload)],
+        recorded_command("tests.support.concurrency_child", json.dumps(payload)),
         cwd=ROOT,
         env=os.environ.copy(),
     )

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,6 +26,7 @@ from resources.coordination.items import PartitionStatus
 from resources.ingestion.partition_keys import to_partition_key
 from resources.ingestion.sample_data import write_sample_sources
 from resources.stores.settings import StoreSettings
+from tests.support.aws_action_recorder import recorded_command
 from tests.support.pipeline_env import STREAM, PipelineEnv, source_ids, write_streams
 
 pytestmark = pytest.mark.slow
@@ -73,7 +73,7 @@ def launch(
         **extra,
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.crash_child", json.dumps(args)],
+        recorded_command("tests.support.crash_child", json.dumps(args)),
         cwd=ROOT,
         env=os.environ.copy(),
     )

@@ -12,11 +12,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from tests.support.aws_action_recorder import recorded_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,9 +37,10 @@ def child_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 def spawn_child(
     children: list[subprocess.Popen[bytes]], module: str, payload: dict[str, Any]
 ) -> subprocess.Popen[bytes]:
-    """`python -m tests.support.<module> <payload as JSON>`, added to `children`."""
+    """`python -m tests.support.<module> <payload as JSON>`, added to `children`; its AWS
+    calls are recorded for the IAM policy check (tests/support/aws_action_recorder.py)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", f"tests.support.{module}", json.dumps(payload)],
+        recorded_command(f"tests.support.{module}", json.dumps(payload)),
         cwd=ROOT,
         env=os.environ.copy(),
     )

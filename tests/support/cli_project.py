@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.sample_data import write_sample_sources
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
+from tests.support.aws_action_recorder import recorded_command
 from tests.support.aws_server import AWS_TEST_ENV
 from tests.support.pipeline_env import write_streams
 
@@ -50,14 +50,15 @@ class CliProject:
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
         """`leasehold <args>` in its own process group (its Spark JVM with it), its output in a
-        log file per invocation."""
+        log file per invocation; its AWS calls are recorded for the IAM policy check
+        (tests/support/aws_action_recorder.py)."""
         self.invocations += 1
         log = self.root / "logs" / f"{self.invocations:02d}-{'-'.join(args)}.log"
         log.parent.mkdir(exist_ok=True)
         self.logs.append(log)
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "resources.cli.main", *args],
+                recorded_command("resources.cli.main", *args),
                 cwd=self.root,
                 env=self.env,
                 stdout=out,
