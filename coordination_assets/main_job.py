@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from dagster import (
     AddDynamicPartitionsRequest,
+    AssetCheckSeverity,
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
@@ -171,6 +172,9 @@ class MainJobReport:
     crashed_runs: list[str] = field(default_factory=list)
     """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
+    warned: list[str] = field(default_factory=list)
+    """Checks that did not pass with severity WARN (a dead letter, a partition waiting): said,
+    but not a failure, as in `leasehold check`."""
     check_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each check's metadata of this invocation's checks run (its counts: duplicates, ...)."""
     new_units: int = 0
@@ -212,6 +216,11 @@ class MainJobReport:
             if state != before:
                 gained[dt] = rows
         return gained
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """Checks that failed with severity ERROR: those fail the run."""
+        return [n for n, ok in self.checks.items() if not ok and n not in self.warned]
 
     @property
     def failed_partitions(self) -> list[str]:
@@ -344,15 +353,25 @@ def run_stream(
         )
         for evaluation in check_run.get_asset_check_evaluations():
             report.checks[evaluation.check_name] = evaluation.passed
+            if not evaluation.passed and evaluation.severity == AssetCheckSeverity.WARN:
+                report.warned.append(evaluation.check_name)
             report.check_metadata[evaluation.check_name] = {
                 k: v.value for k, v in evaluation.metadata.items()
             }
-        failed = [name for name, passed in report.checks.items() if not passed]
-        done.append(
-            f"{len(report.checks) - len(failed)} of {len(report.checks)} passed"
-            + (f"; FAILED: {', '.join(failed)}" if failed else "")
-        )
+        done.append(checks_verdict(report))
     return report
+
+
+def checks_verdict(report: MainJobReport) -> str:
+    """`all 13 passed`, `12 of 13 passed, 1 warned: lease_health`, or `FAILED: ...`."""
+    failed, warned, total = report.failed_checks, report.warned, len(report.checks)
+    parts = [f"FAILED: {', '.join(failed)}"] if failed else []
+    if warned:
+        parts.append(f"{len(warned)} warned: {', '.join(warned)}")
+    passed = total - len(failed) - len(warned)
+    if failed:
+        return "; ".join(parts)
+    return ", ".join([f"{passed} of {total} passed", *parts]) if warned else f"all {total} passed"
 
 
 def _add_rows(report: MainJobReport, metadata: Mapping[str, Any]) -> None:

@@ -206,7 +206,9 @@ def run_outcome(reports: Sequence[MainJobReport]) -> int:
     """Print what went wrong, one line each, and the exit status that says which kind."""
     crashed = [line for r in reports for line in r.crashed_runs]
     failed = [line for r in reports for line in r.failed_partitions]
-    checks = [name for r in reports for name, passed in r.checks.items() if not passed]
+    checks = [name for r in reports for name in r.failed_checks]
+    for name in (name for r in reports for name in r.warned):
+        print(f"leasehold: check warned: {name} (details: leasehold check)", file=sys.stderr)
     for line in crashed:
         print(f"leasehold: run failed: {' '.join(line.split())}", file=sys.stderr)
     for line in failed:

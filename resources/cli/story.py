@@ -84,9 +84,9 @@ def stream_table(
         lines.append("  " + "  ".join(cells) + ("  " + row[5] if row[5] else ""))
     if len(dates) > len(shown):
         lines.append(f"  (and {len(dates) - len(shown)} more dates: leasehold table ls {stream})")
-    failed = sorted(name for name, passed in report.checks.items() if not passed)
-    verdict = f"all {len(report.checks)} passed" if not failed else f"FAILED: {', '.join(failed)}"
-    lines.append(f"  checks: {verdict}")
+    from coordination_assets.main_job import checks_verdict
+
+    lines.append(f"  checks: {checks_verdict(report)}")
     return lines
 
 
