@@ -3,28 +3,32 @@
 `dagster dev` on 127.0.0.1 (webserver, daemon, code server of the repo's `workspace.yaml`) over
 a small generated source: 60 objects in 20 work units (3 objects each), one unit per Spark read
 so a run commits unit after unit. The test does what an operator does in the UI, with the
-documents the UI posts (`tests/support/dagster_graphql_ui.py`), and checks each time that what
-the UI shows is what the lease store says:
+documents the UI posts (`tests/support/dagster_graphql_ui.py`), and checks after each step that
+what the UI shows is what the lease store says:
 
 1. the asset graph: per stream ingested -> merged -> table, with descriptions, groups, owners,
-   kinds, column schemas and checks; the sensors;
-2. the discovery sensor's first range run is terminated mid-way (`terminateRuns`, the run
-   page's "Terminate"), the sensor switched off first so it asks for nothing more: the run ends
-   CANCELED, hands its leases back, and the UI shows materialized exactly the units it
-   committed;
+   kinds, column schemas and checks; the four sensors;
+2. the discovery sensor's first tick adds the 20 units as partitions; its range run is held in
+   the queue (`hold_sensor_ingestion_runs`), the sensors are switched off (`stopSensor`) and
+   the run terminated (`terminateRuns`): nothing ingested, the UI shows 20 missing;
 3. one unit is materialized as the asset page's "Materialize" does (implicit asset job, the
-   asset and its checks, the `dagster/partition` tag), and a backfill of two other units is
-   launched from the partition dialog at the same time: both SUCCESS, each unit COMPLETED once,
-   the materializations carrying `dagster/row_count`;
-4. a backfill of all partitions ingests what is left;
-5. at the end the UI's partition statuses equal the store's: COMPLETED <-> materialized.
+   asset and its checks, the `dagster/partition` tag) while a backfill of two other units runs
+   from the partition dialog: both SUCCESS, the materializations carry `dagster/row_count`;
+4. a backfill of all partitions, its run terminated mid-way once it committed a unit: CANCELED,
+   its leases handed back at once, the UI showing exactly the committed units materialized; at
+   the same time a backfill of the two units already done;
+5. at the end the UI's partition statuses equal the store's: COMPLETED <-> materialized, the
+   others missing (a canceled run marks nothing failed), none materializing.
 
 What the UI still gets wrong (issue 23) is recorded by the main test and asserted by the tests
 marked `xfail(strict=True)` at the end, so they flip when it is fixed.
 
-Budget: about 3 minutes on 2 busy cores, `dagster dev`'s start-up and the Spark start of each
-of the four ingestion runs being most of it. Every wait polls with a timeout and fails naming
-what it waited for and the last state it saw.
+Cost: four run processes, three with a SparkSession (the Materialize and the selection backfill
+in parallel). Measured: 8-9 minutes at a load average of 10-12 on 2 cores (other suites
+running beside it; not yet measured on idle cores), `dagster dev`'s start-up (2 minutes there)
+and each run's Spark start (1-2 minutes there) most of it. Every wait polls with a timeout
+and fails naming what it waited for, the last state it saw, the runs and the end of dagster
+dev's output.
 """
 
 from __future__ import annotations
