@@ -432,6 +432,13 @@ def test_the_ui_end_to_end(ui: Ui) -> None:
     for what, backfill_id in backfills.items():
         u.observed[f"backfill: {what}"] = wait_backfill_end(u, backfill_id, what, 90)
     assert u.observed["backfill: selection"]["status"] == "COMPLETED_SUCCESS"
+    again_runs = u.observed["backfill: done units again"]["runs"]
+    u.observed["done units again: the run's ingestion step"] = [
+        (e["eventType"], e["level"], (e["message"] or "")[:200])
+        for r in again_runs
+        for e in u.gql.run_logs(r["id"])
+        if e.get("stepKey") == "events__ingested"
+    ]
     u.observed["sensors at the end"] = {
         n: {"status": v["sensorState"]["status"], "ticks": v["sensorState"]["ticks"][:2]}
         for n, v in u.gql.sensors().items()
@@ -526,3 +533,36 @@ def test_checks_selected_by_a_ui_materialize_are_evaluated(ui: Ui) -> None:
     run = observed(ui, "materialize_run")
     statuses = {s for v in run["check_executions"].values() for s in v}
     assert statuses and "SKIPPED" not in statuses, run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_partition_added_by_hand_fails_saying_discovery_creates_them(ui: Ui) -> None:
+    """README "Late objects": a partition added by hand in the UI, without a source object,
+    fails saying partitions are created by discovery. What the UI shows afterwards (issue 23:
+    failed, for good) is recorded for the report."""
+    u = ui
+    u.wait_for(
+        "asset graph of the loaded code location",
+        lambda: u.dev.webserver_up() and "events/ingested" in u.gql.asset_nodes(),
+        timeout_s=300,
+        state=lambda: "webserver up" if u.dev.webserver_up() else "webserver not answering",
+    )
+    key = "by-hand/no-such-object.jsonl"
+    u.gql.add_dynamic_partition(f"{STREAM}_source_partitions", key)
+    assert key in u.statuses().keys
+    run_id = u.gql.materialize(INGESTED, key, sorted(INGESTION_CHECKS))
+    assert u.wait_run_end(run_id, "the Materialize run of the added partition", 300) == "FAILURE"
+    messages = [
+        (e["eventType"], (e["message"] or "")[:300])
+        for e in u.gql.run_logs(run_id)
+        if e.get("stepKey") == "events__ingested" and e["level"] in ("ERROR", "CRITICAL")
+    ]
+    shown = u.statuses()
+    u.observed["hand-added partition"] = {
+        "messages": messages,
+        "failed": key in shown.failed,
+        "store": key in u.items(),
+    }
+    u.note(f"hand-added partition: {json.dumps(u.observed['hand-added partition'])}")
+    assert any("discovery" in m for _, m in messages), messages

@@ -9,7 +9,9 @@ a test reads: `LaunchPipelineExecution` as the asset page's "Materialize" builds
 (`executionParamsForAssetJob`: asset and asset-check selection, the partition's tags),
 `LaunchPartitionBackfill` as the partition dialog builds it (`partitionNames` or
 `allPartitions: true`, `tags` with `dagster/from_ui`), `Terminate` (`terminateRuns`), the
-partition health query (`assetPartitionStatuses`), `StopRunningSensor` / `StartSensor`.
+partition health query (`assetPartitionStatuses`), `StopRunningSensor` / `StartSensor`,
+`AddDynamicPartitionMutation` (the dialog's "Add partition") and the run page's
+`RunLogsQuery`.
 
 Everything goes over HTTP with the standard library, so a failure shows the response as the
 UI would have received it. `DagsterGraphQLClient` (dagster_graphql's Python client) covers
@@ -290,6 +292,47 @@ query RunRootQuery($runId: ID!) {
     + PYTHON_ERROR
 )
 
+ADD_DYNAMIC_PARTITION = (
+    """
+mutation AddDynamicPartitionMutation(
+  $partitionsDefName: String!
+  $partitionKey: String!
+  $repositorySelector: RepositorySelector!
+) {
+  addDynamicPartition(
+    partitionsDefName: $partitionsDefName
+    partitionKey: $partitionKey
+    repositorySelector: $repositorySelector
+  ) {
+    __typename
+    ... on AddDynamicPartitionSuccess { partitionsDefName partitionKey }
+    ... on UnauthorizedError { message }
+    ...PythonErrorFragment
+  }
+}
+"""
+    + PYTHON_ERROR
+)
+
+RUN_LOGS = (
+    """
+query RunLogsQuery($runId: ID!, $cursor: String, $limit: Int) {
+  logsForRun(runId: $runId, afterCursor: $cursor, limit: $limit) {
+    ... on EventConnection {
+      events {
+        __typename
+        ... on MessageEvent { message level eventType stepKey }
+      }
+      cursor
+      hasMore
+    }
+    ...PythonErrorFragment
+  }
+}
+"""
+    + PYTHON_ERROR
+)
+
 RUNS = (
     """
 query RunsRootQuery($filter: RunsFilter) {
@@ -489,6 +532,33 @@ class DagsterUi:
         if "status" not in result:
             raise GraphQLError(f"runOrError {run_id}: {result}")
         return result
+
+    def add_dynamic_partition(self, partitions_def: str, key: str) -> None:
+        """The launch dialog's "Add partition" of a dynamic partitions definition."""
+        result = self.query(
+            ADD_DYNAMIC_PARTITION,
+            {
+                "partitionsDefName": partitions_def,
+                "partitionKey": key,
+                "repositorySelector": self.repository_selector,
+            },
+        )["addDynamicPartition"]
+        if result["__typename"] != "AddDynamicPartitionSuccess":
+            raise GraphQLError(f"addDynamicPartition: {result}")
+
+    def run_logs(self, run_id: str) -> list[dict[str, Any]]:
+        """The run page's event log: each event's type, level, step and message."""
+        events: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            result = self.query(RUN_LOGS, {"runId": run_id, "cursor": cursor, "limit": 1000})
+            connection = result["logsForRun"]
+            if "events" not in connection:
+                raise GraphQLError(f"logsForRun {run_id}: {connection}")
+            events.extend(connection["events"])
+            if not connection["hasMore"]:
+                return events
+            cursor = connection["cursor"]
 
     def runs(self, tags: dict[str, str]) -> list[dict[str, Any]]:
         """Runs carrying every tag of `tags`, newest first."""
