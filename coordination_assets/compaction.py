@@ -34,6 +34,7 @@ from coordination_assets.table_runs import fail_if_any, stays_due_line, table_se
 from resources.compaction import checks as suite
 from resources.compaction.merge_runner import MERGED, MergeOutcome
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.check_result import asset_check_result
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
@@ -97,8 +98,11 @@ def build_merge_asset(stream: str) -> AssetsDefinition:
         for outcome in runner.merge(todo):
             if outcome.outcome == MERGED:
                 failed.pop(outcome.dt, None)
+                metadata = outcome.metadata()
+                if outcome.partition_rows is not None:
+                    metadata = with_row_count(metadata, outcome.partition_rows)
                 yield AssetMaterialization(
-                    asset_key=context.asset_key, partition=outcome.dt, metadata=outcome.metadata()
+                    asset_key=context.asset_key, partition=outcome.dt, metadata=metadata
                 )
             elif not outcome.ok:
                 failed[outcome.dt] = merge_failure_line(outcome)

@@ -3,7 +3,8 @@
 Thin on purpose: domain logic lives in `resources/`; this file only says what exists. Per
 stream of `streams.yaml`: an ingestion asset and discovery sensor, a merge asset and merge
 sensor, a published-table asset and publication sensor, their checks and the checks sensor, a
-garbage-collection job and its hourly schedule. An invalid streams file, store, catalog or
+garbage-collection job and its hourly schedule; each asset with the owners, kinds and columns
+the UI shows (`presentation.py`). An invalid streams file, store, catalog or
 publication variable fails the code location at load, naming the field.
 """
 
@@ -23,6 +24,7 @@ from coordination_assets.ingestion import (
     build_ingestion_asset,
     build_ingestion_checks,
 )
+from coordination_assets.presentation import Presentation, presented
 from coordination_assets.publication import (
     build_gc_job,
     build_gc_schedule,
@@ -46,7 +48,9 @@ def build_definitions() -> Definitions:
     environment (`LakeSettings`), never from a resource: `from_env()` binds the resources'
     fields to `EnvVar`s, which resolve only in a run. Each `from_env()` validates its variables
     first, so a bad one fails the code location at load, naming the field."""
-    streams = sorted(LakeSettings.from_env().streams())
+    configs = LakeSettings.from_env().streams()
+    streams = sorted(configs)
+    shown = Presentation.from_env()
     checks = {
         s: [*build_ingestion_checks(s), *build_merge_checks(s), *build_publication_checks(s)]
         for s in streams
@@ -54,10 +58,16 @@ def build_definitions() -> Definitions:
     gc_jobs = {s: build_gc_job(s) for s in streams}
     return Definitions(
         assets=[
-            coordination_status,
-            *(build_ingestion_asset(s) for s in streams),
-            *(build_merge_asset(s) for s in streams),
-            *(build_publication_asset(s) for s in streams),
+            presented(coordination_status, shown, shown.status_kinds()),
+            *(
+                presented(build(s), shown, kinds, configs[s])
+                for build, kinds in (
+                    (build_ingestion_asset, shown.ingested_kinds()),
+                    (build_merge_asset, shown.merged_kinds()),
+                    (build_publication_asset, shown.table_kinds()),
+                )
+                for s in streams
+            ),
         ],
         asset_checks=[lease_health, *(c for s in streams for c in checks[s])],
         sensors=[

@@ -33,6 +33,7 @@ from dagster import (
 )
 
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.check_result import asset_check_result
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.discovery_tick import DiscoveryTick
@@ -110,7 +111,9 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                     continue
             if outcome.ok:
                 yield AssetMaterialization(
-                    asset_key=context.asset_key, partition=key, metadata=outcome.metadata()
+                    asset_key=context.asset_key,
+                    partition=key,
+                    metadata=with_row_count(outcome.metadata(), outcome.rows_written),
                 )
             else:
                 failed[key] = failure_line(key, outcome)

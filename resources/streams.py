@@ -263,6 +263,24 @@ class LakeConfigError(ConfigError):
         super().__init__(field, message, what="lake configuration")
 
 
+DEFAULT_ASSET_OWNER = "team:data-platform"
+_OWNER = re.compile(r"^(team:[A-Za-z0-9_.-]+|[^@\s,]+@[^@\s,]+\.[^@\s,]+)$")
+
+
+def owner_list(value: str) -> list[str]:
+    return [o.strip() for o in value.split(",") if o.strip()]
+
+
+def owners_problem(value: str) -> str | None:
+    """Dagster rejects an owner that is neither `team:<name>` nor an e-mail address, and would
+    do so at load with a message naming no setting: checked here, so the message names it."""
+    owners = owner_list(value)
+    if not owners:
+        return "must name at least one owner"
+    bad = [o for o in owners if not _OWNER.match(o)]
+    return f"{', '.join(map(repr, bad))}: an owner is `team:<name>` or an e-mail" if bad else None
+
+
 @dataclass(frozen=True)
 class LakeSettings(Settings):
     """Where the streams are configured, how their object stores are reached and how much work
@@ -349,8 +367,20 @@ class LakeSettings(Settings):
         check=iso_duration_problem,
     )
 
+    # Dagster shows an asset's owners on its page and filters the catalog by them; who answers
+    # for the pipeline's tables is a deployment's choice, not the code's.
+    asset_owners: str = setting(
+        DEFAULT_ASSET_OWNER,
+        env="LEASEHOLD_ASSET_OWNERS",
+        doc="owners of every asset Dagster shows, comma-separated: `team:<name>` or an e-mail",
+        check=owners_problem,
+    )
+
     def streams(self) -> dict[str, StreamConfig]:
         return load_streams(self.streams_path)
+
+    def owners(self) -> list[str]:
+        return owner_list(self.asset_owners)
 
     def scratch_dir(self) -> Path:
         return Path(self.work_dir) if self.work_dir else default_data_dir() / "work"

@@ -45,6 +45,7 @@ from resources.coordination.items import (
 )
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.runs import (
@@ -356,7 +357,9 @@ class DiscoveryTick:
             )
             events.append(
                 AssetMaterialization(
-                    asset_key=self.asset_key, partition=pk, metadata=outcome.metadata()
+                    asset_key=self.asset_key,
+                    partition=pk,
+                    metadata=with_row_count(outcome.metadata(), outcome.rows_written),
                 )
             )
         return events

@@ -28,6 +28,7 @@ from dagster import (
 )
 
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
@@ -56,6 +57,8 @@ def publication_materialization(
     }
     if recorded_by is not None:
         metadata["recorded_by"] = recorded_by
+    # The partition's rows as readers see them: the publication covers all of its rows.
+    metadata = with_row_count(metadata, publication.rows)
     return AssetMaterialization(asset_key=asset_key, partition=outcome.dt, metadata=metadata)
 
 

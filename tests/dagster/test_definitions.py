@@ -1,4 +1,5 @@
-"""The code location loads and validates, and its coordination asset and check run."""
+"""The code location loads and validates, its assets show what the UI shows about them, and its
+coordination asset and check run."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dagster import materialize
+import pytest
+from dagster import MetadataValue, materialize
 
 from coordination_assets.coordination_status import coordination_status, lease_health
+from coordination_assets.definitions import build_definitions
 from resources.coordination.backoff import ReopenBackoff
+from resources.dagster_resources.asset_metadata import COLUMN_SCHEMA, ROW_COUNT, with_row_count
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.errors import ConfigError
+from resources.streams import LakeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +55,65 @@ def test_coordination_status_asset_and_lease_health(tmp_path: Path) -> None:
     assert mat.metadata["events|partition/partitionsClosed"].value == 1
     (check,) = result.get_asset_check_evaluations()
     assert not check.passed and check.metadata["dead_letters"].value == 1
+
+
+def test_every_asset_shows_owners_kinds_group_and_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the UI shows about each asset, from the settings: owners (LEASEHOLD_ASSET_OWNERS),
+    the store's and Glue's kinds, the stream's columns; descriptions on every asset and check.
+    The GraphQL test (test_ui_graphql.py) sees the same through the webserver, slowly."""
+    from tests.support.pipeline_env import write_streams
+
+    streams = write_streams(tmp_path / "streams.yaml", "file:///src", "file:///lake")
+    monkeypatch.setenv("LEASEHOLD_STREAMS", str(streams))
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("LEASEHOLD_ASSET_OWNERS", "team:lake, ops@example.com")
+    monkeypatch.setenv("LEASEHOLD_CATALOG", "glue")
+    defs = build_definitions()
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    assert set(specs) == {"coordination_status", "events/ingested", "events/merged", "events/table"}
+    kinds = {
+        "coordination_status": {"sqlite"},
+        "events/ingested": {"spark", "parquet", "sqlite"},
+        "events/merged": {"spark", "parquet", "sqlite"},
+        "events/table": {"parquet", "sqlite", "glue"},
+    }
+    for key, spec in specs.items():
+        assert spec.description, key
+        assert spec.owners == ["team:lake", "ops@example.com"], key
+        assert spec.kinds == kinds[key], key
+        assert spec.group_name == ("coordination" if key == "coordination_status" else "events")
+        if key != "coordination_status":
+            schema = spec.metadata[COLUMN_SCHEMA]
+            assert [(c.name, c.type) for c in schema.columns] == [
+                ("event_id", "string"),
+                ("user_id", "string"),
+                ("amount", "double"),
+                ("event_time", "timestamp"),
+            ]
+            nullable = {c.name: c.constraints.nullable for c in schema.columns}
+            assert nullable == {
+                "event_id": False,
+                "user_id": True,
+                "amount": True,
+                "event_time": False,
+            }
+    for checks_def in defs.asset_checks or []:
+        for spec in checks_def.check_specs:
+            assert spec.description, spec.key
+
+
+def test_an_owner_dagster_would_reject_fails_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LEASEHOLD_ASSET_OWNERS", "data platform")
+    with pytest.raises(ConfigError) as err:
+        LakeSettings.from_env()
+    assert err.value.field == "asset_owners"
+
+
+def test_row_count_is_the_metadata_dagster_plots() -> None:
+    metadata = with_row_count({"rows_written": 30}, 30)
+    assert metadata[ROW_COUNT] == MetadataValue.int(30)
+    assert ROW_COUNT == "dagster/row_count"

@@ -88,6 +88,8 @@ def test_closed_days_are_merged_in_one_run_and_then_nothing_is_due(env: Pipeline
         assert metadata["rows"] == sum(
             o.row_count for o in store.ledger_objects(STREAM, event.partition)
         )
+        # The row count Dagster plots is the partition's merged rows (here one merge: the same).
+        assert metadata["dagster/row_count"] == metadata["partition_rows"] == metadata["rows"]
         assert metadata["upper"] == part.merged_upper == part.desired_manifest_version
         assert part.merge_due_at_ms is None
         assert chain_problems(store.merge_ranges(STREAM, part.dt), part.next_object_id) == []

@@ -106,6 +106,7 @@ def test_live_partitions_are_published_then_switched_after_their_merge(env: Pipe
         assert metadata["kind"] == "live" and metadata["switched"] is False
         assert (metadata["seq"], metadata["manifest_version"], metadata["upper"]) == (1, 0, 3)
         assert metadata["files"] == 3 and metadata["rows"] == committed_rows(env, dt)
+        assert metadata["dagster/row_count"] == metadata["rows"]  # what Dagster plots
         assert metadata["switched_now"] is False
         partition = catalog(env).partition(STREAM, dt)
         assert partition is not None
