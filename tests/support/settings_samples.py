@@ -42,6 +42,7 @@ VALID: dict[str, str] = {
     "LEASEHOLD_SPARK_REMOTE": "sc://127.0.0.1:15002",
     "LEASEHOLD_CATALOG": "glue",
     "LEASEHOLD_GLUE_ENDPOINT_URL": "http://127.0.0.1:5000",
+    "LEASEHOLD_ASSET_OWNERS": "team:ingestion,data-eng@example.com",
 }
 """Valid values where the derived one (`sample`) would not do."""
 
