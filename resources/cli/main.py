@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
+from resources.cli.doctor import DOCTOR_HELP, add_doctor_command
 from resources.cli.gc import cmd_gc
 from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(fn=cmd_config)
+    add_doctor_command(add("doctor", help=DOCTOR_HELP))
     purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)
     check = add(
