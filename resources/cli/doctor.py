@@ -392,13 +392,17 @@ def check_dagster() -> Check:
     try:
         storage = probe_instance(Path(home))
     except Exception as exc:  # noqa: BLE001 - Dagster's, SQLAlchemy's or psycopg2's
-        return Check(
-            what,
-            False,
-            f"{home}/dagster.yaml: {_error(exc)}",
+        fix = (
             "check the storage section of dagster.yaml and that its database is reachable "
-            "(DAGSTER_PG_URL for deploy/dagster.yaml)",
+            "(DAGSTER_PG_URL for deploy/dagster.yaml)"
         )
+        if "No module named 'psycopg'" in str(exc):
+            fix = (
+                "write the URL as postgresql+psycopg2://… (SQLAlchemy 2.1 reads a bare "
+                "postgresql:// as psycopg 3, which is not installed; dagster-postgres uses "
+                "psycopg2)"
+            )
+        return Check(what, False, f"{home}/dagster.yaml: {_error(exc)}", fix)
     return Check(what, True, storage.describe())
 
 

@@ -201,7 +201,9 @@ def test_an_unreachable_postgres_instance_is_named(
     home.mkdir()
     shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("DAGSTER_PG_URL", f"postgresql://postgres@127.0.0.1:{free_port()}/dagster")
+    monkeypatch.setenv(
+        "DAGSTER_PG_URL", f"postgresql+psycopg2://postgres@127.0.0.1:{free_port()}/dagster"
+    )
     monkeypatch.setenv("DAGSTER_COMPUTE_LOG_BUCKET", deployment.lake_bucket)
     monkeypatch.setenv("DAGSTER_COMPUTE_LOG_PREFIX", "compute-logs")
     bad = failed(run_checks(spark_query=False))

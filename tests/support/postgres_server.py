@@ -61,7 +61,9 @@ class LocalPostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+        """psycopg2's scheme spelled out: SQLAlchemy 2.1 takes a bare `postgresql://` for
+        psycopg 3, which dagster-postgres does not install (docs/production.md)."""
+        return f"postgresql+psycopg2://{USER}@127.0.0.1:{self.port}/{DATABASE}"
 
     @property
     def log_path(self) -> Path:
