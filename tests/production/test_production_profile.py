@@ -8,8 +8,11 @@ table`, and `dagster dev` (daemon, webserver, code server) for the sensors' path
 process reads back what a reader and an operator would: the published table through Glue and
 its manifests, the lease table, and the runs and materializations in Postgres.
 
-Budget: about 3 minutes on 2 busy cores, most of it Spark Connect's start and the sensors'
-30-second ticks; the data is tiny. Every wait is bounded and fails naming what it waited for.
+Time: 268 s measured on this project's shared 2-core machine (load average ~5): Spark
+Connect's start 25 s, doctor 33 s (its Spark query pays the server's first-query warm-up),
+`leasehold run` 62 s, the daemon path 132 s (`dagster dev`'s start ~45 s, then the sensors'
+30-second ticks and a run worker's start per run). The data is tiny: what costs is process
+starts. Every wait is bounded and fails naming what it waited for, with the state.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 SPARK_CONNECT_START_S = 180.0
 COMMAND_TIMEOUT_S = 180.0
-DAEMON_TIMEOUT_S = 300.0  # dagster dev's start, 4 sensor ticks 30 s apart, 4 runs
+DAEMON_TIMEOUT_S = 240.0  # dagster dev's start, 3 sensor ticks 30 s apart, 3 runs
 OBJECTS, RECORDS, MALFORMED_EVERY = 6, 20, 17
 LATE_OBJECTS = 2
 
@@ -380,15 +383,28 @@ def test_the_daemon_ingests_merges_and_publishes_new_objects(
             )
             return f"store: {dict(p.completed())}\nruns:\n{runs}\ndagster dev:\n{dev.log_tail(60)}"
 
-        def published_merged() -> bool:
-            """Every record once, and every date served from merged files: the late date's
-            live publication, then its merge, then the merged version's publication."""
+        def succeeded(tag: str) -> bool:
+            runs = instance.get_run_records(
+                RunsFilter(statuses=[DagsterRunStatus.SUCCESS], tags={tag: STREAM})
+            )
+            return any(r.create_timestamp.timestamp() >= started for r in runs)
+
+        def ingested_merged_published() -> bool:
+            """An ingestion, a merge and a publication run of the sensors ended in success,
+            and every record is published once: the late date's live version (publication
+            does not wait for its merge). The merged version's publication is one more tick
+            (30 s) not waited for: `leasehold run` above publishes merged versions."""
             assert dev.running(), f"dagster dev exited\n{state()}"
-            kinds = {x.partition.dt: x.kind for x in p.reader().ls(STREAM)}
-            return set(kinds.values()) == {"merged"} and p.published_ids() == expected
+            return (
+                all(succeeded(tag) for tag in (STREAM_TAG, MERGE_TAG, PUBLISH_TAG))
+                and p.published_ids() == expected
+            )
 
         wait_for(
-            "merged publication of the late objects", published_merged, DAEMON_TIMEOUT_S, state
+            "ingestion, merge and publication of the late objects",
+            ingested_merged_published,
+            DAEMON_TIMEOUT_S,
+            state,
         )
     finally:
         survivors = dev.stop()
@@ -400,14 +416,13 @@ def test_the_daemon_ingests_merges_and_publishes_new_objects(
         for r in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
         if r.create_timestamp.timestamp() >= started
     ]
-    tags = [r.dagster_run.tags for r in done]
-    assert any(t.get(STREAM_TAG) == STREAM for t in tags), tags
-    assert any(MERGE_TAG in t for t in tags), tags
-    assert any(PUBLISH_TAG in t for t in tags), tags
     new_runs = {r.dagster_run.run_id for r in done}
     for key in (ingestion_asset_key(STREAM), merge_asset_key(STREAM), table_asset_key(STREAM)):
         event = instance.get_latest_materialization_event(key)
         assert event is not None and event.run_id in new_runs, key
+    ingested = instance.get_materialized_partitions(ingestion_asset_key(STREAM))
+    assert any(k.startswith("2026/01/05/") for k in ingested), ingested
+    assert "2026-01-05" in instance.get_materialized_partitions(merge_asset_key(STREAM))
     # Each step's output went to S3 through deploy/dagster.yaml's compute log manager.
     logs = p.s3.list_objects_v2(Bucket=p.lake_bucket, Prefix="dagster-compute-logs/")
     assert logs.get("KeyCount", 0) > 0
