@@ -70,6 +70,14 @@ class LocalPostgres:
         return self.root / "postgres.log"
 
     def start(self, timeout_s: float = 60.0) -> LocalPostgres:
+        """Start it; on any failure stop what started and remove the directory."""
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout_s: float) -> LocalPostgres:
         data = self.root / "data"
         data.mkdir(parents=True)
         self.root.chmod(0o755)
@@ -108,7 +116,6 @@ class LocalPostgres:
             if ready.returncode == 0:
                 break
             if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(
                     f"PostgreSQL did not accept connections on 127.0.0.1:{self.port}:\n"
                     + self.log_path.read_text(errors="replace")[-2000:]
