@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
+from resources.cli.doctor import DOCTOR_HELP, add_doctor_command
 from resources.cli.gc import cmd_gc
 from resources.cli.init import add_init_parser
 from resources.cli.redrive import add_redrive_parser
@@ -396,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(fn=cmd_config)
+    add_doctor_command(add("doctor", help=DOCTOR_HELP))
     purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)
     check = add(

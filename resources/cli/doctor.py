@@ -1,0 +1,472 @@
+"""`leasehold doctor`: check a configuration end to end, before a run finds out the hard way.
+
+`leasehold config` validates values; this contacts what they name. A production profile
+(DynamoDB + S3 + Glue + a Spark cluster or Connect server + a Postgres-backed Dagster instance)
+fails in many places a value check cannot see — credentials, a table without its index, a
+bucket the role may not write, a Connect server that is down — and a run that meets one of
+those fails minutes in, in a log. Each check here prints PASS or FAIL, what it found and, on
+FAIL, what to change. Every check touches only scratch data it deletes again (a
+`leasehold-doctor|…` item, `_leasehold_doctor/…` objects). Exit 0 when all pass, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from resources.catalog.settings import CatalogSettings
+from resources.cli.config import effective_configuration
+from resources.errors import ConfigError
+from resources.objects.base import object_store_for
+from resources.retry import RetryPolicy
+from resources.settings import default_data_dir
+from resources.spark.session import SparkSettings
+from resources.stores.settings import StoreSettings, settings_from_env
+from resources.streams import LakeSettings
+
+SCRATCH_SID = "leasehold-doctor"
+SCRATCH_PREFIX = "_leasehold_doctor"
+SPARK_TIMEOUT_S = 180.0
+CONNECT_TIMEOUT_S = 3.0
+# A doctor reports; it does not wait out an outage: two quick attempts per call.
+DOCTOR_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.05, max_delay_s=0.2)
+CONFIG_FIX = "`leasehold config` shows every setting and its variable (README, Configuration)"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def text(self) -> str:
+        line = f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return line if self.ok or not self.fix else f"{line}\n      fix: {self.fix}"
+
+
+def _error(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:400] or type(exc).__name__
+
+
+# -- store ---------------------------------------------------------------------------------------
+
+
+def check_store(settings: StoreSettings) -> Iterator[Check]:
+    if settings.backend == "sqlite":
+        yield _check_sqlite(settings)
+        return
+    yield from _check_dynamodb(settings)
+
+
+def _check_sqlite(settings: StoreSettings) -> Check:
+    path = settings.resolved_sqlite_path().resolve()
+    where = path if path.exists() else path.parent
+    existing = next((p for p in [where, *where.parents] if p.exists()), Path("/"))
+    if os.access(existing, os.W_OK):
+        state = "exists" if path.exists() else "is created at the first run"
+        return Check("store: SQLite file writable", True, f"{path} {state}")
+    return Check(
+        "store: SQLite file writable",
+        False,
+        f"{existing} is not writable: the store {path} cannot be written",
+        "set LEASEHOLD_SQLITE_PATH (or LEASEHOLD_DATA_DIR) to a writable place",
+    )
+
+
+def _check_dynamodb(settings: StoreSettings) -> Iterator[Check]:
+    import boto3
+
+    from resources.coordination.items import ATTR
+    from resources.stores.dynamodb.client import DynamoDbClient
+    from resources.stores.dynamodb.table import GSI, describe_table, require_table
+
+    where = f"table {settings.table_name!r} in {settings.region} at " + (
+        settings.endpoint_url or "the AWS endpoint"
+    )
+    if not settings.sts_role_arn:
+        creds = boto3.session.Session(region_name=settings.region).get_credentials()
+        if creds is None:
+            yield Check(
+                "store: AWS credentials",
+                False,
+                "no AWS credentials found (environment, profile, container or instance role)",
+                "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with a role",
+            )
+            return
+    try:
+        client = DynamoDbClient(settings, retry=DOCTOR_RETRY)
+        table = describe_table(client, settings)
+    except Exception as exc:  # noqa: BLE001 - refused, unreachable, no such role: say it
+        yield Check(
+            "store: AWS credentials",
+            False,
+            f"{where}: DescribeTable failed: {_error(exc)}",
+            "check the credentials (or LEASEHOLD_STS_ROLE_ARN) may call dynamodb:DescribeTable "
+            "and that LEASEHOLD_DYNAMODB_ENDPOINT_URL/REGION are right",
+        )
+        return
+    yield Check("store: AWS credentials", True, f"DescribeTable answered for {where}")
+    if table is None:
+        yield Check(
+            "store: table exists",
+            False,
+            f"{where} does not exist",
+            "create it: one `leasehold run` (or the code location's start) without "
+            "LEASEHOLD_SKIP_TABLE_CREATION creates it with its keys, GSI and TTL; or fix "
+            "LEASEHOLD_DYNAMODB_TABLE / LEASEHOLD_DYNAMODB_REGION",
+        )
+        return
+    yield Check("store: table exists", True, f"{where}, {table.get('TableStatus', '?')}")
+    try:
+        require_table(client, settings)  # keys, the GSI, TTL when one is configured
+    except ConfigError as exc:
+        yield Check(
+            "store: keys, GSI and TTL",
+            False,
+            _error(exc),
+            "recreate the table as leasehold creates it (README, DynamoDB), or point "
+            "LEASEHOLD_DYNAMODB_TABLE at one that fits",
+        )
+        return
+    ttl = (
+        client.client.describe_time_to_live(TableName=settings.table_name)
+        .get("TimeToLiveDescription", {})
+        .get("TimeToLiveStatus", "DISABLED")
+    )
+    gsi = {i["IndexName"]: i.get("IndexStatus", "?") for i in table["GlobalSecondaryIndexes"]}
+    ttl_note = (
+        f"TTL {ttl} on {ATTR['expiration']!r}"
+        if settings.ttl
+        else f"TTL {ttl} (LEASEHOLD_TTL unset: items do not expire)"
+    )
+    if gsi[GSI] != "ACTIVE":
+        yield Check(
+            "store: keys, GSI and TTL",
+            False,
+            f"global secondary index {GSI!r} is {gsi[GSI]}, not ACTIVE",
+            "wait until the index is ACTIVE (it is being built) and run doctor again",
+        )
+        return
+    yield Check(
+        "store: keys, GSI and TTL",
+        True,
+        f"keys {ATTR['sid']}/{ATTR['key']}, index {GSI!r} ACTIVE, {ttl_note}",
+    )
+    key = {
+        ATTR["sid"]: {"S": f"{SCRATCH_SID}|{uuid.uuid4().hex}"},
+        ATTR["key"]: {"S": "scratch"},
+    }
+    try:
+        client.client.put_item(TableName=settings.table_name, Item=key)
+        got = client.client.get_item(TableName=settings.table_name, Key=key, ConsistentRead=True)
+        client.client.delete_item(TableName=settings.table_name, Key=key)
+        if "Item" not in got:
+            raise RuntimeError("the item written was not read back")
+    except Exception as exc:  # noqa: BLE001 - whatever the write path refuses, say it
+        yield Check(
+            "store: write, read, delete",
+            False,
+            f"a scratch item in {where}: {_error(exc)}",
+            "grant dynamodb:PutItem, GetItem, DeleteItem, Query, TransactWriteItems on the "
+            "table and its index",
+        )
+        return
+    yield Check("store: write, read, delete", True, f"a scratch item under {SCRATCH_SID!r}")
+
+
+# -- object stores -------------------------------------------------------------------------------
+
+
+def check_objects(lake: LakeSettings) -> Iterator[Check]:
+    for name, config in sorted(lake.streams().items()):
+        yield _check_source(lake, name, config.source)
+        for role, url in (("table", config.table), ("quarantine", config.quarantine)):
+            yield _check_writable(lake, name, role, url)
+
+
+def _bucket_fix(url: str) -> str:
+    if url.startswith("s3://"):
+        bucket = url[len("s3://") :].split("/", 1)[0]
+        return (
+            f"create bucket {bucket!r} or fix the stream's URL in the streams file; check "
+            "LEASEHOLD_S3_ENDPOINT_URL / LEASEHOLD_S3_REGION and the role's s3:ListBucket, "
+            "GetObject, PutObject, DeleteObject"
+        )
+    return "create the directory or fix the stream's URL in the streams file"
+
+
+def _check_source(lake: LakeSettings, name: str, url: str) -> Check:
+    what = f"objects: {name} source readable"
+    if url.startswith("file://") and not Path(url[len("file://") :]).exists():
+        # `leasehold run` writes a sample into a local source that is empty or missing.
+        return Check(what, True, f"{url} does not exist yet (`leasehold run` writes a sample)")
+    try:
+        store = object_store_for(url, endpoint_url=lake.s3_endpoint_url, region=lake.region)
+        found = store.list_after(None, 1)
+    except Exception as exc:  # noqa: BLE001
+        return Check(what, False, f"listing {url}: {_error(exc)}", _bucket_fix(url))
+    return Check(what, True, f"{url} listed ({'an object' if found else 'empty'})")
+
+
+def _check_writable(lake: LakeSettings, name: str, role: str, url: str) -> Check:
+    what = f"objects: {name} {role} writable"
+    key = f"{SCRATCH_PREFIX}/{uuid.uuid4().hex}"
+    data = b"leasehold doctor scratch object\n"
+    try:
+        store = object_store_for(url, endpoint_url=lake.s3_endpoint_url, region=lake.region)
+        store.put_bytes(key, data)
+        try:
+            if store.get_bytes(key) != data:
+                raise RuntimeError("the object read back differs from the one written")
+        finally:
+            store.delete(key)
+            if url.startswith("file://"):  # no empty scratch directory left in a local lake
+                with contextlib.suppress(OSError):
+                    (Path(url[len("file://") :]) / SCRATCH_PREFIX).rmdir()
+    except Exception as exc:  # noqa: BLE001
+        return Check(what, False, f"write+read+delete under {url}: {_error(exc)}", _bucket_fix(url))
+    return Check(what, True, f"wrote, read and deleted {url}/{key}")
+
+
+# -- catalog -------------------------------------------------------------------------------------
+
+
+def check_catalog(settings: CatalogSettings) -> Check:
+    if settings.catalog == "local":
+        path = settings.local_path().resolve()
+        existing = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("/"))
+        if os.access(existing, os.W_OK):
+            return Check("catalog: local file writable", True, str(path))
+        return Check(
+            "catalog: local file writable",
+            False,
+            f"{existing} is not writable: the catalog {path} cannot be written",
+            "set LEASEHOLD_CATALOG_PATH (or LEASEHOLD_DATA_DIR) to a writable place",
+        )
+    import boto3
+    from botocore.config import Config
+
+    glue = boto3.session.Session(region_name=settings.glue_region).client(
+        "glue",
+        endpoint_url=settings.glue_endpoint_url,
+        config=Config(retries={"total_max_attempts": 2}, connect_timeout=3, read_timeout=10),
+    )
+    where = f"Glue database {settings.glue_database!r} in {settings.glue_region} at " + (
+        settings.glue_endpoint_url or "the AWS endpoint"
+    )
+    request: dict[str, Any] = {"Name": settings.glue_database.lower()}
+    if settings.glue_catalog_id:
+        request["CatalogId"] = settings.glue_catalog_id
+    try:
+        glue.get_database(**request)
+    except Exception as exc:  # noqa: BLE001
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        if code == "EntityNotFoundException":
+            return Check(
+                "catalog: Glue database exists",
+                False,
+                f"{where} does not exist",
+                "create it (`aws glue create-database --database-input "
+                f"Name={settings.glue_database.lower()}`), or let the first publication create "
+                "it (needs glue:CreateDatabase); or fix LEASEHOLD_GLUE_DATABASE",
+            )
+        return Check(
+            "catalog: Glue database exists",
+            False,
+            f"{where}: {_error(exc)}",
+            "check the credentials may call glue:GetDatabase, GetTable(s), CreateTable, "
+            "UpdateTable, GetPartition(s), CreatePartition, UpdatePartition; and "
+            "LEASEHOLD_GLUE_ENDPOINT_URL / LEASEHOLD_GLUE_REGION",
+        )
+    return Check("catalog: Glue database exists", True, where)
+
+
+# -- Spark ---------------------------------------------------------------------------------------
+
+SPARK_PROBE = (
+    "from resources.spark.session import build_spark_session\n"
+    "spark = build_spark_session(app_name='leasehold-doctor')\n"
+    "assert spark.range(3).count() == 3\n"
+    "print('spark ok', spark.version)\n"
+)
+
+
+def connect_address(remote: str) -> tuple[str, int] | None:
+    """Host and port of an `sc://host:port/...` URL (15002, Spark Connect's default, when
+    none); None for `local[N]` (a Connect server this process would start itself)."""
+    if not remote.startswith("sc://"):
+        return None
+    parsed = urlparse("http://" + remote[len("sc://") :])
+    return parsed.hostname or "localhost", parsed.port or 15002
+
+
+def check_spark(settings: SparkSettings, timeout_s: float, run: bool = True) -> Iterator[Check]:
+    address = connect_address(settings.remote) if settings.remote else None
+    if address is not None:
+        host, port = address
+        try:
+            socket.create_connection(address, timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            yield Check(
+                "spark: Connect server reachable",
+                False,
+                f"{settings.remote}: nothing answers at {host}:{port} ({_error(exc)})",
+                "start the server ($SPARK_HOME/sbin/start-connect-server.sh, see "
+                "docs/production.md) or fix LEASEHOLD_SPARK_REMOTE",
+            )
+            return
+        yield Check("spark: Connect server reachable", True, f"{host}:{port} accepts connections")
+    if not run:
+        return
+    where = settings.remote or settings.master or "local[*]"
+    started = time.monotonic()
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", SPARK_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        yield Check(
+            "spark: session runs a query",
+            False,
+            f"{where}: no answer within {timeout_s:.0f} s",
+            "check the master / Connect server has free executors (or raise --spark-timeout)",
+        )
+        return
+    took = time.monotonic() - started
+    if probe.returncode != 0 or "spark ok" not in probe.stdout:
+        lines = [line for line in probe.stderr.splitlines() if line.strip()]
+        why = next(
+            (line for line in reversed(lines) if "Error" in line), lines[-1] if lines else ""
+        )
+        yield Check(
+            "spark: session runs a query",
+            False,
+            f"{where}: {' '.join(why.split())[:400]}",
+            "check LEASEHOLD_SPARK_MASTER / LEASEHOLD_SPARK_REMOTE, JAVA_HOME (Java 17) for a "
+            "master, and that the server's Spark version matches pyspark's",
+        )
+        return
+    version = probe.stdout.strip().split()[-1]
+    yield Check("spark: session runs a query", True, f"{where}: Spark {version}, {took:.1f} s")
+
+
+# -- Dagster -------------------------------------------------------------------------------------
+
+
+def check_dagster() -> Check:
+    from coordination_assets.instance_check import probe_instance
+
+    home = os.environ.get("DAGSTER_HOME")
+    what = "dagster: instance storage answers"
+    if not home:
+        default = default_data_dir() / "dagster_home"
+        return Check(
+            what,
+            True,
+            f"DAGSTER_HOME unset: `leasehold run` uses the embedded SQLite instance at {default}"
+            " (the daemon and webserver need DAGSTER_HOME: docs/production.md)",
+        )
+    if not (Path(home) / "dagster.yaml").exists():
+        return Check(
+            what,
+            False,
+            f"{home}/dagster.yaml does not exist",
+            "copy deploy/dagster.yaml there (Postgres storage; docs/production.md)",
+        )
+    try:
+        storage = probe_instance(Path(home))
+    except Exception as exc:  # noqa: BLE001 - Dagster's, SQLAlchemy's or psycopg2's
+        fix = (
+            "check the storage section of dagster.yaml and that its database is reachable "
+            "(DAGSTER_PG_URL for deploy/dagster.yaml)"
+        )
+        if "No module named 'psycopg'" in str(exc):
+            fix = (
+                "write the URL as postgresql+psycopg2://… (SQLAlchemy 2.1 reads a bare "
+                "postgresql:// as psycopg 3, which is not installed; dagster-postgres uses "
+                "psycopg2)"
+            )
+        return Check(what, False, f"{home}/dagster.yaml: {_error(exc)}", fix)
+    return Check(what, True, storage.describe())
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def run_checks(
+    *, spark_timeout_s: float = SPARK_TIMEOUT_S, spark_query: bool = True
+) -> list[Check]:
+    """Every check, in the order a run needs what they check. A configuration that does not
+    validate stops here: every other check would read the same bad values."""
+    try:
+        config = effective_configuration()
+    except ConfigError as exc:
+        return [Check("configuration valid", False, _error(exc), CONFIG_FIX)]
+    checks = [
+        Check(
+            "configuration valid",
+            True,
+            f"{len(config.settings)} settings, streams: {', '.join(config.streams)}",
+        )
+    ]
+    steps: list[Callable[[], Iterator[Check] | Check]] = [
+        lambda: check_store(settings_from_env()),
+        lambda: check_objects(LakeSettings.from_env()),
+        lambda: check_catalog(CatalogSettings.from_env()),
+        lambda: check_spark(SparkSettings.from_env(), spark_timeout_s, spark_query),
+        check_dagster,
+    ]
+    for step in steps:
+        found = step()
+        checks += [found] if isinstance(found, Check) else list(found)
+    return checks
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = run_checks(spark_timeout_s=args.spark_timeout, spark_query=not args.no_spark_query)
+    ok = all(c.ok for c in checks)
+    if args.json:
+        print(json.dumps({"ok": ok, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        print("\n".join(c.text() for c in checks))
+        failed = sum(not c.ok for c in checks)
+        print(f"\n{len(checks) - failed} passed, {failed} failed")
+    return 0 if ok else 1
+
+
+def add_doctor_command(doctor: argparse.ArgumentParser) -> None:
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument(
+        "--spark-timeout",
+        type=float,
+        default=SPARK_TIMEOUT_S,
+        help="seconds the Spark check may take to start a session and run a query",
+    )
+    doctor.add_argument(
+        "--no-spark-query",
+        action="store_true",
+        help="check only that a Connect server answers; start no Spark session",
+    )
+    doctor.set_defaults(fn=cmd_doctor)
+
+
+DOCTOR_HELP = (
+    "check the configuration end to end: credentials, store table (keys, GSI, TTL), buckets, "
+    "catalog, Spark, Dagster storage; PASS/FAIL each with the fix (exit 1 if one fails)"
+)
