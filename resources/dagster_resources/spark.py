@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from dagster import InitResourceContext
-from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
 from resources.dagster_resources.env import settings_resource
@@ -55,6 +54,10 @@ class SparkResource(settings_resource(SparkSettings)):
                 self._session = build_spark_session(remote=self.remote)
                 self._owned = True
             else:
+                # Imported here: dagster_pyspark imports pyspark.sql (~1.3 s), which a run or
+                # a code location load that starts no Spark should not pay.
+                from dagster_pyspark import LazyPySparkResource
+
                 pyspark = LazyPySparkResource(spark_config=session_conf(self.master))
                 with starting_spark(self.master, None, self.log_file):
                     self._session = pyspark.spark_session
