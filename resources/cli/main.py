@@ -320,7 +320,7 @@ EXIT_CHECK_FAILED = 4
 
 EPILOG = """\
 exit status:
-  0  success (`check`: every check passed or only warned)
+  0  success (`check`, `run`: every check passed or only warned)
   1  failure: a store, object store or catalog unreachable, no store or catalog where one
      was looked for, a table or date the catalog does not have, a run that crashed, a stream
      whose garbage collection stopped (`gc` collects the others), a key `redrive` did not

@@ -82,12 +82,22 @@ class LocalPostgres:
         data.mkdir(parents=True)
         self.root.chmod(0o755)
         demote, user = _demote()
+        bin_dir = _bin_dir()
         if user is not None:
             for path in (self.root, data):
                 os.chown(path, user.pw_uid, user.pw_gid)
+            # `nobody` must also reach the binaries: a checkout under a root-only directory
+            # (`mktemp -d`, as CI's clean clone) hides the wheel's. A copy (~40 MB) of its own
+            # here, laid out as in site-packages: the binaries find share/ and lib/ relative
+            # to themselves, and their shared libraries at $ORIGIN/../../../pgserver.libs.
+            package = bin_dir.parent.parent
+            shutil.copytree(bin_dir.parent, self.root / "pgserver" / "pginstall", symlinks=True)
+            libs = package.parent / "pgserver.libs"
+            shutil.copytree(libs, self.root / "pgserver.libs", symlinks=True)
+            bin_dir = self.root / "pgserver" / "pginstall" / "bin"
         env = {**os.environ, "LC_ALL": "C"}
         subprocess.run(
-            [str(_bin_dir() / "initdb"), "-D", str(data), "-U", USER, "--auth=trust"]
+            [str(bin_dir / "initdb"), "-D", str(data), "-U", USER, "--auth=trust"]
             + ["--encoding=UTF8", "--no-sync", "--no-instructions"],
             check=True,
             stdout=subprocess.PIPE,
@@ -98,7 +108,7 @@ class LocalPostgres:
         )
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [str(_bin_dir() / "postgres"), "-D", str(data), "-h", "127.0.0.1"]
+                [str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1"]
                 + ["-p", str(self.port), "-k", "", "-c", "fsync=off"]
                 + ["-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
                 stdout=log,
@@ -110,7 +120,7 @@ class LocalPostgres:
         deadline = time.monotonic() + timeout_s
         while True:
             ready = subprocess.run(
-                [str(_bin_dir() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
+                [str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
                 capture_output=True,
             )
             if ready.returncode == 0:
@@ -122,7 +132,7 @@ class LocalPostgres:
                 )
             time.sleep(0.2)
         subprocess.run(
-            [str(_bin_dir() / "createdb"), "-h", "127.0.0.1", "-p", str(self.port)]
+            [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port)]
             + ["-U", USER, DATABASE],
             check=True,
             capture_output=True,
