@@ -57,6 +57,7 @@ IAM_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
         ("glue", op): (f"glue:{op}",)
         for op in (
             "CreateDatabase",
+            "GetDatabase",
             "GetTable",
             "GetTables",
             "CreateTable",
