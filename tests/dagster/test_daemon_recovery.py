@@ -53,7 +53,7 @@ from resources.ingestion.partition_keys import to_partition_key
 from resources.ingestion.sample_data import write_sample_sources
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
-from tests.support.dagster_dev import DagsterDev
+from tests.support.dagster_dev import DagsterDev, project_env
 from tests.support.pipeline_env import STREAM, write_streams
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -210,24 +210,6 @@ def status_of(daemon: Daemon, run_id: str) -> DagsterRunStatus:
     return run.status
 
 
-def child_env(root: Path, streams: Path, data_dir: Path, home: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LEASEHOLD_", "DAGSTER_", "PYSPARK_"))
-    }
-    return {
-        **env,
-        "DAGSTER_HOME": str(home),
-        "PYTHONPATH": str(REPO),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "LEASEHOLD_STREAMS": str(streams),
-        "LEASEHOLD_DATA_DIR": str(data_dir),
-        "LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS": str(int(LEASE_TIMEOUT_S)),
-        "LEASEHOLD_CHUNK_SIZE": str(CHUNK_SIZE),
-    }
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     root = tmp_path_factory.mktemp("daemon")
@@ -241,7 +223,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         f.write("    merge: {close_grace: P3650D, interval: P3650D}\n")
     data_dir.mkdir()
     write_instance_yaml(home)
-    env = child_env(root, streams, data_dir, home)
+    env = project_env(
+        streams, data_dir, home, lease_timeout_s=LEASE_TIMEOUT_S, chunk_size=CHUNK_SIZE
+    )
     # The repo's own workspace: its code location loads by a path relative to the file and
     # works in the repo directory; every path leasehold gets here is absolute.
     dev = DagsterDev(

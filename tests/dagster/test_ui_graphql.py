@@ -34,7 +34,6 @@ dev's output.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -55,7 +54,7 @@ from resources.ingestion.sample_data import write_sample_sources
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
 from tests.support import dagster_graphql_ui
-from tests.support.dagster_dev import DagsterDev
+from tests.support.dagster_dev import DagsterDev, project_env
 from tests.support.dagster_graphql_ui import (
     TERMINAL_BACKFILL_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -164,26 +163,6 @@ def hold_sensor_ingestion_runs(instance_yaml: Path) -> None:
     instance_yaml.write_text(text.replace(limit, f"key: {STREAM_TAG}\n        limit: 0\n"))
 
 
-def child_env(root: Path, streams: Path, data_dir: Path, home: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LEASEHOLD_", "DAGSTER_", "PYSPARK_"))
-    }
-    return {
-        **env,
-        "DAGSTER_HOME": str(home),
-        "PYTHONPATH": str(REPO),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "LEASEHOLD_STREAMS": str(streams),
-        "LEASEHOLD_DATA_DIR": str(data_dir),
-        "LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS": str(int(LEASE_TIMEOUT_S)),
-        # One unit per Spark read: the run commits unit after unit, so there is a moment
-        # with some, not all, committed to terminate it at.
-        "LEASEHOLD_CHUNK_SIZE": str(OBJECTS_PER_UNIT),
-    }
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
     root = tmp_path_factory.mktemp("ui")
@@ -202,7 +181,11 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
         f.write("    merge: {close_grace: P3650D, interval: P3650D}\n")
     data_dir.mkdir()
     hold_sensor_ingestion_runs(write_instance_yaml(home))
-    env = child_env(root, streams, data_dir, home)
+    # One unit per Spark read: the run commits unit after unit, so there is a moment with
+    # some, not all, committed to terminate it at.
+    env = project_env(
+        streams, data_dir, home, lease_timeout_s=LEASE_TIMEOUT_S, chunk_size=OBJECTS_PER_UNIT
+    )
     dev = DagsterDev(
         REPO / "workspace.yaml", env, root / "dagster_dev.log", f"LEASEHOLD_DATA_DIR={data_dir}"
     )

@@ -127,3 +127,26 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def project_env(
+    streams: Path, data_dir: Path, home: Path, *, lease_timeout_s: float, chunk_size: int
+) -> dict[str, str]:
+    """The environment of a `dagster dev` project: this process's, without any LEASEHOLD_,
+    DAGSTER_ or PYSPARK_ variable of its own, plus the project's streams, data directory,
+    Dagster home, lease timeout and chunk size, as a user configures them."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LEASEHOLD_", "DAGSTER_", "PYSPARK_"))
+    }
+    return {
+        **env,
+        "DAGSTER_HOME": str(home),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "LEASEHOLD_STREAMS": str(streams),
+        "LEASEHOLD_DATA_DIR": str(data_dir),
+        "LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS": str(int(lease_timeout_s)),
+        "LEASEHOLD_CHUNK_SIZE": str(chunk_size),
+    }
