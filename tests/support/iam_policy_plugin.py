@@ -9,6 +9,9 @@ from no path), no `-k`/`-m`/`--ignore`/deselection, every collected test run thr
 none failed — since only then is "never called" evidence. A problem fails the run (exit status
 1, so the CI command `python -m pytest` fails) and is listed in the terminal summary, which
 with `-v` also lists every action recorded and the API operations that needed it.
+
+Under pytest-xdist each worker records into the directory as a child process does, and the
+controller compares at its session finish.
 """
 
 from __future__ import annotations
@@ -42,10 +45,18 @@ RUN = _Run()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if is_xdist_worker(config):
+        # The controller set the directory before starting its workers: a worker records
+        # there, as a child process does, and the controller compares at its session finish.
+        RUN.recorder = ActionRecorder(Path(os.environ[RECORD_DIR_ENV]) / f"{os.getpid()}.tsv")
     RUN.recorder.install()
     if RECORD_DIR_ENV not in os.environ:  # not already inside a recorded run
         RUN.children_dir = Path(tempfile.mkdtemp(prefix="iam-actions-"))
         os.environ[RECORD_DIR_ENV] = str(RUN.children_dir)
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -76,18 +87,22 @@ def whole_suite(session: pytest.Session) -> str | None:
     option = config.option
     if option.keyword or option.markexpr or option.ignore or option.ignore_glob:
         return "tests were selected (-k, -m or --ignore)"
+    # Under xdist the workers collect and deselect; the controller sees only these options.
+    if option.deselect or option.lf or option.stepwise:
+        return "tests were deselected (--deselect, --lf or --sw)"
     if RUN.deselected:
         return f"{RUN.deselected} tests were deselected"
     if session.testsfailed:
         return f"{session.testsfailed} tests failed"
-    if RUN.finished < len(session.items):
-        return f"{len(session.items) - RUN.finished} collected tests did not run"
+    # `testscollected`, not `items`: under xdist the controller holds no items of its own.
+    if RUN.finished < session.testscollected:
+        return f"{session.testscollected - RUN.finished} collected tests did not run"
     return None
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Compare the actions called with the policy; a problem fails the run."""
-    if session.config.option.collectonly:
+    if session.config.option.collectonly or is_xdist_worker(session.config):
         return
     children = RUN.recorder.merge_children(RUN.children_dir) if RUN.children_dir else 0
     partial = whole_suite(session)
