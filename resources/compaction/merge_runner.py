@@ -21,6 +21,7 @@ import logging
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -133,6 +134,7 @@ class MergeRunner:
         work_dir: Path,
         planner: MergePlanner | None = None,
         on_step: Callable[[str, str], None] | None = None,
+        parallel: int = 1,
     ) -> None:
         self.config = config
         self.table = table
@@ -147,23 +149,37 @@ class MergeRunner:
         # stop the process there.
         self.on_step = on_step or (lambda step, dt: None)
         self.job_sid = store.source_identifier(table, ItemType.MERGE_JOB)
+        self.parallel = parallel
 
     # -- merging -------------------------------------------------------------------------------
 
     def merge(self, dts: Sequence[str]) -> Iterator[MergeOutcome]:
-        """Outcomes of merging each table partition, in order; never raises for one partition's
-        failure. A carried-over partition (limits left objects behind; its job is due again at
-        once) is merged again in this run, up to `MAX_MERGES_PER_PARTITION` times: one run
-        works through a big backlog, and a longer one is left to the next run."""
+        """Outcomes of merging each table partition, in the order of `dts`; never raises for one
+        partition's failure. A carried-over partition (limits left objects behind; its job is
+        due again at once) is merged again in this run, up to `MAX_MERGES_PER_PARTITION` times:
+        one run works through a big backlog, and a longer one is left to the next run.
+
+        Up to `parallel` partitions are merged at once, each on its own thread with its own
+        lease: a merge is one Spark task (one sorted file, no shuffle), so one at a time left
+        all cores but one idle while a closed backlog waited (BENCHMARKS.md, "The whole main
+        job")."""
         if not dts:
             return
         self.store.create_partitions(self.job_sid, list(dts))
-        for dt in dts:
-            for _ in range(MAX_MERGES_PER_PARTITION):
-                outcome = self.merge_one(dt)
-                yield outcome
-                if not (outcome.outcome == MERGED and outcome.carry_over):
-                    break
+        workers = max(1, min(self.parallel, len(dts)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="leasehold-merge") as pool:
+            merging = [pool.submit(self._merge_partition, dt) for dt in dts]
+            for outcomes in merging:
+                yield from outcomes.result()
+
+    def _merge_partition(self, dt: str) -> list[MergeOutcome]:
+        outcomes = []
+        for _ in range(MAX_MERGES_PER_PARTITION):
+            outcome = self.merge_one(dt)
+            outcomes.append(outcome)
+            if not (outcome.outcome == MERGED and outcome.carry_over):
+                break
+        return outcomes
 
     def merge_one(self, dt: str) -> MergeOutcome:
         try:

@@ -8,6 +8,8 @@ Dagster and of any one object store. The run's one SparkSession is `SparkResourc
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -132,11 +134,16 @@ class LakeResource(settings_resource(LakeSettings)):
     ) -> MergeRunner:
         config = self.stream(stream)
 
-        @functools.cache
+        made: list[MergeWriter] = []
+        lock = threading.Lock()
+
         def writer() -> MergeWriter:  # Spark starts only if something is merged
             from resources.compaction.merge_writer import MergeWriter
 
-            return MergeWriter(spark.session(), config)
+            with lock:  # merges run on several threads; one writer, one session start
+                if not made:
+                    made.append(MergeWriter(spark.session(), config))
+                return made[0]
 
         return MergeRunner(
             config=config,
@@ -148,4 +155,5 @@ class LakeResource(settings_resource(LakeSettings)):
             write=lambda inputs, target: writer().write(inputs, target),
             work_dir=self.scratch_dir(),
             on_step=on_step,
+            parallel=os.cpu_count() or 1,
         )
