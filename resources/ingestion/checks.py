@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from resources.coordination.health import INDEX_LAG_MS, completed_since
 from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
@@ -156,7 +159,7 @@ class DuplicateReport:
         }
 
 
-ReadColumn = Callable[[Sequence[str], str], list[Any]]
+ReadColumn = Callable[[Sequence[str], str], pa.ChunkedArray]
 """(object URLs, column) -> the column's values across those objects."""
 
 
@@ -182,7 +185,13 @@ def find_duplicate_ids(
         ids = read_column([f.url for f in files], record_id)
         report.partitions_checked += 1
         report.rows_checked += len(ids)
-        repeated = [str(i) for i, n in Counter(ids).items() if n > 1]
+        counts = pc.value_counts(ids)
+        repeated = [
+            str(i)
+            for i in counts.field("values")
+            .filter(pc.greater(counts.field("counts"), 1))
+            .to_pylist()
+        ]
         if repeated:
             report.duplicates[dt] = sorted(repeated)
     return report

@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,13 +89,18 @@ class ObjectStore(ABC):
             raise ObjectStoreError(f"{url!r} is not under {self.root_url!r}")
         return url[len(prefix) :]
 
-    def read_column(self, urls: list[str], column: str) -> list[Any]:
-        """One column across Parquet objects named by URL (the ledger's names)."""
-        values: list[Any] = []
+    def read_column(self, urls: list[str], column: str) -> pa.ChunkedArray:
+        """One column across Parquet objects named by URL (the ledger's names), as Arrow: a
+        check counts millions of record ids, which as Python objects cost seconds (BENCHMARKS.md,
+        "The whole main job")."""
+        chunks: list[pa.Array] = []
         for url in urls:
             table = pq.read_table(io.BytesIO(self.get_bytes(self.key_of(url))), columns=[column])
-            values.extend(table.column(column).to_pylist())
-        return values
+            chunks.extend(table.column(column).chunks)
+        if not chunks:
+            return pa.chunked_array([], pa.null())
+        first = chunks[0].type  # a merged object (Spark) and a small one (pyarrow) may differ
+        return pa.chunked_array([c if c.type == first else c.cast(first) for c in chunks])
 
 
 PARQUET_MAGIC = b"PAR1"

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from resources.check_outcome import CheckOutcome
 from resources.coordination import health
 from resources.coordination.backoff import ReopenBackoff
@@ -156,7 +158,7 @@ def completeness(store: LeaseStore, lister: Lister, full: bool = False) -> Check
         config(),
         table=STREAM,
         lister=lister,
-        read_column=lambda urls, column: [],
+        read_column=lambda urls, column: pa.chunked_array([], pa.string()),
         ownership_timeout_s=60,
         unassigned_retry_after_s=1800,
         full=full,

@@ -72,7 +72,7 @@ def test_move_file_publishes_and_urls_map_back(objects: ObjectStore, tmp_path: P
     url = objects.move_file(local, "dt=2026-01-01/att-1.parquet")
     assert not local.exists()
     assert objects.key_of(url) == "dt=2026-01-01/att-1.parquet"
-    assert objects.read_column([url], "id") == ["a", "b"]
+    assert objects.read_column([url], "id").to_pylist() == ["a", "b"]
     table = pq.read_table(io.BytesIO(objects.get_bytes("dt=2026-01-01/att-1.parquet")))
     assert table.num_rows == 2
 
