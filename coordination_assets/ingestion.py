@@ -15,9 +15,11 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
+    AssetRecordsFilter,
     AssetsDefinition,
     AssetSelection,
     BackfillPolicy,
+    DagsterInstance,
     DefaultSensorStatus,
     DynamicPartitionsDefinition,
     Failure,
@@ -50,7 +52,12 @@ from resources.dagster_resources.spark import SparkResource
 from resources.ingestion import check_suite as suite
 from resources.ingestion.check_suite import CheckOutcome
 from resources.ingestion.partition_keys import from_partition_key
-from resources.ingestion.runner import ALREADY_COMPLETE, LOST_LEASE, PartitionOutcome
+from resources.ingestion.runner import (
+    ALREADY_COMPLETE,
+    LOST_LEASE,
+    UNKNOWN_PARTITION,
+    PartitionOutcome,
+)
 
 
 def main_job_cursor_key(stream: str) -> str:
@@ -98,23 +105,30 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
             )
         runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
         failed: dict[str, str] = {}  # partition key -> failure line
-        recorded: set[str] | None = None
         by_source = {from_partition_key(k): k for k in keys}
         for outcome in runner.ingest(list(by_source)):
             key = by_source[outcome.source_key]
-            if outcome.outcome == ALREADY_COMPLETE:
-                # Its materialization is already recorded, with the commit's counts: a new one
-                # would hide it. Recorded only if Dagster never heard of the commit.
-                if recorded is None:
-                    recorded = context.instance.get_materialized_partitions(context.asset_key)
-                if key in recorded:
-                    continue
             if outcome.ok:
+                metadata = with_row_count(outcome.metadata(), outcome.rows_written)
+                if outcome.outcome == ALREADY_COMPLETE:
+                    # Recorded again, with its commit's own counts, so that a backfill or a
+                    # Materialize of a complete partition counts it materialized (issue 23);
+                    # `recorded_before` tells a report not to count its rows twice.
+                    before = recorded_before(context.instance, context.asset_key, key)
+                    metadata[RECORDED_BEFORE] = before
+                    context.log.info(
+                        f"{key}: already complete ({outcome.message}); recorded "
+                        + ("again with its commit's counts" if before else "for the first time")
+                    )
                 yield AssetMaterialization(
-                    asset_key=context.asset_key,
-                    partition=key,
-                    metadata=with_row_count(outcome.metadata(), outcome.rows_written),
+                    asset_key=context.asset_key, partition=key, metadata=metadata
                 )
+            elif outcome.outcome == UNKNOWN_PARTITION:
+                # Added by hand (or its item expired): nothing can ever ingest it under this
+                # key, so it leaves Dagster's partitions instead of staying failed for good.
+                context.instance.delete_dynamic_partition(partitions.name, key)
+                failed[key] = failure_line(key, outcome) + "; removed from the partitions"
+                context.log.error(failed[key])
             else:
                 failed[key] = failure_line(key, outcome)
                 context.log.error(failed[key])
@@ -141,6 +155,18 @@ FAILED_KEYS = "failed_partition_keys"
 # When a partition that failed in a run is tried again, where the runner's message does not
 # say (an unreadable object's says when its CLOSED item reopens).
 RETRY_HINTS = {LOST_LEASE: "retried once that lease expires, unless its owner finishes it"}
+
+
+RECORDED_BEFORE = "recorded_before"
+
+
+def recorded_before(instance: DagsterInstance, asset_key: AssetKey, key: str) -> bool:
+    """Whether Dagster holds a materialization of the partition: one indexed query per
+    already-complete partition, not a scan of every partition ever materialized."""
+    found = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
+    )
+    return bool(found.records)
 
 
 def failure_line(key: str, outcome: PartitionOutcome) -> str:

@@ -53,6 +53,7 @@ from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import (
     FAILED_KEYS,
     FAILED_PARTITIONS,
+    RECORDED_BEFORE,
     build_discovery_sensor,
     build_ingestion_asset,
     build_ingestion_checks,
@@ -674,9 +675,12 @@ def _execute(
         run_config=QUIET,
     )
     for event in outcome.get_asset_materialization_events():
-        report.materialized += 1
         if event.partition is not None:
             report.not_ingested.pop(event.partition, None)
+        recorded = event.materialization.metadata.get(RECORDED_BEFORE)
+        if recorded is not None and recorded.value:
+            continue  # a complete partition recorded again: its rows were counted when it was
+        report.materialized += 1
         _add_rows(report, event.materialization.metadata)
     first = run.tags.get(RANGE_START, run.partition_key)
     what = f"{stream}: {'retry ' if retry else ''}run {first} .. ({count} partitions)"

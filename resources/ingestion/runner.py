@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 COMMITTED = "committed"
 ALREADY_COMPLETE = "already_complete"
+UNKNOWN_PARTITION = "unknown_partition"
+"""No lease item for the key: not created by discovery (added by hand), or expired."""
 LOST_LEASE = "lost_lease"
 UNREADABLE = "unreadable"
 FAILED = "failed"
@@ -381,7 +383,7 @@ class IngestionRunner:
             return self._not_ingested(
                 PartitionOutcome(
                     key,
-                    FAILED,
+                    UNKNOWN_PARTITION,
                     message="no lease item: partitions are created when discovery (or its "
                     "reconciliation pass, for objects behind the cursor) finds their source "
                     "object; one added by hand is ingested once its object is found",

@@ -151,7 +151,13 @@ def test_kill_after_commit_before_dagster_success(env: PipelineEnv, children, tm
     (mat,) = result.get_asset_materialization_events()
     metadata = {k: v.value for k, v in mat.materialization.metadata.items()}
     assert metadata["already_complete"] is True and metadata["outcome"] == "already_complete"
-    assert "nothing to do" in metadata["message"]
+    assert "nothing to do" in metadata["message"] and metadata["recorded_before"] is False
+    assert metadata["rows_written"] > 0 and metadata["small_objects"] > 0  # the commit's counts
+    # Launched again (a backfill, a Materialize): recorded again, saying Dagster knew it.
+    again = run_in_test_process(env)
+    (mat,) = again.get_asset_materialization_events()
+    repeated = {k: v.value for k, v in mat.materialization.metadata.items()}
+    assert repeated == {**metadata, "recorded_before": True}
     assert_exactly_once(env)
 
 
