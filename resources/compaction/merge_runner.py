@@ -167,19 +167,21 @@ class MergeRunner:
             return
         self.store.create_partitions(self.job_sid, list(dts))
         workers = max(1, min(self.parallel, len(dts)))
+        if workers == 1:  # lazily: a caller that stops iterating stops the carry-over too
+            for dt in dts:
+                yield from self._merges_of(dt)
+            return
         with ThreadPoolExecutor(workers, thread_name_prefix="leasehold-merge") as pool:
-            merging = [pool.submit(self._merge_partition, dt) for dt in dts]
+            merging = [pool.submit(lambda dt: list(self._merges_of(dt)), dt) for dt in dts]
             for outcomes in merging:
                 yield from outcomes.result()
 
-    def _merge_partition(self, dt: str) -> list[MergeOutcome]:
-        outcomes = []
+    def _merges_of(self, dt: str) -> Iterator[MergeOutcome]:
         for _ in range(MAX_MERGES_PER_PARTITION):
             outcome = self.merge_one(dt)
-            outcomes.append(outcome)
+            yield outcome
             if not (outcome.outcome == MERGED and outcome.carry_over):
                 break
-        return outcomes
 
     def merge_one(self, dt: str) -> MergeOutcome:
         try:

@@ -93,13 +93,21 @@ def test_s3_end_to_end_exactly_once(s3_env: PipelineEnv, tmp_path: Path) -> None
     assert orphaned <= lake_keys(env) and not (orphaned & ledger)  # orphans never read
 
     again = materialize([asset], instance=instance, resources=resources, tags=run.tags)
-    # Already complete: nothing new is recorded, so the commit's own metadata stays the latest.
-    assert again.success and not again.get_asset_materialization_events()
+    # Nothing ingested twice: each partition is only recorded again, as already complete.
+    assert again.success and {
+        (
+            e.materialization.metadata["outcome"].value,
+            e.materialization.metadata["recorded_before"].value,
+        )
+        for e in again.get_asset_materialization_events()
+    } == {("already_complete", True)}
     recorded = instance.fetch_materializations(asset.key, limit=100).records
-    assert len(recorded) == 6
-    assert sum(r.asset_materialization.metadata["rows_written"].value for r in recorded) == sum(
-        expected.values()
-    )
+    assert len(recorded) == 12  # each partition's commit, then recorded again
+    latest = {}  # newest first: the latest record of each partition, with its commit's counts
+    for record in recorded:
+        latest.setdefault(record.partition_key, record.asset_materialization)
+    assert len(latest) == 6
+    assert sum(m.metadata["rows_written"].value for m in latest.values()) == sum(expected.values())
     assert Counter(r["event_id"] for r in env.table_rows()) == expected
 
     checks = build_ingestion_checks(STREAM)
