@@ -44,19 +44,19 @@ from tests.support.pipeline_env import STREAM, source_ids
 
 pytestmark = pytest.mark.slow
 
-# Per backend, so a run commits many times and five kills, each letting at most a second or
+# Per backend, so a run commits many times and three kills, each letting at most a second or
 # so of commits through, all land while there is work left; yet the convergence run, which
 # ingests most of it, stays short. The local DynamoDB server commits about a tenth as fast as
 # SQLite (a few partitions a second on a busy two-core machine), and renews a chunk's leases
 # one request at a time: fewer objects, smaller chunks.
-OBJECTS = {"sqlite": 300, "dynamodb": 80}
+OBJECTS = {"sqlite": 200, "dynamodb": 60}
 CHUNK_SIZE = {"sqlite": 25, "dynamodb": 10}
 RECORDS_PER_OBJECT = 40
 MALFORMED_EVERY = 53
 # Short, so the last kill's leases are free soon; a renewal (a quarter of it) survives the
 # stalls of a loaded two-core machine starting a JVM.
 LEASE_TIMEOUT_S = 5.0
-KILLS = 5
+KILLS = 3
 MAX_CHAOS_INVOCATIONS = 12
 CONVERGENCE_INVOCATIONS = 2
 POLL_S = 0.2

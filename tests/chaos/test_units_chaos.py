@@ -34,7 +34,7 @@ from tests.support.pipeline_env import STREAM, source_ids
 
 pytestmark = pytest.mark.slow
 
-OBJECTS = {"sqlite": 240, "dynamodb": 64}
+OBJECTS = {"sqlite": 160, "dynamodb": 48}
 UNIT_OBJECTS = 8
 LARGE_RECORDS = {"sqlite": 30_000, "dynamodb": 8_000}  # ~3 MB / ~0.8 MB
 PARTITION = {"max_objects": UNIT_OBJECTS, "max_bytes": 200_000, "commit_every_bytes": 100_000}

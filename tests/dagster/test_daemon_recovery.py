@@ -62,14 +62,15 @@ REPO = Path(__file__).resolve().parents[2]
 TICK_S = 30.0  # both sensors' minimum_interval_seconds
 LEASE_TIMEOUT_S = 10.0
 CHUNK_SIZE = 50  # a run commits chunk after chunk: there is a moment with some, not all, done
-OBJECTS = 500  # the canceled run: the first chunk committed leaves 450, so >= 300 handed back
-LATE_OBJECTS = 200  # the killed run's
-HANDED_BACK_AT_LEAST = 300
+OBJECTS = 350  # the canceled run: the first chunk committed leaves 300, so >= 200 handed back
+LATE_OBJECTS = 120  # the killed run's
+HANDED_BACK_AT_LEAST = 200
 MAX_RETRY_RUNS = 3
 # A discovery tick's own time and scheduling noise; a run's queueing and start are in its time.
 MARGIN_S = 15.0
-# Everything, from `dagster dev`'s start to the last check: about 4 minutes on 2 busy cores.
-BUDGET_S = 300.0
+# Everything, from `dagster dev`'s start to the last check: about 4 minutes on 2 busy cores
+# (one CI run needed more than 5 while the other pytest worker ran a chaos test).
+BUDGET_S = 390.0
 CHECK_NAMES = ("rows_reconcile", "unique_record_ids", "lease_health")
 
 T = TypeVar("T")
