@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +27,6 @@ from resources.objects.base import ObjectStore, object_store_for
 from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:
-    from resources.compaction.merge_writer import MergeWriter
     from resources.dagster_resources.spark import SparkResource
     from resources.ingestion.source_reader import SourceReader
 
@@ -134,17 +132,10 @@ class LakeResource(settings_resource(LakeSettings)):
     ) -> MergeRunner:
         config = self.stream(stream)
 
-        made: list[MergeWriter] = []
-        lock = threading.Lock()
+        from resources.compaction.merge_writer import MergeWriter
 
-        def writer() -> MergeWriter:  # Spark starts only if something is merged
-            from resources.compaction.merge_writer import MergeWriter
-
-            with lock:  # merges run on several threads; one writer, one session start
-                if not made:
-                    made.append(MergeWriter(spark.session(), config))
-                return made[0]
-
+        # Spark starts only if a merge needs it (most are done in pyarrow, `MergeWriter`).
+        writer = MergeWriter(spark.session, config)
         return MergeRunner(
             config=config,
             table=self.table_name(stream),
@@ -152,7 +143,7 @@ class LakeResource(settings_resource(LakeSettings)):
             objects=self.object_store(config.table),
             owner=owner,
             timing=coordination.timing(),
-            write=lambda inputs, target: writer().write(inputs, target),
+            write=writer.write,
             work_dir=self.scratch_dir(),
             on_step=on_step,
             parallel=os.cpu_count() or 1,

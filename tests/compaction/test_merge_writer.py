@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.compaction.merge_writer import (
+    ARROW_MAX_BYTES,
     MergeWriteError,
     MergeWriter,
     WrittenObject,
@@ -81,6 +83,18 @@ class Objects:
         return paths
 
 
+@pytest.fixture(params=["arrow", "spark"])
+def writer(request: pytest.FixtureRequest, spark: Any) -> Callable[..., MergeWriter]:
+    """MergeWriter on each of its two paths: pyarrow (what fits in memory) and Spark (forced by
+    a zero Arrow budget); both keep the same contract."""
+    arrow_max_bytes = ARROW_MAX_BYTES if request.param == "arrow" else 0
+
+    def make(config: StreamConfig, **options: Any) -> MergeWriter:
+        return MergeWriter(spark, config, arrow_max_bytes=arrow_max_bytes, **options)
+
+    return make
+
+
 @pytest.fixture
 def objects(tmp_path: Path, config: StreamConfig) -> Objects:
     return Objects(tmp_path / "small", config)
@@ -117,7 +131,7 @@ def assert_merged(written: WrittenObject, inputs: list[str], sort_by: str) -> No
 
 
 def test_merges_exactly_its_inputs_into_one_sorted_object_with_their_schema(
-    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
 ) -> None:
     inputs = objects.write(12, 150)
     inputs.append(inputs[0])  # the same object twice: its rows twice, a multiset not a set
@@ -126,7 +140,7 @@ def test_merges_exactly_its_inputs_into_one_sorted_object_with_their_schema(
     # local paths and file:// URLs, as the ledger names objects
     given = [p if i % 2 else "file://" + p for i, p in enumerate(inputs)]
 
-    written = MergeWriter(spark, config).write(given, target)
+    written = writer(config).write(given, target)
 
     assert written.path == target
     assert list(target.parent.iterdir()) == [target]  # Spark's directory is gone
@@ -135,28 +149,26 @@ def test_merges_exactly_its_inputs_into_one_sorted_object_with_their_schema(
 
 
 def test_a_merged_object_merges_again_with_new_small_objects(
-    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
 ) -> None:
     """The open range rewritten: its merged object plus the objects committed since."""
-    writer = MergeWriter(spark, config)
+    merge = writer(config)
     first = objects.write(5, 100)
-    merged = writer.write(first, tmp_path / "a" / "part-0-5.parquet")
+    merged = merge.write(first, tmp_path / "a" / "part-0-5.parquet")
     later = objects.write(4, 100)
 
-    rewritten = writer.write([str(merged.path), *later], tmp_path / "b" / "part-0-9.parquet")
+    rewritten = merge.write([str(merged.path), *later], tmp_path / "b" / "part-0-9.parquet")
 
     assert_merged(rewritten, [*first, *later], "event_time")
     assert parquet_columns(str(rewritten.path)) == parquet_columns(str(merged.path))
 
 
 def test_row_groups_are_ordered_by_the_sort_column(
-    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
 ) -> None:
     """Row groups whose event-time ranges follow one another: a time filter skips the rest."""
     inputs = objects.write(10, 3000)
-    written = MergeWriter(spark, config, row_group_bytes=64 * 1024).write(
-        inputs, tmp_path / "part.parquet"
-    )
+    written = writer(config, row_group_bytes=64 * 1024).write(inputs, tmp_path / "part.parquet")
     meta = pq.read_metadata(written.path)
     assert meta.num_row_groups >= 3
     column = meta.schema.names.index("event_time")
@@ -169,23 +181,23 @@ def test_row_groups_are_ordered_by_the_sort_column(
 
 
 def test_sorts_by_the_configured_column(
-    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
 ) -> None:
     by_user = replace(config, merge=replace(config.merge, sort_by="user_id"))
     inputs = objects.write(3, 100)
-    written = MergeWriter(spark, by_user).write(inputs, tmp_path / "part.parquet")
+    written = writer(by_user).write(inputs, tmp_path / "part.parquet")
     users = pq.read_table(written.path).column("user_id").to_pylist()
     assert users == sorted(users, key=lambda u: (u is not None, u))  # nulls first, as Spark sorts
     assert rows_of([str(written.path)]) == rows_of(inputs)
 
 
 def test_a_failed_merge_leaves_nothing_behind(
-    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
 ) -> None:
     inputs = objects.write(2, 10)
     target = tmp_path / "out" / "part.parquet"
     with pytest.raises(MergeWriteError, match="(?i)3 objects failed.*(not exist|not found)"):
-        MergeWriter(spark, config).write([*inputs, str(tmp_path / "gone.parquet")], target)
+        writer(config).write([*inputs, str(tmp_path / "gone.parquet")], target)
     assert not target.exists()
     assert list(target.parent.iterdir()) == []
 
@@ -203,3 +215,44 @@ def test_inputs_must_be_local_and_the_schema_is_the_streams(config: StreamConfig
 def test_an_empty_merge_is_refused(spark: Any, config: StreamConfig, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one input"):
         MergeWriter(spark, config).write([], tmp_path / "part.parquet")
+
+
+def test_inputs_lacking_a_stream_column_are_merged_by_spark_with_nulls(
+    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+) -> None:
+    """A column the stream gained after some objects were written: those objects read it as
+    nulls. pyarrow would need the column's type from the stream; Spark has it (its DDL)."""
+    older = objects.write(2, 50)
+    pq.write_table(pq.read_table(older[0]).drop_columns(["amount"]), older[0])
+    started: list[bool] = []
+
+    def session() -> Any:
+        started.append(True)
+        return spark
+
+    written = MergeWriter(session, config).write(older, tmp_path / "part.parquet")
+
+    assert started == [True]  # Spark started for this merge only
+    amounts = pq.read_table(written.path).column("amount").to_pylist()
+    assert amounts.count(None) >= 50
+    assert written.row_count == 100
+
+
+def test_rows_over_the_arrow_budget_are_merged_by_spark_and_spark_starts_only_then(
+    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+) -> None:
+    started: list[bool] = []
+
+    def session() -> Any:
+        started.append(True)
+        return spark
+
+    inputs = objects.write(4, 200)
+    within = MergeWriter(session, config).write(inputs, tmp_path / "a.parquet")
+    assert started == []  # pyarrow merged it: no SparkSession was asked for
+    one = pq.read_table(inputs[0]).nbytes
+    over = MergeWriter(session, config, arrow_max_bytes=2 * one).write(
+        inputs, tmp_path / "b.parquet"
+    )
+    assert started == [True]
+    assert rows_of([str(over.path)]) == rows_of([str(within.path)]) == rows_of(inputs)
