@@ -26,6 +26,9 @@ from resources.ingestion.source_listing import source_lister
 from resources.objects.base import ObjectStore, object_store_for
 from resources.streams import LakeSettings, StreamConfig
 
+MAX_PARALLEL_MERGES = 4
+"""Merges a run does at once (one thread each): bounds a merge run's memory at ~2 GiB."""
+
 if TYPE_CHECKING:
     from resources.dagster_resources.spark import SparkResource
     from resources.ingestion.source_reader import SourceReader
@@ -146,5 +149,7 @@ class LakeResource(settings_resource(LakeSettings)):
             write=writer.write,
             work_dir=self.scratch_dir(),
             on_step=on_step,
-            parallel=os.cpu_count() or 1,
+            # One merge per core, at most MAX_PARALLEL_MERGES: a merge done in pyarrow holds up
+            # to twice `ARROW_MAX_BYTES` (512 MiB) while it sorts.
+            parallel=min(os.cpu_count() or 1, MAX_PARALLEL_MERGES),
         )
