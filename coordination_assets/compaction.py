@@ -31,11 +31,15 @@ from dagster import (
 
 from coordination_assets.ingestion import ingestion_asset_key
 from coordination_assets.table_runs import fail_if_any, stays_due_line, table_sensor
+from resources.check_outcome import CheckOutcome
 from resources.compaction import checks as suite
 from resources.compaction.merge_runner import MERGED, MergeOutcome
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import with_row_count
-from resources.dagster_resources.check_result import asset_check_result
+from resources.dagster_resources.check_result import (
+    asset_check_result,
+    evaluate_planned_checks,
+)
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.merge_tick import MergeTick
@@ -110,6 +114,9 @@ def build_merge_asset(stream: str) -> AssetsDefinition:
             else:
                 context.log.info(outcome.describe())
         flush_or_keep(coordination.store)
+        evaluate_planned_checks(
+            context, suite.CHECKS, lambda name: run_merge_check(stream, name, coordination, lake)
+        )
         fail_if_any(failed, len(todo), "merged", FAILED_MERGES)
 
     return merged
@@ -142,25 +149,31 @@ def build_merge_sensor(stream: str, closed_due_now: bool = False) -> SensorDefin
     return merge_sensor
 
 
+def run_merge_check(
+    stream: str, name: str, coordination: CoordinationResource, lake: LakeResource
+) -> CheckOutcome:
+    config = lake.stream(stream)
+    return suite.run_one(
+        name,
+        coordination.store,
+        config,
+        objects=lake.object_store(config.table),
+        ownership_timeout_s=coordination.ownership_timeout_seconds,
+        table=lake.table_name(stream),
+    )
+
+
 def build_merge_checks(stream: str) -> list[AssetChecksDefinition]:
     """One asset check per check of `resources.compaction.checks.CHECKS`, on the merge asset:
     the code `leasehold check` runs. Evaluated in the checks runs the `<stream>_checks` sensor
-    requests (an asset that yields materializations skips its checks in its own runs)."""
+    requests, and by the asset's own step when its run planned them
+    (`evaluate_planned_checks`)."""
     asset_key = merge_asset_key(stream)
 
     def build(name: str, description: str) -> AssetChecksDefinition:
         @asset_check(asset=asset_key, name=name, description=description, blocking=False)
         def check(coordination: CoordinationResource, lake: LakeResource) -> AssetCheckResult:
-            config = lake.stream(stream)
-            outcome = suite.run_one(
-                name,
-                coordination.store,
-                config,
-                objects=lake.object_store(config.table),
-                ownership_timeout_s=coordination.ownership_timeout_seconds,
-                table=lake.table_name(stream),
-            )
-            return asset_check_result(outcome)
+            return asset_check_result(run_merge_check(stream, name, coordination, lake))
 
         return check
 

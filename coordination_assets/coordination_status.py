@@ -8,8 +8,11 @@ and a dead letter is a source partition that will never be ingested without a hu
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetSelection,
+    DefaultScheduleStatus,
     MaterializeResult,
     MetadataValue,
+    ScheduleDefinition,
     asset,
     asset_check,
 )
@@ -44,3 +47,17 @@ def lease_health(coordination: CoordinationResource) -> AssetCheckResult:
         severity=AssetCheckSeverity.ERROR if report.stuck else AssetCheckSeverity.WARN,
         metadata=report.metadata(),
     )
+
+
+STATUS_CRON = "23 * * * *"
+"""Hourly, off the hour: a stuck lease or a new dead letter shows in the UI within the hour. The
+status reads every lease item the store holds, without its progress (`LeaseStore.status`):
+O(units kept, bounded by the items' TTL), small reads, one small run without Spark."""
+
+coordination_status_schedule = ScheduleDefinition(
+    name="coordination_status_hourly",
+    target=AssetSelection.assets(coordination_status),  # with its check, lease_health
+    cron_schedule=STATUS_CRON,
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="Refreshes the lease counts and metrics and runs lease_health, hourly.",
+)

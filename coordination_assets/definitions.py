@@ -17,7 +17,11 @@ from coordination_assets.compaction import (
     build_merge_checks,
     build_merge_sensor,
 )
-from coordination_assets.coordination_status import coordination_status, lease_health
+from coordination_assets.coordination_status import (
+    coordination_status,
+    coordination_status_schedule,
+    lease_health,
+)
 from coordination_assets.ingestion import (
     build_checks_sensor,
     build_discovery_sensor,
@@ -77,7 +81,10 @@ def build_definitions() -> Definitions:
             *(build_checks_sensor(s, checks[s]) for s in streams),
         ],
         jobs=list(gc_jobs.values()),
-        schedules=[build_gc_schedule(s, gc_jobs[s]) for s in streams],
+        schedules=[
+            coordination_status_schedule,
+            *(build_gc_schedule(s, gc_jobs[s]) for s in streams),
+        ],
         resources={
             "coordination": CoordinationResource.from_env(),
             "lake": LakeResource.from_env(),

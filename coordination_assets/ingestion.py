@@ -36,7 +36,10 @@ from dagster import (
 
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import with_row_count
-from resources.dagster_resources.check_result import asset_check_result
+from resources.dagster_resources.check_result import (
+    asset_check_result,
+    evaluate_planned_checks,
+)
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.discovery_tick import DiscoveryTick
 from resources.dagster_resources.lake import LakeResource
@@ -133,6 +136,11 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                 failed[key] = failure_line(key, outcome)
                 context.log.error(failed[key])
         flush_or_keep(coordination.store)
+        evaluate_planned_checks(
+            context,
+            suite.CHECKS,
+            lambda name: run_ingestion_check(stream, name, coordination, lake),
+        )
         if failed:
             lines = list(failed.values())
             raise Failure(
@@ -197,7 +205,13 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
             key = main_job_cursor_key(stream)
             cursor = context.instance.run_storage.get_cursor_values({key}).get(key)
         tick = DiscoveryTick(context.instance, stream, partitions, asset_key, coordination, lake)
-        return tick.evaluate(cursor)
+        result = tick.evaluate(cursor)
+        # The tick's page in the UI says what it did, commits recorded too. Only where the
+        # tick keeps logs (the daemon's): `leasehold run` evaluates it in process, where the
+        # line would be console noise beside its own progress.
+        if tick.summary and context.log_key:
+            context.log.info(tick.summary)
+        return result
 
     return discovery
 
@@ -207,38 +221,56 @@ def build_ingestion_checks(stream: str) -> list[AssetChecksDefinition]:
     so the UI and CI can't disagree."""
     asset_key = ingestion_asset_key(stream)
 
-    def run_check(
-        name: str, coordination: CoordinationResource, lake: LakeResource
-    ) -> CheckOutcome:
-        config = lake.stream(stream)
-        return suite.run_one(
-            name,
-            coordination.store,
-            config,
-            table=lake.table_name(stream),
-            lister=lake.lister(stream),
-            read_column=lake.object_store(config.table).read_column,
-            ownership_timeout_s=coordination.ownership_timeout_seconds,
-            unassigned_retry_after_s=coordination.unassigned_retry_after_seconds,
-        )
-
     def build(name: str, description: str) -> AssetChecksDefinition:
         @asset_check(asset=asset_key, name=name, description=description, blocking=False)
         def check(coordination: CoordinationResource, lake: LakeResource) -> AssetCheckResult:
-            outcome = run_check(name, coordination, lake)
-            return asset_check_result(outcome)
+            return asset_check_result(run_ingestion_check(stream, name, coordination, lake))
 
         return check
 
     return [build(name, description) for name, description in suite.CHECKS.items()]
 
 
+def run_ingestion_check(
+    stream: str, name: str, coordination: CoordinationResource, lake: LakeResource
+) -> CheckOutcome:
+    config = lake.stream(stream)
+    return suite.run_one(
+        name,
+        coordination.store,
+        config,
+        table=lake.table_name(stream),
+        lister=lake.lister(stream),
+        read_column=lake.object_store(config.table).read_column,
+        ownership_timeout_s=coordination.ownership_timeout_seconds,
+        unassigned_retry_after_s=coordination.unassigned_retry_after_seconds,
+    )
+
+
+def newest_materialization(
+    instance: DagsterInstance, asset_keys: list[AssetKey], after_storage_id: int
+) -> int:
+    """The storage id of the newest materialization of any of `asset_keys` after
+    `after_storage_id` (else that id): one indexed query per asset, whatever the history."""
+    newest = after_storage_id
+    for key in asset_keys:
+        found = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, after_storage_id=after_storage_id), limit=1
+        )
+        if found.records:
+            newest = max(newest, found.records[0].storage_id)
+    return newest
+
+
 def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> SensorDefinition:
     """Asset checks attached to an asset that yields materializations instead of its output are
-    skipped in that asset's runs (ARCHITECTURE §8), so they run in runs of their own: after
-    every ingestion, merge or publication run of the stream ends, and at least every
-    `check_interval_seconds`. `checks`: the stream's ingestion, merge and publication checks."""
+    skipped in that asset's runs (ARCHITECTURE §8), so sensor runs plan none and they run in
+    runs of their own: after every ingestion, merge or publication run of the stream ends,
+    after anything else materializes its assets (a run launched from the UI, commits recorded
+    without a run), and at least every `check_interval_seconds`. `checks`: the stream's
+    ingestion, merge and publication checks."""
     check_keys = [key for c in checks for key in c.check_keys]
+    asset_keys = sorted({key.asset_key for key in check_keys})
 
     @sensor(
         name=f"{stream}_checks",
@@ -254,10 +286,15 @@ def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> Sen
         ended, runs_seen_s = ended_since(
             context.instance, stream, runs_seen_s, tags=(STREAM_TAG, MERGE_TAG, PUBLISH_TAG)
         )
+        # Runs without leasehold's tags (a Materialize or backfill from the UI) and commits the
+        # sensors recorded without a run are seen by what they materialized.
+        events_seen = state.get("events_seen", 0)
+        newest = newest_materialization(context.instance, asset_keys, events_seen)
         now = time.time()
-        if not ended and now - last_check_s < lake.check_interval_seconds:
+        if not ended and newest == events_seen and now - last_check_s < lake.check_interval_seconds:
             return SkipReason(
-                "no ingestion, merge or publication run ended since the last checks run"
+                "no run ended and nothing was materialized since the last checks run; the "
+                f"next periodic one in {last_check_s + lake.check_interval_seconds - now:.0f} s"
             )
         return SensorResult(
             run_requests=[
@@ -268,7 +305,9 @@ def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> Sen
                     tags={CHECKS_TAG: stream},
                 )
             ],
-            cursor=json.dumps({"runs_seen_s": runs_seen_s, "last_check_s": now}),
+            cursor=json.dumps(
+                {"runs_seen_s": runs_seen_s, "last_check_s": now, "events_seen": newest}
+            ),
         )
 
     return checks_sensor

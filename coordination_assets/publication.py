@@ -41,9 +41,13 @@ from dagster import (
 
 from coordination_assets.compaction import dates_for, merge_asset_key
 from coordination_assets.table_runs import fail_if_any, stays_due_line, table_sensor
+from resources.check_outcome import CheckOutcome
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.catalog import CatalogResource
-from resources.dagster_resources.check_result import asset_check_result
+from resources.dagster_resources.check_result import (
+    asset_check_result,
+    evaluate_planned_checks,
+)
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.publication_tick import (
@@ -121,6 +125,11 @@ def build_publication_asset(stream: str) -> AssetsDefinition:
             else:
                 context.log.info(outcome.describe())
         flush_or_keep(coordination.store)
+        evaluate_planned_checks(
+            context,
+            suite.CHECKS,
+            lambda name: run_publication_check(stream, name, coordination, lake, catalog),
+        )
         fail_if_any(failed, len(todo), "published", FAILED_PUBLICATIONS)
 
     return table
@@ -157,10 +166,24 @@ def build_publication_sensor(stream: str) -> SensorDefinition:
     return publication_sensor
 
 
+def run_publication_check(
+    stream: str,
+    name: str,
+    coordination: CoordinationResource,
+    lake: LakeResource,
+    catalog: CatalogResource,
+) -> CheckOutcome:
+    config = lake.stream(stream)
+    return suite.run_one(
+        name, config, coordination.store, lake.object_store(config.table), catalog.open_catalog()
+    )
+
+
 def build_publication_checks(stream: str) -> list[AssetChecksDefinition]:
     """One asset check per check of `resources.publication.checks.CHECKS`, on the published
     table: the code `leasehold check` runs. Evaluated in the checks runs the `<stream>_checks`
-    sensor requests, after publication runs too."""
+    sensor requests, after publication runs too, and by the asset's own step when its run
+    planned them (`evaluate_planned_checks`)."""
     asset_key = table_asset_key(stream)
 
     def build(name: str, description: str) -> AssetChecksDefinition:
@@ -168,15 +191,9 @@ def build_publication_checks(stream: str) -> list[AssetChecksDefinition]:
         def check(
             coordination: CoordinationResource, lake: LakeResource, catalog: CatalogResource
         ) -> AssetCheckResult:
-            config = lake.stream(stream)
-            outcome = suite.run_one(
-                name,
-                config,
-                coordination.store,
-                lake.object_store(config.table),
-                catalog.open_catalog(),
+            return asset_check_result(
+                run_publication_check(stream, name, coordination, lake, catalog)
             )
-            return asset_check_result(outcome)
 
         return check
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from resources.compaction.closing import due_to_close, ingestion_pending
+from resources.compaction.closing import ClosingError, closes_at_ms, due_to_close, ingestion_pending
 from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import ItemType, PartitionStatus, iso_utc
 from resources.coordination.lease import LeaseTiming
@@ -114,6 +114,29 @@ class MergeSchedule:
             and (p.merge_due_at_ms <= now or (closed_now and p.closed))
         ]
         return sorted(due, key=lambda p: (p.merge_due_at_ms or 0, p.dt))
+
+    def next_due(self, partitions: Sequence[TablePartition]) -> str:
+        """When something is next due, for a tick that found nothing due: the earliest pending
+        merge job and the earliest closing of an open partition (which makes its merge due)."""
+        jobs = [(p.merge_due_at_ms, p.dt) for p in partitions if p.merge_due_at_ms is not None]
+        closings = []
+        for p in partitions:
+            if not p.closed:
+                try:
+                    closes_at = closes_at_ms(
+                        p.dt, self.config.timezone, self.config.merge.close_grace_s
+                    )
+                except ClosingError:
+                    continue  # logged where closing is decided (`due_to_close`)
+                closings.append((closes_at, p.dt))
+        parts = []
+        if jobs:
+            at, dt = min(jobs)
+            parts.append(f"next merge due {iso_utc(at)} (dt={dt})")
+        if closings:
+            at, dt = min(closings)
+            parts.append(f"next closing {iso_utc(at)} (dt={dt}), once ingestion caught up")
+        return "; ".join(parts) or "no merge pending and no open partition"
 
     def running(self) -> set[str]:
         """Dates whose merge job lease a live merge holds (ownership not yet expired): asking

@@ -176,6 +176,8 @@ class DiscoveryTick:
         self.lake = lake
         self.store: LeaseStore = coordination.store
         self.sid = coordination.source_identifier(stream)
+        self.summary = ""
+        """What the last `evaluate` did, in one line (the sensor logs it on its tick)."""
 
     def evaluate(self, raw_cursor: str | None) -> SensorResult | SkipReason:
         cursor = SensorCursor.parse(raw_cursor)
@@ -234,6 +236,7 @@ class DiscoveryTick:
             f"runs requested, {len(events)} commits recorded, {len(dead)} dead runs marked failed"
         )
         log.info("%s: discovery tick: %s", self.stream, summary)
+        self.summary = summary
         if not runs and not added and not events and not retired:
             return SensorResult(skip_reason=f"nothing to do: {summary}", cursor=next_cursor)
         requests: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []
@@ -282,7 +285,11 @@ class DiscoveryTick:
         }
         if plan.retry:
             tags[RETRY_TAG] = "true"
-        return RunRequest(run_key=plan.run_key, asset_selection=[self.asset_key], tags=tags)
+        # No checks planned in it (they would show SKIPPED until the checks sensor's run):
+        # the checks sensor runs them once the run ends.
+        return RunRequest(
+            run_key=plan.run_key, asset_selection=[self.asset_key], asset_check_keys=[], tags=tags
+        )
 
     def _retry_plans(self, coverage: Coverage) -> list[RunPlan]:
         max_runs = self.lake.max_retries_per_tick

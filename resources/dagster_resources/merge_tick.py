@@ -57,7 +57,8 @@ class MergeTick(RangeTick):
             return self._skip(
                 runs_seen_s,
                 f"nothing due: {len(partitions)} table partitions, "
-                f"{sum(p.unmerged > 0 for p in partitions)} with unmerged objects",
+                f"{sum(p.unmerged > 0 for p in partitions)} with unmerged objects; "
+                + schedule.next_due(partitions),
             )
         if closed:
             log.info("%s: closed %s", self.stream, ", ".join(p.dt for p in closed))

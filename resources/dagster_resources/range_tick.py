@@ -132,6 +132,7 @@ class RangeTick:
             RunRequest(
                 run_key=f"{self.stream}:{self.kind}:{plan.first}:{plan.last}:{now_ms}",
                 asset_selection=[self.asset_key],
+                asset_check_keys=[],  # the checks sensor runs them: none planned, then skipped
                 tags={
                     self.run_tag: self.stream,
                     DUE_ONLY_TAG: due_only,

@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.compaction import checks
+from resources.compaction.closing import closes_at_ms
 from resources.compaction.merge_runner import BUSY, FAILED, MERGED, NOTHING_TO_MERGE, MergeRunner
 from resources.compaction.merge_schedule import MergeSchedule
-from resources.coordination.items import ItemType, LeaseItem, PartitionStatus
+from resources.coordination.items import ItemType, LeaseItem, PartitionStatus, iso_utc
 from resources.ledger.merge import MergeRange
 from resources.stores.base import CoordinationStore
 from tests.support.arrow_merge import ArrowMergeWriter, ArrowWritten
@@ -138,6 +139,24 @@ def test_objects_committed_after_closing_are_delayed_and_merged_by_the_next_merg
     assert late.next_due_at_ms is None
     assert store.table_partition(TABLE, DT).merge_due_at_ms is None  # type: ignore[union-attr]
     assert_merged_exactly_once(lake, store, ingest)
+
+
+def test_a_tick_with_nothing_due_is_told_when_the_next_merge_and_closing_are(
+    lake: Lake, store: CoordinationStore
+) -> None:
+    """The merge sensor's skip reason (issue 23): not only "nothing due" but when."""
+    schedule = MergeSchedule(store, lake.config(), TABLE)
+    assert schedule.next_due([]) == "no merge pending and no open partition"
+    Ingest(lake, store)(2)
+    (partition,) = schedule.partitions()
+    assert partition.merge_due_at_ms is not None and not partition.closed
+    due = iso_utc(partition.merge_due_at_ms)
+    # The day ends at midnight UTC; closing waits an hour's grace (the fake lake's default).
+    assert schedule.next_due([partition]) == (
+        f"next merge due {due} (dt={DT}); "
+        f"next closing {iso_utc(closes_at_ms(DT, 'UTC', lake.config().merge.close_grace_s))} "
+        f"(dt={DT}), once ingestion caught up"
+    )
 
 
 def test_a_carried_over_partition_is_merged_again_in_the_same_run(

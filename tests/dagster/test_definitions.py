@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import MetadataValue, materialize
+from dagster import AssetCheckKey, DefaultScheduleStatus, MetadataValue, materialize
 
-from coordination_assets.coordination_status import coordination_status, lease_health
+from coordination_assets.coordination_status import (
+    coordination_status,
+    coordination_status_schedule,
+    lease_health,
+)
 from coordination_assets.definitions import build_definitions
 from resources.coordination.backoff import ReopenBackoff
 from resources.dagster_resources.asset_metadata import COLUMN_SCHEMA, ROW_COUNT, with_row_count
@@ -55,6 +59,22 @@ def test_coordination_status_asset_and_lease_health(tmp_path: Path) -> None:
     assert mat.metadata["events|partition/partitionsClosed"].value == 1
     (check,) = result.get_asset_check_evaluations()
     assert not check.passed and check.metadata["dead_letters"].value == 1
+
+
+def test_coordination_status_and_lease_health_run_on_a_schedule(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """They used to run only when started by hand (issue 23): a schedule, on by default,
+    materializes the status asset with its check."""
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path))
+    defs = build_definitions()
+    schedule = defs.resolve_schedule_def(coordination_status_schedule.name)
+    assert schedule.default_status == DefaultScheduleStatus.RUNNING
+    job = defs.resolve_job_def(schedule.job_name)
+    assert job.asset_layer.asset_graph.get_all_asset_keys() >= {coordination_status.key}
+    assert AssetCheckKey(coordination_status.key, "lease_health") in (
+        job.asset_layer.asset_graph.asset_check_keys
+    )
 
 
 def test_every_asset_shows_owners_kinds_group_and_columns(

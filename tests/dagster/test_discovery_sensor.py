@@ -14,11 +14,13 @@ from dagster import (
     DagsterRunStatus,
     PartitionKeyRange,
     RunRequest,
+    SensorEvaluationContext,
     SensorResult,
     build_sensor_context,
     materialize,
     partition_loading_context,
 )
+from dagster._core.definitions.instigation_logger import get_instigation_log_records
 from dagster._core.utils import make_new_run_id
 
 from coordination_assets.ingestion import (
@@ -65,9 +67,26 @@ def env(tmp_path: Path) -> PipelineEnv:
     return PipelineEnv(tmp_path, StoreSettings(sqlite_path=str(tmp_path / "c.db")), streams)
 
 
-def tick(env: PipelineEnv, instance, resources, cursor: str | None):
+TICK_LOG_KEY = ["test", "events_discovery", "tick"]
+
+
+def tick(env: PipelineEnv, instance, resources, cursor: str | None, log_key=None):
+    """One evaluation; with `log_key`, its log is kept as the daemon keeps a tick's."""
     sensor = build_discovery_sensor(STREAM)
-    with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
+    context = (
+        SensorEvaluationContext(
+            instance_ref=instance.get_ref(),
+            instance=instance,
+            cursor=cursor,
+            log_key=log_key,
+            resources=resources,
+            sensor_name=f"{STREAM}_discovery",
+            repository_name="test",
+        )
+        if log_key
+        else build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+    )
+    with context as ctx:
         result = sensor(ctx)
     if isinstance(result, SensorResult):
         apply_partition_requests(instance, result.dynamic_partitions_requests or [])
@@ -332,7 +351,7 @@ def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> 
         add_counts(progress, objects, STREAM)  # as the runner's commit saves them
         store.commit(token, objects, progress_state=json.dumps(progress))
     instance.report_run_canceled(queue(instance, planned, DagsterRunStatus.STARTED))
-    result = tick(env, instance, resources, first.cursor)
+    result = tick(env, instance, resources, first.cursor, log_key=TICK_LOG_KEY)
     assert sorted(from_partition_key(e.partition) for e in result.asset_events) == sorted(committed)
     # The commit's own counts, as its run would have reported them.
     assert {
@@ -347,6 +366,9 @@ def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> 
         for k in instance.get_materialized_partitions(build_ingestion_asset(STREAM).key)
     } == set(committed)
     (retry,) = result.run_requests  # the third partition is work left behind
+    # The tick's own log (what its page in the UI shows: the daemon keeps it) says so.
+    said = [r["msg"] for r in get_instigation_log_records(instance, TICK_LOG_KEY)]
+    assert any("2 commits recorded" in m for m in said), said
     later = tick(env, instance, resources, result.cursor)
     assert not later.asset_events
 

@@ -77,8 +77,17 @@ def test_closed_days_are_merged_in_one_run_and_then_nothing_is_due(env: Pipeline
     store = env.store()
     assert all(p.closed for p in store.table_partitions(STREAM))  # their days ended long ago
 
-    outcome = run_merge(instance, resources, request)
+    # With its checks, as a Materialize from the UI plans them: the asset's step evaluates them.
+    checks = build_merge_checks(STREAM)
+    outcome = materialize(
+        [build_merge_asset(STREAM), *checks],
+        instance=instance,
+        resources=resources,
+        tags=request.tags,
+    )
     assert outcome.success
+    planned = {e.check_name: e.passed for e in outcome.get_asset_check_evaluations()}
+    assert planned == {key.name: True for c in checks for key in c.check_keys}, planned
     events = outcome.get_asset_materialization_events()
     assert sorted(e.partition for e in events) == DATES
     for event in events:
@@ -97,7 +106,6 @@ def test_closed_days_are_merged_in_one_run_and_then_nothing_is_due(env: Pipeline
     again = merge_tick(instance, resources, result.cursor)
     assert not again.run_requests and again.skip_reason is not None
 
-    checks = build_merge_checks(STREAM)
     check_run = materialize(
         [build_merge_asset(STREAM), *checks],
         instance=instance,

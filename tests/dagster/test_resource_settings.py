@@ -61,9 +61,11 @@ def test_the_code_location_reads_its_streams_file_from_the_environment(
         "clicks_checks",
     ]
     assert [j.name for j in defs.jobs or []] == ["clicks_gc"]
-    assert [(s.name, s.job_name) for s in defs.schedules or []] == [
-        ("clicks_gc_hourly", "clicks_gc")
+    assert [s.name for s in defs.schedules or []] == [
+        "coordination_status_hourly",
+        "clicks_gc_hourly",
     ]
+    assert [s.job_name for s in defs.schedules or []][1:] == ["clicks_gc"]
     with build_resources(defs.resources or {}) as resources:
         assert sorted(resources.lake.streams()) == ["clicks"]
         assert resources.lake.s3_endpoint_url == "http://127.0.0.1:9"
