@@ -14,7 +14,9 @@ The store is the truth; a tick brings Dagster up to it (ARCHITECTURE §8):
 4. partitions COMPLETED in the store that Dagster has no materialization for (their run was
    canceled or killed after the commit, before Dagster recorded it) get one, carrying the
    commit's counts, without a run — looked for when a run ended badly and after each
-   reconciliation pass.
+   reconciliation pass; and each run that ended badly gets a line in its own log saying what
+   of its range the store holds now (a canceled run's page otherwise ends on Dagster's
+   interrupt trace).
 
 `leasehold run` evaluates the same tick and executes exactly the runs it requests.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -30,6 +33,7 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
+    DagsterRun,
     DeleteDynamicPartitionsRequest,
     DynamicPartitionsDefinition,
     RunRequest,
@@ -58,6 +62,7 @@ from resources.dagster_resources.runs import (
     ended_since,
     fail_dead_runs,
     in_flight_positions,
+    span_of,
 )
 from resources.ingestion.discovery import Discovery
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
@@ -226,6 +231,8 @@ class DiscoveryTick:
             events = self._unrecorded_commits(coverage)
             if len(events) > MAX_RECORDED_PER_TICK:
                 events, runs_seen_s = events[:MAX_RECORDED_PER_TICK], cursor.runs_seen_s
+        if runs_seen_s != cursor.runs_seen_s:  # each ended run once, when the cursor passes it
+            self._report_ended(ended, coverage, {str(e.partition) for e in events})
         retired, retired_upto = self._retired(coverage, cursor.retired)
         flush_or_keep(self.store)
         next_cursor = SensorCursor(found.cursor, reconciled.state, runs_seen_s, retired_upto).dump()
@@ -336,6 +343,33 @@ class DiscoveryTick:
             if not missing - unleased:
                 return plans
             unleased |= missing
+
+    def _report_ended(
+        self, ended: list[DagsterRun], coverage: Coverage, recorded: set[str]
+    ) -> None:
+        """A line in each badly ended run's own log (its page in the UI): what the store holds
+        of its range now. One item read per partition of the run: what the run cost, once."""
+        for run in ended:
+            span = span_of(run)
+            first, last = (coverage.position.get(k) for k in span) if span else (None, None)
+            if first is None or last is None:
+                continue  # its partitions left the dynamic partitions since (retention)
+            keys = coverage.order[first : last + 1]
+            held: Counter[str] = Counter()
+            for pk in keys:
+                item = self.store.get(self.sid, from_partition_key(pk))
+                held[item.status.value if item else "without a lease item"] += 1
+            message = (
+                f"leasehold: this run ended {run.status.value}. Of its {len(keys)} partitions "
+                f"the store now holds {held.pop(PartitionStatus.COMPLETED.value, 0)} committed "
+                f"({len(recorded & set(keys))} of them recorded now, without a run), "
+                f"{held.pop(PartitionStatus.UNASSIGNED.value, 0)} free (never taken or handed "
+                "back; requested again by the discovery sensor), "
+                f"{held.pop(PartitionStatus.ASSIGNED.value, 0)} leased (by another run, or "
+                "until this run's leases expire)"
+                + "".join(f", {n} {status}" for status, n in sorted(held.items()))
+            )
+            self.instance.report_engine_event(message, dagster_run=run)
 
     def _unrecorded_commits(self, coverage: Coverage) -> list[AssetMaterialization]:
         """Units COMPLETED in the store that Dagster shows unmaterialized, with no run in

@@ -350,7 +350,8 @@ def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> 
         progress: dict[str, object] = {"attempt": "a"}
         add_counts(progress, objects, STREAM)  # as the runner's commit saves them
         store.commit(token, objects, progress_state=json.dumps(progress))
-    instance.report_run_canceled(queue(instance, planned, DagsterRunStatus.STARTED))
+    canceled = queue(instance, planned, DagsterRunStatus.STARTED)
+    instance.report_run_canceled(canceled)
     result = tick(env, instance, resources, first.cursor, log_key=TICK_LOG_KEY)
     assert sorted(from_partition_key(e.partition) for e in result.asset_events) == sorted(committed)
     # The commit's own counts, as its run would have reported them.
@@ -371,6 +372,16 @@ def test_commits_dagster_missed_are_recorded_without_a_run(env: PipelineEnv) -> 
     assert any("2 commits recorded" in m for m in said), said
     later = tick(env, instance, resources, result.cursor)
     assert not later.asset_events
+    # The canceled run's own page says what became of its range, once (not again at `later`).
+    messages = [
+        (e.dagster_event.message if e.dagster_event else e.user_message) or ""
+        for e in instance.all_logs(canceled.run_id)
+    ]
+    (summary,) = [m for m in messages if m.startswith("leasehold: this run ended")]
+    assert summary.startswith(
+        "leasehold: this run ended CANCELED. Of its 3 partitions the store now holds 2 "
+        "committed (2 of them recorded now, without a run), 1 free (never taken or handed back"
+    ), summary
 
 
 def test_a_late_object_behind_the_cursor_is_found_by_reconciliation(env: PipelineEnv) -> None:
