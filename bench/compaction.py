@@ -1,4 +1,4 @@
-"""Merging a table partition's small objects on Spark, and reading it before and after.
+"""Merging a table partition's small objects, and reading it before and after.
 
     .venv/bin/python bench/compaction.py [--objects 2000] [--rows 1000000] [--big-rows 36000000]
 
@@ -11,8 +11,10 @@ explicit-paths listing threshold raised and the stream's schema given for every 
 (ARCHITECTURE §8: either one left out flatters whichever path has it); a warm-up of every path
 first. Paths run alternately, three times each, best of each counts:
   (a) `MergeWriter.write` of all objects (read exactly those paths, sort by event time, one
-      object at the target) against a bare PySpark job that reads the same paths and writes
-      one file, with `coalesce(1)` and with `repartition(1)` (the faster one is the baseline);
+      object at the target; in pyarrow since it fits `ARROW_MAX_BYTES`: the results in
+      BENCHMARKS.md from before 2026-11-26 are its Spark path) against a bare PySpark job that
+      reads the same paths and writes one file, with `coalesce(1)` and with `repartition(1)`
+      (the faster one is the baseline);
   (b) reads of the partition: a one-hour filter on event time with an aggregate, and a full
       count, from the merged object against the small objects, with Spark (and, for the
       record, pyarrow.dataset);
@@ -20,9 +22,9 @@ first. Paths run alternately, three times each, best of each counts:
       the real `MergePlanner` with targets of 64 / 128 / 512 MiB (each merge a `MergeWriter`
       run; the open range rewritten while under the target, as the merge job does it): files,
       merges, merge time, and the reads of (b) over the merged objects;
-  (d) on one 128 MiB range of (c): the writer's sort strategy (one task, `coalesce(1)`,
-      against `repartition(1)` and `orderBy` + `coalesce(1)`, and the bare unsorted copy) and
-      its row-group size (row groups, bytes, filter time).
+  (d) on one 128 MiB range of (c), on the Spark path: the writer's sort strategy (one task,
+      `coalesce(1)`, against `repartition(1)` and `orderBy` + `coalesce(1)`, and the bare
+      unsorted copy) and its row-group size (row groups, bytes, filter time).
 Targets (issue 13): (a) <= 1.3x the bare job; (b) >= 5x faster from the merged objects; files
 per partition <= ceil(merged bytes / target) + 1.
 """
@@ -145,10 +147,10 @@ class Partition:
 
 
 class StrategyWriter(MergeWriter):
-    """The writer with another way to get one sorted task (for (d) only)."""
+    """The writer with another way to get one sorted task (for (d) only), always on Spark."""
 
     def __init__(self, spark: Any, config: StreamConfig, strategy: str) -> None:
-        super().__init__(spark, config)
+        super().__init__(spark, config, arrow_max_bytes=0)
         self.strategy = strategy
 
     def _spark_write(self, inputs: list[str], out: str) -> None:
@@ -406,7 +408,8 @@ def main() -> int:
               "arrow filter, s | spark count, s |")  # fmt: skip
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for block in ROW_GROUPS:
-            w = MergeWriter(spark, config, row_group_bytes=block)
+            # Spark's parquet.block.size: the Spark path (a merge too big for pyarrow).
+            w = MergeWriter(spark, config, row_group_bytes=block, arrow_max_bytes=0)
             target_path = base / "blocks" / f"{block}.parquet"
             started = time.perf_counter()
             w.write(inputs, target_path)

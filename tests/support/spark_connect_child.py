@@ -38,7 +38,9 @@ def main() -> None:
     # The merge of the last date's small objects, as a merge job would take them.
     dt = max(f.dt for r in results.values() for f in r.table_files)
     inputs = [str(f.local_path) for r in results.values() for f in r.table_files if f.dt == dt]
-    written = MergeWriter(spark, config).write(inputs, staging / "merged" / "part.parquet")
+    # On Spark (a zero Arrow budget): the path a merge too big for memory takes, over Connect.
+    merge = MergeWriter(spark, config, arrow_max_bytes=0)
+    written = merge.write(inputs, staging / "merged" / "part.parquet")
     report["merged"] = {
         "dt": dt,
         "inputs": len(inputs),
