@@ -180,18 +180,31 @@ class Production:
     lake_bucket: str
     home: Path
     local_sources: Path
+    spark: SparkConnectServer
 
     def leasehold(self, *args: str) -> tuple[int, str]:
-        """`leasehold <args>` as an operator runs it: a process of its own, this environment."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "resources.cli.main", *args],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-        )
-        return proc.returncode, proc.stdout + proc.stderr
+        """`leasehold <args>` as an operator runs it: a process of its own, this environment.
+        A command that fails or hangs returns what it printed and the Spark Connect server's
+        log tail, so that a red run says which of the two stalled."""
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "resources.cli.main", *args],
+                cwd=self.root,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+            )
+            code, out = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as hung:
+            printed = [p for p in (hung.stdout, hung.stderr) if p]
+            out = "".join(
+                p.decode(errors="replace") if isinstance(p, bytes) else p for p in printed
+            )
+            code, out = -1, f"(timed out after {COMMAND_TIMEOUT_S:.0f} s)\n{out}"
+        if code != 0:
+            out += f"\n-- Spark Connect server's log --\n{self.spark.tail()}"
+        return code, out
 
     def reader(self) -> TableReader:
         return TableReader(CatalogSettings.from_env(self.env), LakeSettings.from_env(self.env))
@@ -297,7 +310,7 @@ streams:
         write_sample_sources(
             local, objects=OBJECTS, records_per_object=RECORDS, days=2, malformed_every=17
         )
-        prod = Production(root, env, store_settings, s3, src, lake, home, local)
+        prod = Production(root, env, store_settings, s3, src, lake, home, local, spark)
         prod.upload_sources()
         spark.wait_until_up()
         yield prod
@@ -322,7 +335,7 @@ def instance(production: Production) -> Iterator[DagsterInstance]:
 
 def test_doctor_passes_on_the_production_profile(production: Production) -> None:
     code, out = production.leasehold("doctor", "--json", "--spark-timeout", "120")
-    report = json.loads(out[out.index("{") :])
+    report, _ = json.JSONDecoder().raw_decode(out, out.index("{"))
     failed = [c for c in report["checks"] if not c["ok"]]
     assert code == 0 and not failed, out
     checks = {c["name"]: c["detail"] for c in report["checks"]}
@@ -381,7 +394,10 @@ def test_the_daemon_ingests_merges_and_publishes_new_objects(
                 f"{ {k: v for k, v in r.dagster_run.tags.items() if k.startswith('leasehold/')} }"
                 for r in instance.get_run_records()
             )
-            return f"store: {dict(p.completed())}\nruns:\n{runs}\ndagster dev:\n{dev.log_tail(60)}"
+            return (
+                f"store: {dict(p.completed())}\nruns:\n{runs}\ndagster dev:\n{dev.log_tail(60)}"
+                f"\nSpark Connect server:\n{p.spark.tail()}"
+            )
 
         def succeeded(tag: str) -> bool:
             runs = instance.get_run_records(
