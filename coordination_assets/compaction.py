@@ -41,6 +41,7 @@ from resources.dagster_resources.check_result import (
     evaluate_planned_checks,
 )
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.instance import SPARK_POOL
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.merge_tick import MergeTick
 from resources.dagster_resources.runs import CLOSED_DUE_NOW, DUE_ONLY_TAG
@@ -74,6 +75,7 @@ def build_merge_asset(stream: str) -> AssetsDefinition:
         description=f"Table partitions of {stream!r} compacted: small objects merged into "
         "objects of about merge.max_bytes, rows sorted by event time.",
         kinds={"spark", "parquet"},
+        pool=SPARK_POOL,
     )
     def merged(
         context: AssetExecutionContext,

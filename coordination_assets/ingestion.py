@@ -42,6 +42,7 @@ from resources.dagster_resources.check_result import (
 )
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.discovery_tick import DiscoveryTick
+from resources.dagster_resources.instance import SPARK_POOL
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.runs import (
     CHECKS_TAG,
@@ -88,6 +89,7 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
         output_required=False,
         description=f"Source partitions of stream {stream!r}, ingested exactly once.",
         kinds={"spark", "parquet"},
+        pool=SPARK_POOL,
     )
     def ingested(
         context: AssetExecutionContext,

@@ -68,7 +68,11 @@ from coordination_assets.publication import (
     publish_cursor_key,
     table_asset_key,
 )
-from resources.dagster_resources.instance import write_instance_yaml, written_by_leasehold
+from resources.dagster_resources.instance import (
+    ensure_spark_pool,
+    write_instance_yaml,
+    written_by_leasehold,
+)
 from resources.dagster_resources.runs import (
     CHECKS_TAG,
     EXPECTED_COUNT,
@@ -709,6 +713,7 @@ def run_main_job(
     defs = build_definitions()
     reports = []
     with DagsterInstance.get() as instance:
+        ensure_spark_pool(instance)  # for the runs `dagster dev` queues on this instance later
         for name in streams:
             report = run_stream(defs, instance, name, log=log, progress=progress)
             if progress is None:

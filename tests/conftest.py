@@ -22,20 +22,15 @@ pytest_plugins = ["tests.support.spark_fixture", "tests.support.iam_policy_plugi
 BACKENDS = ["sqlite", "dynamodb"]
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with slow tests run first, each whole on one xdist worker (`--dist loadgroup`).
-
-    Whole, because their module fixtures start servers (Spark Connect, Postgres, `dagster
-    dev`): split over two workers, a module started them twice at once and its timing budgets
-    ran out. First, because a 3-minute test that starts last keeps CI waiting for it on one
-    core while the other idles; the many short tests fill in behind the slow ones instead.
-    Runs before xdist's own hook, which reads the `xdist_group` mark.
-    """
+    """Modules with slow tests run first. A 3-minute test that starts last keeps CI waiting
+    for it on one core while the other idles; the many short tests fill in behind the slow
+    ones instead. With `--dist loadfile --no-loadscope-reorder` (pyproject.toml) xdist hands
+    out whole modules in this order: a module's fixtures that start servers (Spark Connect,
+    Postgres, `dagster dev`) start once, on one worker. (Not `loadgroup`: with pytest 9 its
+    group marks are ignored, and modules were split over both workers, their servers started
+    twice at once and the tests meant to run in order ran apart.)"""
     slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
-    for item in items:
-        if item.module in slow_modules:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=lambda item: item.module not in slow_modules)
 
 

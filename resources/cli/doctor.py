@@ -403,6 +403,14 @@ def check_dagster() -> Check:
                 "psycopg2)"
             )
         return Check(what, False, f"{home}/dagster.yaml: {_error(exc)}", fix)
+    if storage.spark_pool_limit is None:
+        return Check(
+            what,
+            False,
+            storage.describe(),
+            "set concurrency.pools (granularity: run, default_limit: 2) in dagster.yaml as "
+            "deploy/dagster.yaml does, or `dagster instance concurrency set leasehold_spark 2`",
+        )
     return Check(what, True, storage.describe())
 
 

@@ -51,6 +51,7 @@ from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.instance import ensure_spark_pool
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.runs import (
     ENDED_BADLY,
@@ -186,6 +187,7 @@ class DiscoveryTick:
 
     def evaluate(self, raw_cursor: str | None) -> SensorResult | SkipReason:
         cursor = SensorCursor.parse(raw_cursor)
+        ensure_spark_pool(self.instance)  # before the UI queues runs: `ensure_spark_pool`
         dead = fail_dead_runs(self.instance, self.stream)
         lister = self.lake.lister(self.stream)
         config = self.lake.stream(self.stream)

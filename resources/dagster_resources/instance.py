@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dagster import DagsterInstance
 from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, EVENT_TYPE_TO_PIPELINE_RUN_STATUS
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
@@ -46,7 +47,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
-from resources.dagster_resources.runs import GC_TAG, MERGE_TAG, PUBLISH_TAG, STREAM_TAG
+from resources.dagster_resources.runs import GC_TAG, MERGE_TAG, PUBLISH_TAG
 
 # Dagster's own busy timeout for its SQLite storages.
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
@@ -62,8 +63,12 @@ EVENT_BATCH_SIZE = 2000
 
 # Dagster's default SQLite layout under DAGSTER_HOME (history/, history/runs/, schedules/),
 # with this module's event log storage.
-# Ingestion runs (each one SparkSession) running at once, over all streams.
+# Runs that may start a SparkSession (ingestion, merges) running at once, over all streams.
 SPARK_RUN_LIMIT = 2
+SPARK_POOL = "leasehold_spark"
+"""The Dagster pool of every asset whose step may start a SparkSession. A pool, not a run tag:
+the run queue counts a run in it by what the run executes, so a Materialize or backfill from
+the UI (which carries no leasehold tag) waits for a slot like a sensor's run."""
 
 INSTANCE_YAML = f"""\
 # Written by leasehold: the embedded default instance. No network here, so no telemetry.
@@ -98,17 +103,20 @@ run_monitoring:
   start_timeout_seconds: 180
   cancel_timeout_seconds: 180
   poll_interval_seconds: 30
-# Every ingestion run starts a SparkSession (~1 GB driver, all cores): at most
-# {SPARK_RUN_LIMIT} at once, the rest wait in the queue without starting a process. Merge runs
-# (a SparkSession each too): one at a time per stream; the merge job leases decide within.
-# Publication runs and garbage collections: one at a time per stream each. The ledger's
-# conditional write keeps racing publishers safe; the limit keeps them from racing at all.
+# A run that ingests starts a SparkSession (~1 GB driver, all cores); one that merges may (a
+# merge too large for memory) and otherwise sorts in memory. Both execute assets of the pool
+# {SPARK_POOL}: at most {SPARK_RUN_LIMIT} such runs at once, however launched (sensor, UI,
+# backfill), the rest wait in the queue without starting a process. Merge runs: besides, one
+# at a time per stream; the merge job leases decide within. Publication runs and garbage
+# collections: one at a time per stream each. The ledger's conditional write keeps racing
+# publishers safe; the limit keeps them from racing at all.
 concurrency:
+  pools:
+    granularity: run
+    default_limit: {SPARK_RUN_LIMIT}
   runs:
     max_concurrent_runs: 10
     tag_concurrency_limits:
-      - key: {STREAM_TAG}
-        limit: {SPARK_RUN_LIMIT}
       - key: {MERGE_TAG}
         limit: 1
         value:
@@ -334,3 +342,24 @@ def write_instance_yaml(home: Path) -> Path:
     quoted = {key: json.dumps(str(home / sub)) for key, sub in dirs.items()}
     path.write_text(INSTANCE_YAML.format(**quoted), encoding="utf-8")
     return path
+
+
+def ensure_spark_pool(instance: DagsterInstance) -> int | None:
+    """The Spark pool's limit, created from the instance's `concurrency.pools.default_limit` if
+    the pool has none yet; None if it has no limit (no default, and nobody set one).
+
+    Why ahead of time: Dagster's run queue creates a pool's limit the first time it sees a
+    queued run in it, but only after it read the limits for that pass, so every run queued
+    before that pass starts at once (seen: four Materializes from the UI all started). Called
+    by `leasehold run`, every discovery tick and the doctor: one query when the limit exists.
+    """
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return None
+
+    def limit() -> int | None:
+        return next((p.limit for p in storage.get_pool_limits() if p.name == SPARK_POOL), None)
+
+    if limit() is None and instance.global_op_concurrency_default_limit is not None:
+        storage.initialize_concurrency_limit_to_default(SPARK_POOL)
+    return limit()

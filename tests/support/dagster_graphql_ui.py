@@ -111,6 +111,7 @@ query AssetMaterializations($assetKey: AssetKeyInput!, $partitions: [String!]) {
         metadataEntries {
           label
           ... on IntMetadataEntry { intValue }
+          ... on TextMetadataEntry { text }
         }
       }
     }
@@ -415,7 +416,8 @@ class DagsterUi:
     def materializations(
         self, asset_key: list[str], partitions: list[str] | None = None
     ) -> list[dict[str, Any]]:
-        """Newest first: partition, run id and metadata (`{label: intValue or None}`)."""
+        """Newest first: partition, run id and metadata (`{label: int or text value, or
+        None for the other kinds}`)."""
         node = self.query(
             MATERIALIZATIONS, {"assetKey": {"path": asset_key}, "partitions": partitions}
         )["assetNodeOrError"]
@@ -423,7 +425,9 @@ class DagsterUi:
             {
                 "partition": m["partition"],
                 "runId": m["runId"],
-                "metadata": {e["label"]: e.get("intValue") for e in m["metadataEntries"]},
+                "metadata": {
+                    e["label"]: e.get("intValue", e.get("text")) for e in m["metadataEntries"]
+                },
             }
             for m in node["assetMaterializations"]
         ]
