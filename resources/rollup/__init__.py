@@ -1,0 +1,9 @@
+"""Exactly-once rollups beside the tables: Storm's transactional and opaque rules (issue 22).
+
+Holds `aggregates` (what a rollup computes per key: count, sum, min, max, and how two partial
+results combine) and `state` (one key's stored state and the rule that applies a batch's
+partial result to it, by the batch's transaction id). Pure domain, so the rules are tested
+without a store, Spark or Dagster; the store items, the batch planner and the Dagster asset
+build on them.
+May import: `resources.errors`. Never Dagster, boto3 or Spark.
+"""

@@ -1,0 +1,87 @@
+"""One aggregate key's stored state, and Storm's rule for applying a batch to it.
+
+Batches are committed to the state in strict transaction-id order per table partition, but one
+batch's keys may take several store transactions (DynamoDB: 100 items each), and a writer may
+die between two of them. The batch is then replayed with the same txid, and some of its keys
+already hold it. The txid stored beside each key's value is what makes the replay safe:
+
+- transactional: a batch's contents never change between attempts, so a key that already
+  holds the batch's txid already holds its contribution; the update is skipped;
+- opaque: a replay may hold other rows than the attempt that died (a merge or a late commit
+  changed what is committed when it was recomputed), so a key also keeps `prev_value`, its
+  value before the batch: an update with the stored txid recomputes from `prev_value` instead of
+  adding to a value that holds an earlier attempt's rows.
+
+An opaque replay must write every key an earlier attempt of the batch may have written, not
+only the keys of its own rows: a key only the dead attempt had would otherwise keep rows that
+are no longer in the batch. `replay_partials` gives such a key the identity, which restores
+its `prev_value`; which keys an attempt may write is recorded with the batch before its first
+write (the batch planner's job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeVar
+
+from resources.rollup.aggregates import Aggregate, Value, combine, identity
+
+K = TypeVar("K")
+
+
+class Mode(str, Enum):
+    TRANSACTIONAL = "transactional"
+    OPAQUE = "opaque"
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """What the store holds for one aggregate key. `prev_value` only in opaque mode: the value
+    before batch `txid` (None: the key had none)."""
+
+    txid: int
+    value: Value
+    prev_value: Value | None = None
+
+
+def apply_batch(
+    mode: Mode,
+    aggregates: Sequence[Aggregate],
+    stored: KeyState | None,
+    txid: int,
+    partial: Value,
+) -> KeyState | None:
+    """The key's new state after batch `txid` contributed `partial`, or None when there is
+    nothing to write: the key already holds the batch (transactional) or a later one (either
+    mode: the batch was committed before it and this is a late writer's replay; the lease
+    fences such writers, and this keeps the rule safe without them)."""
+    if stored is not None and stored.txid > txid:
+        return None
+    if mode is Mode.TRANSACTIONAL:
+        if stored is not None and stored.txid == txid:
+            return None
+        before = identity(aggregates) if stored is None else stored.value
+        return KeyState(txid, combine(aggregates, before, partial))
+    if stored is None:
+        prev = None
+    elif stored.txid == txid:  # a replay: the earlier attempt's rows are dropped
+        prev = stored.prev_value
+    else:
+        prev = stored.value
+    before = identity(aggregates) if prev is None else prev
+    return KeyState(txid, combine(aggregates, before, partial), prev)
+
+
+def replay_partials(
+    aggregates: Sequence[Aggregate],
+    partials: Mapping[K, Value],
+    earlier_keys: Iterable[K],
+) -> dict[K, Value]:
+    """The partial results an opaque attempt writes: its own, and the identity for each key an
+    earlier attempt of the same batch may have written that this one has no rows for."""
+    out = dict(partials)
+    for key in earlier_keys:
+        out.setdefault(key, identity(aggregates))
+    return out
