@@ -17,3 +17,4 @@ class ConfigError(LeaseholdError, ValueError):
     def __init__(self, field: str, message: str, *, what: str = "configuration") -> None:
         super().__init__(f"invalid {what}: {field}: {message}")
         self.field = field
+        self.reason = message

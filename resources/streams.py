@@ -7,6 +7,7 @@ never a run halfway through.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from resources.errors import ConfigError
+from resources.rollup.spec import RollupSpec, parse_rollups
 from resources.settings import (
     Settings,
     at_least,
@@ -30,6 +32,8 @@ from resources.settings import (
 FORMATS = ("jsonl", "csv")
 TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
 DEFAULT_PATH = "streams.yaml"
+
+log = logging.getLogger(__name__)
 
 
 class StreamConfigError(ConfigError):
@@ -121,6 +125,7 @@ class StreamConfig:
     csv_delimiter: str = ","
     merge: MergeSettings = field(default_factory=MergeSettings)
     partition: PartitionSettings = field(default_factory=PartitionSettings)
+    rollups: tuple[RollupSpec, ...] = ()
 
     @property
     def column_names(self) -> list[str]:
@@ -147,7 +152,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "-", "must be a mapping of fields")
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
-        "quarantine", "csv", "merge", "partition",
+        "quarantine", "csv", "merge", "partition", "rollups",
     }  # fmt: skip
     for key in raw:
         if key not in known:
@@ -207,6 +212,17 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         merge = replace(merge, sort_by=event_time)
     elif merge.sort_by not in names:
         raise StreamConfigError(name, "merge.sort_by", f"{merge.sort_by!r} is not a schema column")
+    try:
+        rollups = parse_rollups(raw.get("rollups"), schema)
+    except ConfigError as exc:
+        raise StreamConfigError(name, exc.field, exc.reason) from None
+    if rollups:  # declared ahead of the version that computes them: say so, never silently
+        log.warning(
+            "stream %r declares rollups %s: validated, but this version does not compute "
+            "rollups yet (issue 22)",
+            name,
+            ", ".join(r.name for r in rollups),
+        )
     return StreamConfig(
         name=name,
         source=_url(raw.get("source"), base, name, "source"),
@@ -221,6 +237,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         csv_delimiter=delimiter,
         merge=merge,
         partition=partition,
+        rollups=rollups,
     )
 
 
