@@ -4,8 +4,9 @@ Holds `aggregates` (what a rollup computes per key: count, sum, min, max, and ho
 results combine), `state` (one key's stored state and the rule that applies a batch's partial
 result to it, by the batch's transaction id), `batches` (a table partition's committed ids
 cut into batches, and `StrictOrder`: their results commit in txid order, a failed commit's
-successors computed again) and `spec` (a rollup as `streams.yaml` declares it). Pure domain, so the rules are tested without a store, Spark or Dagster; the store items,
-the batch planner and the Dagster asset build on them. A shared module's layer (the stream
-configuration holds its rollups' declarations).
+successors computed again) and `spec` (a rollup as `streams.yaml` declares it). Pure domain,
+so the rules are tested without a store, Spark or Dagster; the store items, the runner and the
+Dagster asset build on them. A shared module's layer: the stream configuration holds its
+rollups' declarations.
 May import: `resources.errors`. Never Dagster, boto3 or Spark.
 """
