@@ -32,6 +32,9 @@ class ItemType(str, enum.Enum):
     GLOBAL = "global"
     MERGE_JOB = "mergeJob"
     """A table partition's running merge job (key = dt): the lease is its heartbeat."""
+    ROLLUP_JOB = "rollupJob"
+    """A rollup of a table partition (key = dt): its lease fences the state's writers, and its
+    progress says which batch the state is at."""
 
 
 # Data Prepper's attribute names, plus ours. One place, so both backends agree.

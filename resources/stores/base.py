@@ -14,7 +14,7 @@ only writes the record and the partition's new current version as one transactio
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from resources.coordination import metrics as m
@@ -39,6 +39,18 @@ from resources.ledger.model import (
     group_by_partition,
 )
 from resources.ledger.publication import Publication, check_publication
+from resources.ledger.rollup_state import (
+    KEYS_PER_TRANSACTION,
+    KeyWrite,
+    RollupKeyMovedError,
+    RollupLedger,
+)
+from resources.rollup.aggregates import Aggregate, Value
+from resources.rollup.state import Mode, apply_batch, replay_partials
+
+KEY_RACES = 5
+"""Reads-then-writes of one chunk of rollup keys before giving up: a key moves between them
+only when a writer without the lease writes, which the fence keeps out."""
 
 TablePartitionObjects = dict[tuple[str, str], list[SmallObject]]
 
@@ -120,7 +132,7 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-class CoordinationStore(LeaseStore, Ledger, ABC):
+class CoordinationStore(LeaseStore, Ledger, RollupLedger, ABC):
     @abstractmethod
     def _commit(
         self,
@@ -195,3 +207,63 @@ class CoordinationStore(LeaseStore, Ledger, ABC):
         if result is None:
             raise self._refused(token, change, current)
         return result
+
+    def write_rollup_batch(
+        self,
+        token: LeaseToken,
+        rollup: str,
+        dt: str,
+        mode: Mode,
+        aggregates: Sequence[Aggregate],
+        txid: int,
+        partials: Mapping[str, Value],
+        *,
+        timeout_s: float = 60.0,
+        after_transaction: Callable[[int], None] | None = None,
+    ) -> int:
+        """Apply batch `txid`'s partial results (key -> value) to `rollup`'s state of `dt`, in
+        transactions of `KEYS_PER_TRANSACTION` keys in key order, each fenced by `token` (the
+        rollup job's lease, renewed by `timeout_s` in each) and each key conditional on the
+        txid read. Storm's rule decides each key (`apply_batch`): a replay of a batch some keys
+        hold already is safe in both modes. An opaque batch also writes every key an earlier
+        attempt of it wrote (those holding `txid`) that this attempt has no rows for, with the
+        identity: they get their `prev_value` back. `after_transaction(n)` is told after the
+        n-th transaction (where a crash matters). Returns how many keys were written. Raises
+        `PartitionNotOwnedError` when fenced (the transaction wrote nothing)."""
+        if mode is Mode.OPAQUE:
+            earlier = [k for k, s in self.rollup_states(rollup, dt).items() if s.txid == txid]
+            partials = replay_partials(aggregates, partials, earlier)
+        keys = sorted(partials)
+
+        def write_chunk(chunk: Sequence[str]) -> int:
+            for _ in range(KEY_RACES):
+                stored = self.rollup_states(rollup, dt, chunk)
+                writes = []
+                for key in chunk:
+                    before = stored.get(key)
+                    after = apply_batch(mode, aggregates, before, txid, partials[key])
+                    if after is not None:
+                        expected = None if before is None else before.txid
+                        writes.append(KeyWrite(key, expected, after))
+                change = self.renewal(token, timeout_s, NOT_GIVEN)
+                try:
+                    done, current = self._write_rollup_keys(token, rollup, dt, writes, change)
+                except RollupKeyMovedError:
+                    continue  # another writer's transaction landed between our read and write
+                except StoreUnavailableError:
+                    self.metrics.incr(token.source_identifier, m.update_errors(change.action))
+                    raise
+                if not done:
+                    raise self._refused(token, change, current)
+                return len(writes)
+            raise StoreUnavailableError(
+                f"rollup {rollup} dt={dt}: keys kept moving under batch {txid}; "
+                "is a second writer running without the lease?"
+            )
+
+        written = 0
+        for n, start in enumerate(range(0, len(keys), KEYS_PER_TRANSACTION), 1):
+            written += write_chunk(keys[start : start + KEYS_PER_TRANSACTION])
+            if after_transaction is not None:
+                after_transaction(n)
+        return written

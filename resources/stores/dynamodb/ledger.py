@@ -11,7 +11,9 @@ item types under their own `sourceIdentifier`s, so nothing needs a scan:
   sentinel), so rewriting the open range updates its item in place;
 - `[prefix|]table|dt|publications`, key the record's `seq` (`%019d`): one publication record,
   so the history is one Query in `seq` order and forgetting is a key range;
-- `<source identifier>|commit`, key the source partition: the commit record.
+- `<source identifier>|commit`, key the source partition: the commit record;
+- `[prefix|]rollup|dt|rollupKeys` (rollup = `table|name`), key the aggregate key: one key's
+  rollup state (`txid`, and `value`/`prevValue` as JSON text).
 
 DynamoDB evaluates a comparison with an attribute the item lacks (or with an item that does
 not exist) as false, never as an error: `nextObjectId = :read` therefore also refuses to
@@ -50,6 +52,8 @@ from resources.ledger.model import (
     assign_ids,
 )
 from resources.ledger.publication import Publication
+from resources.ledger.rollup_state import KeyWrite, RollupKeyMovedError, decode_value, encode_value
+from resources.rollup.state import KeyState
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import cancellation_reasons, error_code
@@ -83,6 +87,9 @@ class DynamoDbLedger:
 
     def _publications_sid(self, table: str, dt: str) -> str:
         return self._ledger_sid("publications", f"{table}|{dt}")
+
+    def _rollup_sid(self, rollup: str, dt: str) -> str:
+        return self._ledger_sid("rollupKeys", f"{rollup}|{dt}")
 
     def _record_key(self, sid: str, key: str) -> dict[str, dict[str, str]]:
         return codec.key(f"{sid}|commit", key)
@@ -618,6 +625,76 @@ class DynamoDbLedger:
 
         keys = self._call("forget_publications", query)
         self.dynamodb.batch_delete("forget_publications", keys)
+        return len(keys)
+
+    # -- rollup state ----------------------------------------------------------------------------
+
+    def rollup_states(
+        self, rollup: str, dt: str, keys: Sequence[str] | None = None
+    ) -> dict[str, KeyState]:
+        sid = self._rollup_sid(rollup, dt)
+        if keys is None:
+            raws = self._query_all("rollup_states", sid)
+        else:
+            raws = self.dynamodb.batch_get("rollup_states", [codec.key(sid, k) for k in keys])
+        return {
+            raw[ATTR["key"]]["S"]: KeyState(
+                int(raw["txid"]["N"]),
+                decode_value(raw["value"]["S"]),  # type: ignore[arg-type]
+                decode_value(raw["prevValue"]["S"]) if "prevValue" in raw else None,
+            )
+            for raw in raws
+        }
+
+    def _write_rollup_keys(
+        self,
+        token: LeaseToken,
+        rollup: str,
+        dt: str,
+        writes: Sequence[KeyWrite],
+        lease_change: Transition,
+    ) -> tuple[bool, LeaseItem | None]:
+        """One `TransactWriteItems`: a `Put` per key, conditional on the txid read (or on the
+        key having no item), and the lease renewal with its guard."""
+        sid = self._rollup_sid(rollup, dt)
+        items: list[dict[str, Any]] = []
+        for w in writes:
+            put: dict[str, Any] = {
+                "TableName": self.table_name,
+                "Item": {
+                    **codec.key(sid, w.key),
+                    "txid": codec.n(w.state.txid),
+                    "value": codec.s(encode_value(w.state.value)),  # type: ignore[arg-type]
+                },
+            }
+            if w.state.prev_value is not None:
+                put["Item"]["prevValue"] = codec.s(encode_value(w.state.prev_value))  # type: ignore[arg-type]
+            if w.expected_txid is None:
+                put["ConditionExpression"] = "attribute_not_exists(#sid)"
+                put["ExpressionAttributeNames"] = {"#sid": ATTR["sid"]}
+            else:
+                put["ConditionExpression"] = "txid = :txid"
+                put["ExpressionAttributeValues"] = {":txid": codec.n(w.expected_txid)}
+            items.append({"Put": put})
+        owner_sid, key = token.source_identifier, token.partition_key
+        items.append(
+            {"Update": codec.conditional_update(self.table_name, owner_sid, key, lease_change)}
+        )
+        reasons = self._transact(lease_change.action, items)
+        if reasons is None:
+            return True, None
+        if reasons[-1] == "ConditionalCheckFailed":
+            return False, self.get(owner_sid, key)
+        # A key's txid moved, or DynamoDB cancelled for a conflicting transaction on an item.
+        raise RollupKeyMovedError(f"rollup {rollup} dt={dt}: {sorted(set(reasons) - {'None'})}")
+
+    def forget_rollup(self, rollup: str, dt: str) -> int:
+        sid = self._rollup_sid(rollup, dt)
+        keys = [
+            {ATTR["sid"]: raw[ATTR["sid"]], ATTR["key"]: raw[ATTR["key"]]}
+            for raw in self._query_all("forget_rollup", sid, [ATTR["sid"], ATTR["key"]])
+        ]
+        self.dynamodb.batch_delete("forget_rollup", keys)
         return len(keys)
 
 

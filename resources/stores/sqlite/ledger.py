@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
@@ -33,7 +33,10 @@ from resources.ledger.model import (
     assign_ids,
 )
 from resources.ledger.publication import Publication
+from resources.ledger.rollup_state import KeyWrite, RollupKeyMovedError, decode_value, encode_value
+from resources.rollup.state import KeyState
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
+from resources.stores.sqlite.schema import KEYS_PER_LOOKUP
 
 RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
 PUBLICATION_COLUMNS = (
@@ -70,12 +73,13 @@ def _publication(row: Any) -> Publication:
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
     `_connection`, `now_ms`, and what the file holds: `_partition_select` (the partition
-    columns, defaults for those an old file lacks), `_has_merge_ranges` and
-    `_has_publications`."""
+    columns, defaults for those an old file lacks), `_has_merge_ranges`, `_has_publications`
+    and `_has_rollup_keys`."""
 
     _partition_select: str
     _has_merge_ranges: bool
     _has_publications: bool
+    _has_rollup_keys: bool
 
     def _commit(
         self,
@@ -365,3 +369,78 @@ class SqliteLedger:
             ).rowcount
 
         return self._run("forget_publications", forget)
+
+    # -- rollup state ----------------------------------------------------------------------------
+
+    def rollup_states(
+        self, rollup: str, dt: str, keys: Sequence[str] | None = None
+    ) -> dict[str, KeyState]:
+        if not self._has_rollup_keys:  # an earlier version's file, opened without CREATE
+            return {}
+        return self._rollup_states(self._connection(), rollup, dt, keys)
+
+    @staticmethod
+    def _rollup_states(
+        db: sqlite3.Connection, rollup: str, dt: str, keys: Sequence[str] | None
+    ) -> dict[str, KeyState]:
+        select = "SELECT key, txid, value, prev_value FROM rollup_keys WHERE rollup = ? AND dt = ?"
+        if keys is None:
+            rows = db.execute(select, (rollup, dt)).fetchall()
+        else:
+            rows = []
+            for start in range(0, len(keys), KEYS_PER_LOOKUP):
+                part = list(keys[start : start + KEYS_PER_LOOKUP])
+                rows += db.execute(
+                    f"{select} AND key IN ({', '.join('?' * len(part))})", (rollup, dt, *part)
+                ).fetchall()
+        return {
+            k: KeyState(txid, decode_value(value), decode_value(prev))  # type: ignore[arg-type]
+            for k, txid, value, prev in rows
+        }
+
+    def _write_rollup_keys(
+        self,
+        token: LeaseToken,
+        rollup: str,
+        dt: str,
+        writes: Sequence[KeyWrite],
+        lease_change: Transition,
+    ) -> tuple[bool, LeaseItem | None]:
+        sid, key = token.source_identifier, token.partition_key
+
+        def write(db: sqlite3.Connection) -> tuple[bool, LeaseItem | None]:
+            current = self._fetch(db, sid, key)
+            if not lease_change.guard.holds(current):
+                return False, current
+            stored = self._rollup_states(db, rollup, dt, [w.key for w in writes])
+            for w in writes:
+                if (None if w.key not in stored else stored[w.key].txid) != w.expected_txid:
+                    raise RollupKeyMovedError(f"rollup {rollup} dt={dt}: key {w.key} moved")
+            db.executemany(
+                "INSERT OR REPLACE INTO rollup_keys VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        rollup,
+                        dt,
+                        w.key,
+                        w.state.txid,
+                        encode_value(w.state.value),
+                        encode_value(w.state.prev_value),
+                    )
+                    for w in writes
+                ],
+            )
+            self._apply_in(db, sid, key, lease_change)
+            return True, None
+
+        return self._run("write_rollup_keys", write)
+
+    def forget_rollup(self, rollup: str, dt: str) -> int:
+        return self._run(
+            "forget_rollup",
+            lambda db: (
+                db.execute(
+                    "DELETE FROM rollup_keys WHERE rollup = ? AND dt = ?", (rollup, dt)
+                ).rowcount
+            ),
+        )

@@ -130,6 +130,16 @@ CREATE TABLE IF NOT EXISTS commit_records (
     committed_at INTEGER NOT NULL,
     PRIMARY KEY ({ATTR["sid"]}, {ATTR["key"]})
 ) WITHOUT ROWID;
+-- One rollup's state of one table partition: a row per aggregate key (JSON values).
+CREATE TABLE IF NOT EXISTS rollup_keys (
+    rollup TEXT NOT NULL,
+    dt TEXT NOT NULL,
+    key TEXT NOT NULL,
+    txid INTEGER NOT NULL,
+    value TEXT NOT NULL,
+    prev_value TEXT,
+    PRIMARY KEY (rollup, dt, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS coordinator_metrics (
     {ATTR["sid"]} TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -164,6 +174,7 @@ ADDED_COLUMNS = {
 a reader of a file that lacks it sees)."""
 HAS_MERGE_RANGES = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merge_ranges'"
 HAS_PUBLICATIONS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'"
+HAS_ROLLUP_KEYS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rollup_keys'"
 
 
 def missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
