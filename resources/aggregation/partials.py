@@ -1,0 +1,143 @@
+"""What a batch of rows contributes to a rollup, per aggregate key: its partial results.
+
+Two engines compute the same thing. `SparkPartials` reads every batch of a run in one Spark job
+(a union of the batches' files, grouped by batch and key), so many batches are aggregated in
+parallel across the cluster; `ArrowPartials` aggregates on the calling machine with pyarrow,
+for the check's recomputation and for processes that must not start a JVM (the chaos tests'
+writers). The rollup's key is its `group_by` values as JSON text (`encode_key`): one string
+that both stores can use as a record key, whatever the columns' types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from resources.rollup.aggregates import Aggregate, Function, Value
+from resources.rollup.spec import RollupSpec
+
+BatchFiles = Mapping[int, Sequence[str]]
+"""txid -> the local paths of the batch's small objects."""
+Partials = dict[str, Value]
+
+
+def encode_key(values: Iterable[Any]) -> str:
+    """The group_by values as one record key; dates and timestamps as ISO text."""
+    return json.dumps(list(values), separators=(",", ":"), default=str, ensure_ascii=False)
+
+
+def decode_key(key: str) -> list[Any]:
+    return json.loads(key)
+
+
+class PartialsEngine(Protocol):
+    def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
+        """Each batch's partial results, by txid."""
+        ...
+
+
+def _columns(spec: RollupSpec) -> list[str]:
+    wanted = list(spec.group_by) + [a.column for a in spec.aggregates if a.column]
+    return list(dict.fromkeys(wanted))
+
+
+def _normalized(function: Function, value: Any) -> Any:
+    """A sum over no non-null value is 0 (the identity), as a count is."""
+    if function in (Function.COUNT, Function.SUM) and value is None:
+        return 0
+    return value
+
+
+class ArrowPartials:
+    def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
+        return {
+            txid: self.of_table(spec, read_files(paths, _columns(spec)))
+            for txid, paths in batches.items()
+        }
+
+    @staticmethod
+    def of_table(spec: RollupSpec, table: pa.Table) -> Partials:
+        """`table`'s rows aggregated per key: the reference any engine's partials must equal."""
+        if table.num_rows == 0:
+            return {}
+        pairs = list(dict.fromkeys(_arrow_aggregate(a) for a in spec.aggregates))
+        grouped = table.group_by(list(spec.group_by)).aggregate(
+            [([] if c is None else c, f) for c, f in pairs]
+        )
+        results = [
+            grouped.column(_arrow_output(_arrow_aggregate(a))).to_pylist() for a in spec.aggregates
+        ]
+        keys = [grouped.column(c).to_pylist() for c in spec.group_by]
+        partials: Partials = {}
+        for row in range(grouped.num_rows):
+            key = encode_key(k[row] for k in keys)
+            partials[key] = tuple(
+                _normalized(a.function, r[row])
+                for a, r in zip(spec.aggregates, results, strict=True)
+            )
+        return partials
+
+
+def _arrow_aggregate(a: Aggregate) -> tuple[str | None, str]:
+    """pyarrow's (column, function) for `a`: counts count rows (no column), not values."""
+    return (None, "count_all") if a.function is Function.COUNT else (a.column, a.function.value)
+
+
+def _arrow_output(pair: tuple[str | None, str]) -> str:
+    column, function = pair
+    return function if column is None else f"{column}_{function}"
+
+
+def read_files(paths: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    tables = [pq.read_table(p, columns=list(columns)) for p in paths]
+    if not tables:
+        return pa.table({c: pa.array([], pa.null()) for c in columns})
+    return pa.concat_tables(tables, promote_options="default")
+
+
+class SparkPartials:
+    """One Spark job for all batches of a call: each batch's files read with its txid as a
+    column, the reads unioned, grouped by (txid, key)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
+        from functools import reduce
+
+        from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
+
+        columns = _columns(spec)
+        reads = [
+            self.spark.read.parquet(*paths).select(*columns).withColumn("_txid", F.lit(txid))
+            for txid, paths in batches.items()
+            if paths
+        ]
+        out: dict[int, Partials] = {txid: {} for txid in batches}
+        if not reads:
+            return out
+        functions = {
+            Function.COUNT: lambda c: F.count(F.lit(1)),
+            Function.SUM: F.sum,
+            Function.MIN: F.min,
+            Function.MAX: F.max,
+        }
+        exprs = [
+            functions[a.function](a.column).alias(f"_a{i}") for i, a in enumerate(spec.aggregates)
+        ]
+        rows = (
+            reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), reads)
+            .groupBy("_txid", *spec.group_by)
+            .agg(*exprs)
+            .collect()
+        )
+        for row in rows:
+            key = encode_key(row[c] for c in spec.group_by)
+            out[row["_txid"]][key] = tuple(
+                _normalized(a.function, row[f"_a{i}"]) for i, a in enumerate(spec.aggregates)
+            )
+        return out

@@ -1,0 +1,247 @@
+"""`RollupRunner`: bring a rollup's state of some table partitions up to their committed ids.
+
+For each table partition (date), under the rollup job's lease (`ItemType.ROLLUP_JOB`, key dt,
+a new epoch per run, renewed in the background and in every state transaction):
+
+1. Read the cursor, the lease's progress: `upto`, the last txid applied whole, and `pending`,
+   a batch whose writing started and did not finish (its bounds recorded before its first
+   write, so a replay has the same txid and, the ids being immutable, the same rows).
+2. Plan: the pending batch first, then batches of the committed ids above it
+   (`plan_batches`), at most `max_batches` per run.
+3. Compute every planned batch's partial results at once (`PartialsEngine`: one Spark job).
+4. Commit them in strict txid order (`StrictOrder`): record the batch as pending, write its
+   keys (`write_rollup_batch`: transactions of 99 keys, each key idempotent by txid), then
+   record `upto` = its txid. A failed commit abandons the batches after it; the next run
+   replays the pending one and recomputes the rest.
+
+A crash anywhere leaves either a cursor that names the pending batch (the replay completes it:
+Storm's per-key txid makes the keys already written skip or recompute from `prev_value`) or a
+cursor past the batch. `on_step(step, dt)` names where a crash matters — "computed",
+"pending", "transaction" (after each), "committed" — and the chaos tests stop the process there.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from resources.aggregation.partials import PartialsEngine
+from resources.coordination.errors import (
+    LeaseStoreError,
+    PartitionNotOwnedError,
+    PartitionUnavailableError,
+)
+from resources.coordination.items import ItemType
+from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
+from resources.errors import LeaseholdError
+from resources.objects.base import ObjectStore
+from resources.rollup.batches import Batch, StrictOrder, plan_batches
+from resources.rollup.spec import RollupSpec
+from resources.stores.base import CoordinationStore
+
+log = logging.getLogger(__name__)
+
+ROLLED_UP = "rolled up"
+UP_TO_DATE = "up to date"
+BUSY = "busy"
+FAILED = "failed"
+LOST_LEASE = "lost lease"
+
+
+def rollup_id(table: str, spec: RollupSpec) -> str:
+    """The rollup's name in the store: its state records and its job lease."""
+    return f"{table}|{spec.name}"
+
+
+@dataclass(frozen=True)
+class RollupCursor:
+    """Where a rollup of one table partition is: the lease's progress state."""
+
+    upto: int = 0
+    pending: tuple[int, int] | None = None
+    """(after, upto) of the batch being written."""
+
+    @staticmethod
+    def of(progress: Any) -> RollupCursor:
+        if not progress:
+            return RollupCursor()
+        pending = progress.get("pending")
+        return RollupCursor(int(progress["upto"]), None if pending is None else tuple(pending))  # type: ignore[arg-type]
+
+    def state(self) -> dict[str, Any]:
+        return {"upto": self.upto, "pending": None if self.pending is None else list(self.pending)}
+
+
+@dataclass
+class RollupOutcome:
+    rollup: str
+    dt: str
+    outcome: str
+    batches: int = 0
+    keys_written: int = 0
+    upto: int = 0
+    replayed: bool = False
+    message: str = ""
+
+    def describe(self) -> str:
+        if self.outcome == ROLLED_UP:
+            replay = " (the first a replay of an unfinished batch)" if self.replayed else ""
+            return (
+                f"{self.rollup} dt={self.dt}: {self.batches} batches{replay}, "
+                f"{self.keys_written} keys written, state at object id {self.upto}"
+            )
+        detail = f": {self.message}" if self.message else ""
+        return f"{self.rollup} dt={self.dt}: {self.outcome}{detail}"
+
+
+class RollupRunner:
+    def __init__(
+        self,
+        store: CoordinationStore,
+        objects: ObjectStore,
+        table: str,
+        spec: RollupSpec,
+        engine: PartialsEngine,
+        *,
+        owner: str,
+        timing: LeaseTiming,
+        work_dir: Path,
+        max_objects_per_batch: int = 200,
+        max_batches: int = 50,
+        on_step: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.objects = objects
+        self.table = table
+        self.spec = spec
+        self.engine = engine
+        self.owner = owner
+        self.timing = timing
+        self.work_dir = work_dir
+        self.max_objects_per_batch = max_objects_per_batch
+        self.max_batches = max_batches
+        self.on_step = on_step or (lambda step, dt: None)
+        self.rollup = rollup_id(table, spec)
+        self.job_sid = store.source_identifier(self.rollup, ItemType.ROLLUP_JOB)
+
+    def run(self, dts: Sequence[str]) -> list[RollupOutcome]:
+        """One outcome per date, in order; never raises for one date's failure."""
+        if not dts:
+            return []
+        self.store.create_partitions(self.job_sid, list(dts))
+        return [self.run_one(dt) for dt in dts]
+
+    def cursor(self, dt: str) -> RollupCursor:
+        item = self.store.get(self.job_sid, dt)
+        return RollupCursor() if item is None else RollupCursor.of(item.progress)
+
+    def run_one(self, dt: str) -> RollupOutcome:
+        outcome = RollupOutcome(self.rollup, dt, ROLLED_UP)
+        try:
+            item = self.store.acquire(self.job_sid, dt, self.owner, self.timing.ownership_timeout_s)
+        except PartitionUnavailableError as exc:
+            cur = exc.current
+            outcome.outcome, outcome.message = BUSY, f"{cur.owner} (epoch {cur.epoch}) holds it"
+            return outcome
+        except LeaseStoreError as exc:
+            return self._failed(outcome, f"could not acquire the rollup job: {exc}")
+        scratch = self.work_dir / f"rollup-{uuid.uuid4().hex}"
+        try:
+            with Lease(self.store, item, self.timing) as lease:
+                return self._held(lease, dt, outcome, scratch)
+        except LeaseLostError as exc:
+            outcome.outcome, outcome.message = LOST_LEASE, str(exc)
+            log.warning("%s", outcome.describe())
+            return outcome
+        except LeaseholdError as exc:
+            return self._failed(outcome, str(exc))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _held(self, lease: Lease, dt: str, outcome: RollupOutcome, scratch: Path) -> RollupOutcome:
+        cursor = RollupCursor.of(lease.progress)
+        outcome.upto = cursor.upto
+        objects = [
+            o for o in self.store.ledger_objects(self.table, dt) if o.object_id > cursor.upto
+        ]
+        batches: list[Batch] = []
+        start = cursor.upto
+        if cursor.pending is not None:
+            batches.append(Batch(dt, *cursor.pending))
+            start = cursor.pending[1]
+            outcome.replayed = True
+        ids = [o.object_id for o in objects]
+        batches += plan_batches(dt, ids, start, self.max_objects_per_batch)
+        batches = batches[: self.max_batches]
+        if not batches:
+            outcome.outcome = UP_TO_DATE
+            return outcome
+        files = {
+            b.txid: [
+                self._local(o.url, scratch) for o in objects if b.after < o.object_id <= b.upto
+            ]
+            for b in batches
+        }
+        lease.check()
+        order: StrictOrder[dict] = StrictOrder(batches)
+        generation = order.generation
+        computed = self.engine.compute(self.spec, files)
+        self.on_step("computed", dt)
+        ready = []
+        for batch in batches:
+            ready += order.computed(batch, computed[batch.txid], generation)
+        for batch, partials in ready:
+            try:
+                outcome.keys_written += self._commit(lease, cursor, batch, partials)
+            except PartitionNotOwnedError as exc:
+                raise LeaseLostError(str(exc)) from exc
+            except LeaseholdError as exc:
+                abandoned = order.failed(batch)
+                return self._failed(
+                    outcome,
+                    f"batch {batch.txid} did not commit ({exc}); it and {len(abandoned) - 1} "
+                    "later batches are computed again by the next run",
+                )
+            cursor = RollupCursor(batch.upto)
+            outcome.batches += 1
+            outcome.upto = batch.upto
+        log.info("%s", outcome.describe())
+        return outcome
+
+    def _commit(self, lease: Lease, cursor: RollupCursor, batch: Batch, partials: dict) -> int:
+        lease.check()
+        if cursor.pending != (batch.after, batch.upto):
+            lease.save_progress(RollupCursor(cursor.upto, (batch.after, batch.upto)).state())
+        self.on_step("pending", batch.dt)
+        written = self.store.write_rollup_batch(
+            lease.token,
+            self.rollup,
+            batch.dt,
+            self.spec.mode,
+            self.spec.aggregates,
+            batch.txid,
+            partials,
+            timeout_s=self.timing.ownership_timeout_s,
+            after_transaction=lambda n: self.on_step("transaction", batch.dt),
+        )
+        lease.save_progress(RollupCursor(batch.upto).state())
+        self.on_step("committed", batch.dt)
+        return written
+
+    def _local(self, url: str, scratch: Path) -> str:
+        """A path the engines read: local objects in place, others copied to `scratch`."""
+        if url.startswith("file://"):
+            return url[len("file://") :]
+        if "://" not in url:
+            return url
+        return str(self.objects.local_copy(self.objects.key_of(url), scratch / "in"))
+
+    def _failed(self, outcome: RollupOutcome, message: str) -> RollupOutcome:
+        outcome.outcome, outcome.message = FAILED, message
+        log.error("%s", outcome.describe())
+        return outcome

@@ -1,0 +1,189 @@
+"""Rollups with real OS processes, both backends, both modes (issue 22).
+
+One table partition is committed in three waves of small objects; between them, rollup writers
+(`tests.support.rollup_child`) are SIGKILLed between computing and committing, between the
+batch's pending record and its first key, and between two store transactions of one batch (a
+batch spans more keys than one transaction holds); one is SIGSTOPped just before writing its
+keys until its lease has passed to a successor that finishes, then woken: a zombie. After every
+disturbance and at the end, the state equals a from-scratch aggregation of the rows the test
+itself wrote (the verdict does not come from the store), and the zombie wrote nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.aggregation.partials import ArrowPartials
+from resources.aggregation.runner import LOST_LEASE, ROLLED_UP, UP_TO_DATE, rollup_id
+from resources.ledger.rollup_state import KEYS_PER_TRANSACTION
+from resources.rollup.aggregates import Value
+from resources.stores.settings import StoreSettings
+from tests.support.child_processes import child_processes, spawn_child, wait_for
+from tests.support.merge_child import TABLE, Lake, commit_source, write_small
+from tests.support.rollup_child import per_user, runner
+
+pytestmark = pytest.mark.slow
+
+DT = "2099-03-01"
+OBJECTS_PER_WAVE = 12
+ROWS = 40
+USERS = 400
+"""Enough users that a batch of 6 objects (~240 rows) holds more keys than one transaction."""
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    yield from child_processes()
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def lake(
+    request: pytest.FixtureRequest, settings_for: Callable[..., StoreSettings], tmp_path: Path
+) -> Lake:
+    settings = settings_for(request.param)
+    lake = Lake(
+        settings=settings.__dict__,
+        root=str(tmp_path),
+        max_objects=100,
+        max_bytes=10**9,
+        timeout_s=2.0,
+        renew_s=0.5,
+    )
+    lake.store().close_store()
+    return lake
+
+
+def wave(lake: Lake, n: int, rng: random.Random) -> None:
+    store = lake.store()
+    for i in range(OBJECTS_PER_WAVE):
+        key = f"wave{n}-{i}"
+        obj = write_small(lake, key, DT, ROWS, rng)
+        data = pq.read_table(obj.url[len("file://") :])
+        users = [f"user-{rng.randrange(USERS)}" for _ in range(data.num_rows)]
+        pq.write_table(data.set_column(1, "user_id", pa.array(users)), obj.url[len("file://") :])
+        commit_source(store, key, [obj], merge_after_s=3600)
+    store.close_store()
+
+
+def reference(lake: Lake, mode: str) -> dict[str, Value]:
+    """From scratch: every row the test wrote, aggregated in one pass."""
+    files = sorted(Path(lake.table_dir, f"dt={DT}").glob("*.parquet"))
+    return ArrowPartials.of_table(per_user(mode), pa.concat_tables(pq.read_table(f) for f in files))
+
+
+def state(lake: Lake, mode: str) -> dict[str, Value]:
+    store = lake.store()
+    try:
+        rollup = rollup_id(TABLE, per_user(mode))
+        return {k: s.value for k, s in store.rollup_states(rollup, DT).items()}
+    finally:
+        store.close_store()
+
+
+def assert_equal(got: dict[str, Value], want: dict[str, Value]) -> None:
+    assert got.keys() == want.keys()
+    for key, (count, total, largest) in want.items():
+        g = got[key]
+        assert g[0] == count and g[2] == largest, key
+        assert math.isclose(g[1], total, rel_tol=1e-9, abs_tol=1e-9), key  # float sums
+
+
+def killed_at(
+    children: list[subprocess.Popen[bytes]],
+    lake: Lake,
+    tmp: Path,
+    mode: str,
+    step: str,
+    nth: int,
+    do: str = "kill",
+) -> tuple[subprocess.Popen[bytes], Path]:
+    marker = tmp / f"{step}-{nth}-{len(children)}.json"
+    proc = spawn_child(
+        children,
+        "rollup_child",
+        {
+            "lake": lake.__dict__,
+            "mode": mode,
+            "dts": [DT],
+            "owner": f"writer-{len(children)}",
+            "step": step,
+            "nth": nth,
+            "do": do,
+            "marker": str(marker),
+            "out": str(tmp / f"out-{len(children)}.json"),
+        },
+    )
+    wait_for(marker, proc, limit_s=60)
+    if do == "kill":
+        assert proc.wait(30) == -signal.SIGKILL
+        wait_lease_expiry(lake)  # the next writer takes the job over, as after a real crash
+    return proc, marker
+
+
+def run_to_end(lake: Lake, mode: str, owner: str) -> list[Any]:
+    """A writer in this process, with a patient lease (the children's short ones are tested)."""
+    store = replace(lake, timeout_s=30, renew_s=5).store()
+    try:
+        patient = replace(lake, timeout_s=30, renew_s=5)
+        return runner(patient, store, mode, owner).run([DT])
+    finally:
+        store.close_store()
+
+
+def wait_lease_expiry(lake: Lake) -> None:
+    time.sleep(lake.timeout_s + 0.5)
+
+
+@pytest.mark.parametrize("mode", ["transactional", "opaque"])
+def test_killed_and_zombie_writers_leave_the_rollup_exact(
+    lake: Lake, mode: str, children: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    rng = random.Random(22)
+    wave(lake, 1, rng)
+    # Killed between two transactions of the first batch: some keys hold batch 6, the cursor
+    # names it pending. The next writer, killed after computing, changes nothing.
+    killed_at(children, lake, tmp_path, mode, "transaction", 1)
+    partial = state(lake, mode)
+    assert 0 < len(partial) <= KEYS_PER_TRANSACTION
+    killed_at(children, lake, tmp_path, mode, "computed", 1)
+    assert state(lake, mode) == partial
+    # The third completes the first batch, and is killed after the second batch's pending
+    # record, before its first key.
+    killed_at(children, lake, tmp_path, mode, "pending", 2)
+    wave(lake, 2, rng)
+    [outcome] = run_to_end(lake, mode, "finisher")
+    assert outcome.outcome == ROLLED_UP and outcome.replayed
+    assert_equal(state(lake, mode), reference(lake, mode))
+
+    # A zombie: stopped after recording its first batch as pending, before its keys; its lease
+    # passes to a successor that rolls everything up; woken, it must write nothing.
+    wave(lake, 3, rng)
+    zombie, marker = killed_at(children, lake, tmp_path, mode, "pending", 1, do="pause")
+    os.kill(zombie.pid, signal.SIGSTOP)
+    wait_lease_expiry(lake)
+    [outcome] = run_to_end(lake, mode, "successor")
+    assert outcome.outcome == ROLLED_UP
+    settled = state(lake, mode)
+    assert_equal(settled, reference(lake, mode))
+    marker.with_name(marker.name + ".release").touch()
+    os.kill(zombie.pid, signal.SIGCONT)
+    assert zombie.wait(60) == 0
+    [zombie_outcome] = json.loads(Path(tmp_path / "out-3.json").read_text())
+    assert zombie_outcome["outcome"] == LOST_LEASE, zombie_outcome
+    assert state(lake, mode) == settled
+    [again] = run_to_end(lake, mode, "again")
+    assert again.outcome == UP_TO_DATE
