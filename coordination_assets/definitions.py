@@ -2,8 +2,9 @@
 
 Thin on purpose: domain logic lives in `resources/`; this file only says what exists. Per
 stream of `streams.yaml`: an ingestion asset and discovery sensor, a merge asset and merge
-sensor, a published-table asset and publication sensor, their checks and the checks sensor, a
-garbage-collection job and its hourly schedule; each asset with the owners, kinds and columns
+sensor, a published-table asset and publication sensor, a rollup asset and rollup sensor when
+the stream declares rollups, their checks and the checks sensor, a garbage-collection job and
+its hourly schedule; each asset with the owners, kinds and columns
 the UI shows (`presentation.py`). An invalid streams file, store, catalog or
 publication variable fails the code location at load, naming the field.
 """
@@ -36,6 +37,11 @@ from coordination_assets.publication import (
     build_publication_checks,
     build_publication_sensor,
 )
+from coordination_assets.rollups import (
+    build_rollup_asset,
+    build_rollup_checks,
+    build_rollup_sensor,
+)
 from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
@@ -55,8 +61,14 @@ def build_definitions() -> Definitions:
     configs = LakeSettings.from_env().streams()
     streams = sorted(configs)
     shown = Presentation.from_env()
+    rolled = [s for s in streams if configs[s].rollups]
     checks = {
-        s: [*build_ingestion_checks(s), *build_merge_checks(s), *build_publication_checks(s)]
+        s: [
+            *build_ingestion_checks(s),
+            *build_merge_checks(s),
+            *build_publication_checks(s),
+            *(build_rollup_checks(s) if s in rolled else []),
+        ]
         for s in streams
     }
     gc_jobs = {s: build_gc_job(s) for s in streams}
@@ -72,12 +84,14 @@ def build_definitions() -> Definitions:
                 )
                 for s in streams
             ),
+            *(build_rollup_asset(s) for s in rolled),
         ],
         asset_checks=[lease_health, *(c for s in streams for c in checks[s])],
         sensors=[
             *(build_discovery_sensor(s) for s in streams),
             *(build_merge_sensor(s) for s in streams),
             *(build_publication_sensor(s) for s in streams),
+            *(build_rollup_sensor(s) for s in rolled),
             *(build_checks_sensor(s, checks[s]) for s in streams),
         ],
         jobs=list(gc_jobs.values()),

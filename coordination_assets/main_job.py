@@ -5,9 +5,10 @@ the commits it records, execute each run it requests (new ranges and work left b
 it asks for nothing new; then the same with the merge sensor (close the table partitions whose
 day ended, once ingestion caught up; merge those due, and every closed partition with a pending
 merge job — its delayed objects — without waiting for its due time), then with the
-publication sensor (switch and publish what became due, repair a catalog that lags); then run
-the asset checks. The same sensors, assets and checks that `dagster dev` runs — only the
-scheduling differs.
+publication sensor (switch and publish what became due, repair a catalog that lags), then,
+for a stream that declares rollups, with the rollup sensor (every rollup brought up to the
+last commit); then run the asset checks. The same sensors, assets and checks that `dagster dev`
+runs — only the scheduling differs.
 """
 
 import os
@@ -67,6 +68,14 @@ from coordination_assets.publication import (
     build_publication_sensor,
     publish_cursor_key,
     table_asset_key,
+)
+from coordination_assets.rollups import (
+    FAILED_ROLLUPS,
+    build_rollup_asset,
+    build_rollup_checks,
+    build_rollup_sensor,
+    rollup_asset_key,
+    rollup_cursor_key,
 )
 from resources.dagster_resources.instance import (
     ensure_spark_pool,
@@ -199,6 +208,11 @@ class MainJobReport:
     switched_now: int = 0
     not_published: dict[str, str] = field(default_factory=dict)
     """`dt=<date>` -> why its publication failed (it stays due; the sensor asks again)."""
+    rollup_runs: int = 0
+    rollups: list[str] = field(default_factory=list)
+    """One line per table partition whose rollups moved: batches, keys, ids covered."""
+    not_rolled_up: dict[str, str] = field(default_factory=dict)
+    """`dt=<date>` -> why a rollup of it failed (it stays due; the rollup sensor asks again)."""
     table: dict[str, TablePartitionState] = field(default_factory=dict)
     """Each table partition Dagster knows (its dates) -> what it publishes at the end, by dt."""
     table_before: dict[str, TablePartitionState] = field(default_factory=dict)
@@ -247,6 +261,8 @@ class MainJobReport:
             f"not merged: {len(self.not_merged)}\n"
             f"publication runs: {self.publish_runs}; publications: {len(self.publications)} "
             f"({self.switched_now} switched now); not published: {len(self.not_published)}\n"
+            f"rollup runs: {self.rollup_runs}; partitions rolled up: {len(self.rollups)}; "
+            f"not rolled up: {len(self.not_rolled_up)}\n"
             f"{self.describe_table()}\n"
             f"checks: {checks or 'none'}"
         )
@@ -345,10 +361,17 @@ def run_stream(
         table_asset, publication_checks = _publish(defs, instance, stream, report, max_ticks, log)
         report.table = table_states(instance, stream)
         done.append(publication_summary(report))
-    all_checks = [*checks, *merge_checks, *publication_checks]
+    rollup_assets: list[AssetsDefinition] = []
+    rollup_checks: list = []
+    if _declares_rollups(defs, stream):
+        with _stage(progress, stream, "rollups") as done:
+            rollup_asset, rollup_checks = _roll_up(defs, instance, stream, report, max_ticks, log)
+            rollup_assets.append(rollup_asset)
+            done.append(rollup_summary(report))
+    all_checks = [*checks, *merge_checks, *publication_checks, *rollup_checks]
     with _stage(progress, stream, "checks") as done:
         check_run = materialize(
-            [asset_def, merge_asset, table_asset, *all_checks],
+            [asset_def, merge_asset, table_asset, *rollup_assets, *all_checks],
             instance=instance,
             resources=resources,
             selection=AssetSelection.checks(*all_checks),
@@ -422,6 +445,17 @@ def publication_summary(report: MainJobReport) -> str:
         f"({report.switched_now} switched to merged files)"
     )
     return line + (f"; {len(report.not_published)} NOT published" if report.not_published else "")
+
+
+def rollup_summary(report: MainJobReport) -> str:
+    if not report.rollups and not report.not_rolled_up:
+        return "nothing new to roll up"
+    line = f"{_count(len(report.rollups), 'table partition')} rolled up"
+    return line + (f"; {len(report.not_rolled_up)} NOT rolled up" if report.not_rolled_up else "")
+
+
+def _declares_rollups(defs: Definitions, stream: str) -> bool:
+    return any(getattr(a, "key", None) == rollup_asset_key(stream) for a in defs.assets or [])
 
 
 def _sensor_ticks(
@@ -522,12 +556,47 @@ def _publish(
     return asset_def, build_publication_checks(stream)
 
 
+def _roll_up(
+    defs: Definitions,
+    instance: DagsterInstance,
+    stream: str,
+    report: MainJobReport,
+    max_ticks: int,
+    log: Callable[[str], None],
+) -> tuple[AssetsDefinition, list]:
+    """Tick the rollup sensor and execute the rollup runs it requests until it requests none,
+    or only ranges that already failed in this invocation. Returns the rollup asset and its
+    check, for the checks run."""
+    asset_def = build_rollup_asset(stream)
+
+    def rolled_up(dt: str, metadata: Mapping[str, Any]) -> None:
+        report.not_rolled_up.pop(f"dt={dt}", None)
+        moved = {k[: -len("_upto")]: v for k, v in metadata.items() if k.endswith("_upto")}
+        line = f"{stream} dt={dt}: {metadata['batches']} batches; " + ", ".join(
+            f"{name} at id {upto}" for name, upto in sorted(moved.items())
+        )
+        report.rollups.append(line)
+        log(line)
+
+    rollups = _RangePass(
+        "rollup",
+        build_rollup_sensor(stream),
+        rollup_cursor_key(stream),
+        asset_def,
+        FAILED_ROLLUPS,
+        report.not_rolled_up,
+        rolled_up,
+    )
+    report.rollup_runs += _range_runs(rollups, defs, instance, stream, report, max_ticks, log)
+    return asset_def, build_rollup_checks(stream)
+
+
 @dataclass(frozen=True)
 class _RangePass:
-    """What differs between the merge and the publication passes of `leasehold run`."""
+    """What differs between the merge, publication and rollup passes of `leasehold run`."""
 
     what: str
-    """`merge` or `publication`, for the log."""
+    """`merge`, `publication` or `rollup`, for the log."""
     sensor: SensorDefinition
     cursor_key: str
     asset_def: AssetsDefinition

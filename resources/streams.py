@@ -216,13 +216,6 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         rollups = parse_rollups(raw.get("rollups"), schema)
     except ConfigError as exc:
         raise StreamConfigError(name, exc.field, exc.reason) from None
-    if rollups:  # declared ahead of the version that computes them: say so, never silently
-        log.warning(
-            "stream %r declares rollups %s: validated, but this version does not compute "
-            "rollups yet (issue 22)",
-            name,
-            ", ".join(r.name for r in rollups),
-        )
     return StreamConfig(
         name=name,
         source=_url(raw.get("source"), base, name, "source"),

@@ -4,14 +4,15 @@ Two engines compute the same thing. `SparkPartials` reads every batch of a run i
 (a union of the batches' files, grouped by batch and key), so many batches are aggregated in
 parallel across the cluster; `ArrowPartials` aggregates on the calling machine with pyarrow,
 for the check's recomputation and for processes that must not start a JVM (the chaos tests'
-writers). The rollup's key is its `group_by` values as JSON text (`encode_key`): one string
-that both stores can use as a record key, whatever the columns' types.
+writers); `SizedPartials` picks one by the input's size. The rollup's key is its `group_by`
+values as JSON text (`encode_key`): one string that both stores can use as a record key,
+whatever the columns' types.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -40,7 +41,12 @@ class PartialsEngine(Protocol):
         ...
 
 
-def _columns(spec: RollupSpec) -> list[str]:
+EngineFor = Callable[[int], PartialsEngine]
+"""The engine for a run's batches of this many input bytes."""
+
+
+def columns(spec: RollupSpec) -> list[str]:
+    """The table columns a rollup reads."""
     wanted = list(spec.group_by) + [a.column for a in spec.aggregates if a.column]
     return list(dict.fromkeys(wanted))
 
@@ -55,7 +61,7 @@ def _normalized(function: Function, value: Any) -> Any:
 class ArrowPartials:
     def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
         return {
-            txid: self.of_table(spec, read_files(paths, _columns(spec)))
+            txid: self.of_table(spec, read_files(paths, columns(spec)))
             for txid, paths in batches.items()
         }
 
@@ -99,6 +105,26 @@ def read_files(paths: Sequence[str], columns: Sequence[str]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="default")
 
 
+ARROW_MAX_BYTES = 256 * 1024 * 1024
+"""Input up to which a run's batches are aggregated with pyarrow on the calling machine: below
+it, starting Spark (seconds, and a second session's memory beside ingestion's) costs more than
+the aggregation; above it, one Spark job spreads the batches over the cluster."""
+
+
+class SizedPartials:
+    """pyarrow for a run's batches up to `arrow_max_bytes` of input, Spark above (the Spark
+    session is asked for only then)."""
+
+    def __init__(self, spark: Callable[[], Any], arrow_max_bytes: int = ARROW_MAX_BYTES) -> None:
+        self.spark = spark
+        self.arrow_max_bytes = arrow_max_bytes
+
+    def for_bytes(self, input_bytes: int) -> PartialsEngine:
+        if input_bytes <= self.arrow_max_bytes:
+            return ArrowPartials()
+        return SparkPartials(self.spark())
+
+
 class SparkPartials:
     """One Spark job for all batches of a call: each batch's files read with its txid as a
     column, the reads unioned, grouped by (txid, key)."""
@@ -111,9 +137,9 @@ class SparkPartials:
 
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
-        columns = _columns(spec)
+        wanted = columns(spec)
         reads = [
-            self.spark.read.parquet(*paths).select(*columns).withColumn("_txid", F.lit(txid))
+            self.spark.read.parquet(*paths).select(*wanted).withColumn("_txid", F.lit(txid))
             for txid, paths in batches.items()
             if paths
         ]

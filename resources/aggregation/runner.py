@@ -8,7 +8,8 @@ a new epoch per run, renewed in the background and in every state transaction):
    write, so a replay has the same txid and, the ids being immutable, the same rows).
 2. Plan: the pending batch first, then batches of the committed ids above it
    (`plan_batches`), at most `max_batches` per run.
-3. Compute every planned batch's partial results at once (`PartialsEngine`: one Spark job).
+3. Compute every planned batch's partial results at once (one Spark job; pyarrow when the
+   input is small: `SizedPartials`).
 4. Commit them in strict txid order (`StrictOrder`): record the batch as pending, write its
    keys (`write_rollup_batch`: transactions of 99 keys, each key idempotent by txid), then
    record `upto` = its txid. A failed commit abandons the batches after it; the next run
@@ -28,9 +29,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from resources.aggregation.partials import PartialsEngine
+from resources.aggregation.partials import EngineFor
 from resources.coordination.errors import (
     LeaseStoreError,
     PartitionNotOwnedError,
@@ -41,6 +41,7 @@ from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.errors import LeaseholdError
 from resources.objects.base import ObjectStore
 from resources.rollup.batches import Batch, StrictOrder, plan_batches
+from resources.rollup.cursor import RollupCursor, rollup_id
 from resources.rollup.spec import RollupSpec
 from resources.stores.base import CoordinationStore
 
@@ -51,30 +52,6 @@ UP_TO_DATE = "up to date"
 BUSY = "busy"
 FAILED = "failed"
 LOST_LEASE = "lost lease"
-
-
-def rollup_id(table: str, spec: RollupSpec) -> str:
-    """The rollup's name in the store: its state records and its job lease."""
-    return f"{table}|{spec.name}"
-
-
-@dataclass(frozen=True)
-class RollupCursor:
-    """Where a rollup of one table partition is: the lease's progress state."""
-
-    upto: int = 0
-    pending: tuple[int, int] | None = None
-    """(after, upto) of the batch being written."""
-
-    @staticmethod
-    def of(progress: Any) -> RollupCursor:
-        if not progress:
-            return RollupCursor()
-        pending = progress.get("pending")
-        return RollupCursor(int(progress["upto"]), None if pending is None else tuple(pending))  # type: ignore[arg-type]
-
-    def state(self) -> dict[str, Any]:
-        return {"upto": self.upto, "pending": None if self.pending is None else list(self.pending)}
 
 
 @dataclass
@@ -106,7 +83,7 @@ class RollupRunner:
         objects: ObjectStore,
         table: str,
         spec: RollupSpec,
-        engine: PartialsEngine,
+        engine_for: EngineFor,
         *,
         owner: str,
         timing: LeaseTiming,
@@ -119,7 +96,7 @@ class RollupRunner:
         self.objects = objects
         self.table = table
         self.spec = spec
-        self.engine = engine
+        self.engine_for = engine_for
         self.owner = owner
         self.timing = timing
         self.work_dir = work_dir
@@ -166,9 +143,7 @@ class RollupRunner:
     def _held(self, lease: Lease, dt: str, outcome: RollupOutcome, scratch: Path) -> RollupOutcome:
         cursor = RollupCursor.of(lease.progress)
         outcome.upto = cursor.upto
-        objects = [
-            o for o in self.store.ledger_objects(self.table, dt) if o.object_id > cursor.upto
-        ]
+        objects = self.store.ledger_objects(self.table, dt, after=cursor.upto)
         batches: list[Batch] = []
         start = cursor.upto
         if cursor.pending is not None:
@@ -190,7 +165,8 @@ class RollupRunner:
         lease.check()
         order: StrictOrder[dict] = StrictOrder(batches)
         generation = order.generation
-        computed = self.engine.compute(self.spec, files)
+        input_bytes = sum(o.content_length for o in objects if o.object_id <= batches[-1].upto)
+        computed = self.engine_for(input_bytes).compute(self.spec, files)
         self.on_step("computed", dt)
         ready = []
         for batch in batches:
@@ -245,3 +221,26 @@ class RollupRunner:
         outcome.outcome, outcome.message = FAILED, message
         log.error("%s", outcome.describe())
         return outcome
+
+
+def due_dates(store: CoordinationStore, table: str, specs: Sequence[RollupSpec]) -> list[str]:
+    """The table partitions some rollup of `specs` has not brought up to their last committed
+    id (or whose batch is being written), by dt: one read of the partitions and one query of
+    each rollup's job leases."""
+    if not specs:
+        return []
+    by_rollup = [cursors(store, table, spec) for spec in specs]
+    due = []
+    for tp in store.table_partitions(table):
+        for by_dt in by_rollup:
+            cursor = by_dt.get(tp.dt, RollupCursor())
+            if cursor.pending is not None or cursor.upto < tp.next_object_id - 1:
+                due.append(tp.dt)
+                break
+    return sorted(due)
+
+
+def cursors(store: CoordinationStore, table: str, spec: RollupSpec) -> dict[str, RollupCursor]:
+    """Every date's cursor of one rollup: one query of its job leases."""
+    sid = store.source_identifier(rollup_id(table, spec), ItemType.ROLLUP_JOB)
+    return {item.partition_key: RollupCursor.of(item.progress) for item in store.iter_items(sid)}

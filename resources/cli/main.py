@@ -24,6 +24,7 @@ from resources.cli.doctor import DOCTOR_HELP, add_doctor_command
 from resources.cli.gc import cmd_gc
 from resources.cli.init import add_init_parser
 from resources.cli.redrive import add_redrive_parser
+from resources.cli.rollup import add_rollup_parser
 from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.status import status_json, status_text  # noqa: E402
@@ -237,6 +238,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Every check of every stream (or of --stream): exit 4 when one fails. Each judges what
     changed since it last passed, or everything with --full (`resources.ledger.check_scope`)."""
+    from resources.aggregation import checks as rollup_checks
     from resources.catalog.opening import catalog_for
     from resources.catalog.settings import CatalogSettings
     from resources.check_outcome import CheckOutcome
@@ -287,6 +289,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             )
             outcomes += publication_checks.run_all(
                 config, store, objects(config.table), catalog, full=args.full
+            )
+            outcomes += rollup_checks.run_all(
+                config,
+                store,
+                objects(config.table),
+                catalog,
+                full=args.full,
+                s3_endpoint_url=lake.s3_endpoint_url,
+                region=lake.region,
             )
             results += [(name, outcome) for outcome in outcomes]
     finally:
@@ -455,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--json", action="store_true", help="machine-readable output")
     gc.set_defaults(fn=cmd_gc)
     add_redrive_parser(add)
+    add_rollup_parser(add, common)
     return parser
 
 
@@ -509,6 +521,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_libraries(args.verbose)
     try:
         return args.fn(args)
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): nothing wrong with the command. Python's own
+        # advice: point stdout at devnull, so flushing it at exit raises nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except LeaseholdError as exc:
         if args.debug:
             traceback.print_exc()

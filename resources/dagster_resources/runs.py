@@ -40,6 +40,8 @@ MERGE_TAG = "leasehold/merge"
 """A merge run of the stream's table partitions (its range tags name dates, not sources)."""
 PUBLISH_TAG = "leasehold/publish"
 """A publication run of the stream's table partitions (its range tags name dates)."""
+ROLLUP_TAG = "leasehold/rollup"
+"""A rollup run of the stream's table partitions (its range tags name dates)."""
 GC_TAG = "leasehold/gc"
 """A garbage-collection run of the stream's table."""
 DUE_ONLY_TAG = "leasehold/merge_due_only"
@@ -127,8 +129,8 @@ DIES_IN = (
 
 
 def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
-    """Mark the stream's runs — ingestion, merges, publications, garbage collections and
-    checks — whose process is gone failed (or canceled); their run ids."""
+    """Mark the stream's runs — ingestion, merges, publications, rollups, garbage collections
+    and checks — whose process is gone failed (or canceled); their run ids."""
     dead = []
     runs = {
         run.run_id: run
@@ -136,6 +138,7 @@ def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
             {STREAM_TAG: stream},
             {MERGE_TAG: stream},
             {PUBLISH_TAG: stream},
+            {ROLLUP_TAG: stream},
             {GC_TAG: stream},
             {CHECKS_TAG: stream},
         )

@@ -52,8 +52,11 @@ class Ledger(ABC):
     def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None: ...
 
     @abstractmethod
-    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
-        """Committed small objects, by (dt, id): what readers may read, and nothing else."""
+    def ledger_objects(
+        self, table: str, dt: str | None = None, *, after: int = 0
+    ) -> list[RegisteredObject]:
+        """Committed small objects, by (dt, id): what readers may read, and nothing else. With
+        `after`, only ids above it (one key range: a reader of what is new pays for that)."""
 
     @abstractmethod
     def table_partitions(self, table: str) -> list[TablePartition]: ...

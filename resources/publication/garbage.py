@@ -11,7 +11,9 @@ that never committed. A file is kept if anything may still read it:
 - every merged object of the current chain (what the next publication and merge read);
 - every small object the current publication does not cover through merged ranges (all of them
   before the switch; after it, the ids above `published_upper`) — so a small object goes only
-  once a switched publication covering it is current and no retained older manifest names it.
+  once a switched publication covering it is current and no retained older manifest names it;
+  and every small object a rollup of the stream has not consumed yet (rollups read small
+  objects: above a rollup's cursor nothing is deleted, merged and published or not).
 
 Everything else is deleted, but only once it is older than the safety delay: a file written by
 an attempt still running (an ingestion or merge about to commit, a publication about to record)
@@ -27,15 +29,18 @@ retention are judged at the earliest moment (conservatively).
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from resources.coordination.items import ItemType
 from resources.errors import LeaseholdError
 from resources.ledger.model import TablePartition
 from resources.ledger.publication import MAX_UNRECORDED_AGE_MS, Publication, retained
 from resources.objects.base import ObjectInfo, ObjectStore, ObjectStoreError
 from resources.publication.manifest import MANIFESTS_PREFIX, read_spectrum
+from resources.rollup.cursor import RollupCursor, rollup_id
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
@@ -239,7 +244,10 @@ class GarbageCollector:
         for r in self.store.merge_ranges(self.table, dt):
             if not r.is_sentinel and r.url is not None:
                 self._keep_url(r.url, keep.keys)
-        covered = _covered_upper(tp, publications[-1] if publications else None)
+        covered = min(
+            _covered_upper(tp, publications[-1] if publications else None),
+            self._rolled_up(dt),
+        )
         for o in self.store.ledger_objects(self.table, dt):
             key = self._key(o.url)
             if key is None:
@@ -247,6 +255,21 @@ class GarbageCollector:
             keep.ledger_small.add(key)
             if o.object_id > covered:
                 keep.keys.add(key)
+
+    def _rolled_up(self, dt: str) -> int:
+        """The ids every rollup of the stream has consumed for `dt`: a small object above them
+        is kept, merged and published or not (the rollup reads small objects)."""
+        uptos = [
+            RollupCursor.of(None if item is None else item.progress).upto
+            for item in (
+                self.store.get(
+                    self.store.source_identifier(rollup_id(self.table, spec), ItemType.ROLLUP_JOB),
+                    dt,
+                )
+                for spec in self.config.rollups
+            )
+        ]
+        return min(uptos, default=sys.maxsize)
 
     def _keep_version(self, p: Publication, keep: _KeepSet) -> None:
         """A retained version: its directory (both manifests) and every file it names. A

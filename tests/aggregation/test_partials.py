@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resources.aggregation.partials import ArrowPartials, SparkPartials, decode_key
+from resources.aggregation.partials import ArrowPartials, SizedPartials, SparkPartials, decode_key
 from resources.rollup.spec import parse_rollups
 
 SCHEMA = {"user_id": "string", "country": "string", "amount": "long", "price": "double"}
@@ -55,6 +55,10 @@ def test_spark_and_arrow_compute_the_same_partials(spark: Any, tmp_path: Path) -
         spec = rollup(group_by)
         arrow = ArrowPartials().compute(spec, batches)
         assert SparkPartials(spark).compute(spec, batches) == arrow
+        assert (
+            SizedPartials(lambda: spark, arrow_max_bytes=0).for_bytes(1).compute(spec, batches)
+            == arrow
+        )
     by_user = ArrowPartials().compute(rollup(["user_id"]), batches)
     assert by_user[3]['["u1"]'] == (2, 12, 1.5, 7)
     assert by_user[3]['["u2"]'] == (1, 0, 2.0, None)  # a sum of no value is 0, a max None

@@ -28,9 +28,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.aggregation.partials import ArrowPartials
-from resources.aggregation.runner import LOST_LEASE, ROLLED_UP, UP_TO_DATE, rollup_id
+from resources.aggregation.runner import LOST_LEASE, ROLLED_UP, UP_TO_DATE
 from resources.ledger.rollup_state import KEYS_PER_TRANSACTION
 from resources.rollup.aggregates import Value
+from resources.rollup.cursor import rollup_id
 from resources.stores.settings import StoreSettings
 from tests.support.child_processes import child_processes, spawn_child, wait_for
 from tests.support.merge_child import TABLE, Lake, commit_source, write_small

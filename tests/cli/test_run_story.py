@@ -55,7 +55,7 @@ def test_the_main_job_tells_the_story_quietly_and_its_audit_adds_up(tmp_path: Pa
     assert "keys with spaces" in first.stdout and "gzipped" in first.stdout
     for stage in ("discovery and ingestion", "closing and merges", "publication", "checks"):
         assert re.search(rf"^events > {stage}: .+ \([\d.]+ s\)$", first.stdout, re.M), output
-    assert "checks: all 13 passed" in first.stdout
+    assert "checks: all 14 passed" in first.stdout
     # Spark's own log went to the default file instead.
     assert "NativeCodeLoader" in (tmp_path / "data" / "logs" / "spark.log").read_text()
 

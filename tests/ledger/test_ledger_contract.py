@@ -156,3 +156,14 @@ def test_an_object_item_without_its_commit_time_reads_as_unknown(
     )
     (read,) = store.ledger_objects("events", "2026-01-01")
     assert read.committed_at_ms is None and read.object_id == 1
+
+
+def test_objects_above_an_id_are_one_key_range(store: LeaseStore) -> None:
+    sid = setup(store, "a", "b")
+    first = store.acquire(sid, "a", "w", 60)
+    store.commit(first.token, [obj("2026-01-01", "x"), obj("2026-01-01", "y")])
+    second = store.acquire(sid, "b", "w", 60)
+    store.commit(second.token, [obj("2026-01-01", "z"), obj("2026-01-02", "q")])
+    above = store.ledger_objects("events", "2026-01-01", after=1)  # type: ignore[attr-defined]
+    assert [o.object_id for o in above] == [2, 3]
+    assert store.ledger_objects("events", "2026-01-01", after=3) == []  # type: ignore[attr-defined]

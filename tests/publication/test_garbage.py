@@ -6,6 +6,7 @@ are set against it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from resources.coordination.items import ItemType
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import MAX_UNRECORDED_AGE_MS, retained
@@ -28,6 +30,8 @@ from resources.publication.garbage import (
     GcPlan,
 )
 from resources.publication.manifest import read_spectrum
+from resources.rollup.cursor import RollupCursor, rollup_id
+from resources.rollup.spec import parse_rollups
 from resources.stores.base import CoordinationStore
 from tests.support.fakes import FakeClock, StoreFactory
 from tests.support.publication_lake import DT, TABLE, Lake, stream_config
@@ -342,3 +346,23 @@ def test_an_unrecorded_manifest_stays_while_a_paused_publisher_could_still_recor
     assert key not in deletions(short.plan())
     clock.advance(10)
     assert deletions(short.plan())[key] == EXPIRED_MANIFEST
+
+
+def test_small_objects_a_rollup_has_not_consumed_are_kept(lake: Lake, clock: FakeClock) -> None:
+    spec = parse_rollups({"per_id": {"aggregates": {"n": "count"}}}, {"id": "long"})[0]
+    small = [lake.key(o.url) for o in lake.ingest(100, 200, 300)]
+    lake.merge(0, 3)
+    lake.close()
+    lake.publish(True, 3)
+    sid = lake.store.source_identifier(rollup_id(TABLE, spec), ItemType.ROLLUP_JOB)
+    lake.store.create_partitions(sid, [DT])
+    job = lake.store.acquire(sid, DT, "rollup", 60)
+    lake.store.renew(job.token, 60, json.dumps(RollupCursor(1, (1, 3)).state()))
+    age_all(clock)
+    collector = gc(lake, clock)
+    collector.config = replace(collector.config, rollups=(spec,))
+    found = deletions(collector.plan())
+    assert small[0] in found and not {small[1], small[2]} & set(found)  # ids 2, 3 still needed
+
+    lake.store.renew(job.token, 60, json.dumps(RollupCursor(3).state()))
+    assert set(small) <= set(deletions(collector.plan()))

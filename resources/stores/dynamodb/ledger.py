@@ -300,10 +300,16 @@ class DynamoDbLedger:
         return out.get("Item")
 
     def _query_all(
-        self, action: str, sid: str, attributes: Sequence[str] = ()
+        self, action: str, sid: str, attributes: Sequence[str] = (), above: str | None = None
     ) -> list[dict[str, Any]]:
-        """Every item of `sid`; only `attributes` of each when given."""
+        """Every item of `sid` (whose key sorts after `above`, when given); only `attributes`
+        of each when given."""
         names = {"#sid": ATTR["sid"], **{f"#p{i}": a for i, a in enumerate(attributes)}}
+        condition, values = "#sid = :sid", {":sid": codec.s(sid)}
+        if above is not None:
+            names["#key"] = ATTR["key"]
+            condition += " AND #key > :above"
+            values[":above"] = codec.s(above)
         projection = (
             {"ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(attributes)))}
             if attributes
@@ -313,9 +319,9 @@ class DynamoDbLedger:
         def query() -> list[dict[str, Any]]:
             pages = self.client.get_paginator("query").paginate(
                 TableName=self.table_name,
-                KeyConditionExpression="#sid = :sid",
+                KeyConditionExpression=condition,
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues={":sid": codec.s(sid)},
+                ExpressionAttributeValues=values,
                 ConsistentRead=True,
                 **projection,
             )
@@ -494,11 +500,16 @@ class DynamoDbLedger:
             "ExpressionAttributeValues": values,
         }
 
-    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
+    def ledger_objects(
+        self, table: str, dt: str | None = None, *, after: int = 0
+    ) -> list[RegisteredObject]:
         dts = [dt] if dt is not None else [p.dt for p in self.table_partitions(table)]
         out = []
+        above = f"{after:019d}" if after else None
         for day in dts:
-            for raw in self._query_all("ledger_objects", self._objects_sid(table, day)):
+            for raw in self._query_all(
+                "ledger_objects", self._objects_sid(table, day), above=above
+            ):
                 out.append(
                     RegisteredObject(
                         table=table,

@@ -181,16 +181,21 @@ class SqliteLedger:
     def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None:
         return self._commit_record(self._connection(), source_identifier, partition_key)
 
-    def ledger_objects(self, table: str, dt: str | None = None) -> list[RegisteredObject]:
+    def ledger_objects(
+        self, table: str, dt: str | None = None, *, after: int = 0
+    ) -> list[RegisteredObject]:
         sql = (
             "SELECT tbl, dt, object_id, url, content_length, row_count, "
             f"{ATTR['sid']}, {ATTR['key']}, epoch, delayed, committed_at "
             "FROM small_objects WHERE tbl = ?"
         )
-        args: tuple[str, ...] = (table,)
+        args: tuple[str | int, ...] = (table,)
         if dt is not None:
             sql += " AND dt = ?"
             args += (dt,)
+        if after:
+            sql += " AND object_id > ?"
+            args += (after,)
         rows = self._connection().execute(sql + " ORDER BY dt, object_id", args).fetchall()
         return [RegisteredObject(*r[:9], delayed=bool(r[9]), committed_at_ms=r[10]) for r in rows]
 
