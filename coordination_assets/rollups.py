@@ -88,7 +88,9 @@ def build_rollup_asset(stream: str) -> AssetsDefinition:
         catalog: CatalogResource,
     ):
         dts = list(context.partition_keys)
-        runners = lake.rollup_runners(stream, coordination, spark, owner=coordination.owner)
+        runners = catalog.rollup_runners(
+            stream, coordination, lake, spark, owner=coordination.owner
+        )
         by_dt: dict[str, list[RollupOutcome]] = {dt: [] for dt in dts}
         for runner in runners:
             for outcome in runner.run(dts):
@@ -128,10 +130,13 @@ def build_rollup_sensor(stream: str) -> SensorDefinition:
         "rollups last ran, or whose rollup batch a dead run left half written.",
     )
     def rollup_sensor(
-        context: SensorEvaluationContext, coordination: CoordinationResource, lake: LakeResource
+        context: SensorEvaluationContext,
+        coordination: CoordinationResource,
+        lake: LakeResource,
+        catalog: CatalogResource,
     ):
         tick = RollupTick(
-            context.instance, stream, dates_for(stream), asset_key, coordination, lake
+            context.instance, stream, dates_for(stream), asset_key, coordination, lake, catalog
         )
         return tick.evaluate(context.cursor)
 

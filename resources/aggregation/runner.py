@@ -26,11 +26,12 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from resources.aggregation.partials import EngineFor
+from resources.aggregation.rollup_table import RollupTable
 from resources.coordination.errors import (
     LeaseStoreError,
     PartitionNotOwnedError,
@@ -63,6 +64,8 @@ class RollupOutcome:
     keys_written: int = 0
     upto: int = 0
     replayed: bool = False
+    table_published: bool = False
+    """The rollup table's partition was switched to this state."""
     message: str = ""
 
     def describe(self) -> str:
@@ -91,7 +94,10 @@ class RollupRunner:
         max_objects_per_batch: int = 200,
         max_batches: int = 50,
         on_step: Callable[[str, str], None] | None = None,
+        publish_to: RollupTable | None = None,
     ) -> None:
+        """`publish_to`: where the state is published for readers after each date's batches (None:
+        not published, as in the chaos tests, whose verdict is the state itself)."""
         self.store = store
         self.objects = objects
         self.table = table
@@ -103,6 +109,7 @@ class RollupRunner:
         self.max_objects_per_batch = max_objects_per_batch
         self.max_batches = max_batches
         self.on_step = on_step or (lambda step, dt: None)
+        self.publish_to = publish_to
         self.rollup = rollup_id(table, spec)
         self.job_sid = store.source_identifier(self.rollup, ItemType.ROLLUP_JOB)
 
@@ -155,6 +162,7 @@ class RollupRunner:
         batches = batches[: self.max_batches]
         if not batches:
             outcome.outcome = UP_TO_DATE
+            self._publish(lease, outcome)
             return outcome
         files = {
             b.txid: [
@@ -186,8 +194,19 @@ class RollupRunner:
             cursor = RollupCursor(batch.upto)
             outcome.batches += 1
             outcome.upto = batch.upto
+        self._publish(lease, outcome)
         log.info("%s", outcome.describe())
         return outcome
+
+    def _publish(self, lease: Lease, outcome: RollupOutcome) -> None:
+        """The rollup table's partition switched to the state just committed, if it lags. A
+        failure leaves the state committed and the table behind: the outcome fails, and the
+        rollup sensor asks for the date again (`due_dates` compares the catalog's position)."""
+        if self.publish_to is None or outcome.upto == 0:
+            return
+        lease.check()
+        if self.publish_to.publish(outcome.dt, outcome.upto):
+            outcome.table_published = True
 
     def _commit(self, lease: Lease, cursor: RollupCursor, batch: Batch, partials: dict) -> int:
         lease.check()
@@ -223,18 +242,26 @@ class RollupRunner:
         return outcome
 
 
-def due_dates(store: CoordinationStore, table: str, specs: Sequence[RollupSpec]) -> list[str]:
+def due_dates(
+    store: CoordinationStore,
+    table: str,
+    specs: Sequence[RollupSpec],
+    published: Mapping[str, Mapping[str, int]] | None = None,
+) -> list[str]:
     """The table partitions some rollup of `specs` has not brought up to their last committed
-    id (or whose batch is being written), by dt: one read of the partitions and one query of
-    each rollup's job leases."""
+    id (or whose batch is being written), or whose state the rollup's table does not serve
+    yet (`published`: rollup name -> dt -> the position its catalog partition serves), by dt:
+    one read of the partitions and one query of each rollup's job leases."""
     if not specs:
         return []
-    by_rollup = [cursors(store, table, spec) for spec in specs]
+    by_rollup = [(spec.name, cursors(store, table, spec)) for spec in specs]
     due = []
     for tp in store.table_partitions(table):
-        for by_dt in by_rollup:
+        for name, by_dt in by_rollup:
             cursor = by_dt.get(tp.dt, RollupCursor())
-            if cursor.pending is not None or cursor.upto < tp.next_object_id - 1:
+            behind = cursor.pending is not None or cursor.upto < tp.next_object_id - 1
+            unserved = published is not None and published[name].get(tp.dt, 0) < cursor.upto
+            if behind or unserved:
                 due.append(tp.dt)
                 break
     return sorted(due)

@@ -30,8 +30,11 @@ from resources.streams import LakeSettings
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
-VERSION_DIR = re.compile(r"/(?P<kind>live|merged)-(?P<upper>\d+)-[0-9a-f]+/symlink/$")
-"""A catalog location's version directory (`resources.publication.manifest.new_version_key`)."""
+VERSION_DIR = re.compile(
+    r"/(?:(?P<kind>live|merged)-|(?P<state>v))(?P<upper>\d+)-[0-9a-f]+/symlink/$"
+)
+"""A catalog location's version directory (`resources.publication.manifest.new_version_key`),
+or a rollup table's (`v<position>-<token>`: kind "state")."""
 
 
 class CatalogNotFoundError(LeaseholdError):
@@ -144,7 +147,7 @@ class TableReader:
             region=self.lake.region,
         )
         match = VERSION_DIR.search(partition.location)
-        kind = match["kind"] if match else None
+        kind = (match["kind"] or "state") if match else None
         upper = int(match["upper"]) if match else None
         return Published(partition, kind, upper, urls)
 
@@ -205,10 +208,13 @@ def ls_text(table: str, rows: Sequence[Published], where: str) -> str:
         for r in rows
     ]
     switched = sum(r.kind == "merged" for r in rows)
-    lines = [
-        f"table {table}: {len(rows)} partitions published ({switched} switched to merged "
-        f"objects, {len(rows) - switched} live), {where}"
-    ]
+    if all(r.kind == "state" for r in rows):  # a rollup's table: no small or merged objects
+        lines = [f"table {table}: {len(rows)} partitions published (rollup states), {where}"]
+    else:
+        lines = [
+            f"table {table}: {len(rows)} partitions published ({switched} switched to merged "
+            f"objects, {len(rows) - switched} live), {where}"
+        ]
     return "\n".join(lines + _aligned(cells))
 
 

@@ -4,21 +4,28 @@ Its fields are the settings `CatalogSettings` (which catalog: the local file, or
 `PublicationSettings` (how many partitions a publication run covers, the garbage collector's
 safety delay) declare, so a bad `LEASEHOLD_CATALOG` fails the code location at load naming the
 field, like every other variable. The catalog itself is plain Python (`resources.catalog`);
-this file builds the publication objects the assets, sensor and GC job use from it, so they
-stay free of how a catalog, a store or an object store is opened.
+this file builds the publication objects the assets, sensor and GC job use from it — and the
+rollup runners, which publish each rollup's table — so they stay free of how a catalog, a store
+or an object store is opened.
 """
 
 from __future__ import annotations
 
+import time
+
 from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
+from resources.aggregation.partials import SizedPartials
+from resources.aggregation.rollup_table import RollupTable, rollup_table_name
+from resources.aggregation.runner import RollupRunner
 from resources.catalog.base import Catalog
 from resources.catalog.opening import catalog_for
 from resources.catalog.settings import CatalogSettings
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.env import settings_resource
 from resources.dagster_resources.lake import LakeResource
+from resources.dagster_resources.spark import SparkResource
 from resources.publication.garbage import GarbageCollector
 from resources.publication.publisher import Publisher
 from resources.publication.settings import PublicationSettings
@@ -62,3 +69,51 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
             lake.object_store(config.table),
             safety_delay_s=self.gc_safety_delay_seconds,
         )
+
+    def rollup_runners(
+        self,
+        stream: str,
+        coordination: CoordinationResource,
+        lake: LakeResource,
+        spark: SparkResource,
+        owner: str,
+    ) -> list[RollupRunner]:
+        """One runner per rollup the stream declares, each publishing its table; Spark starts
+        only for a big input (`SizedPartials`)."""
+        config = lake.stream(stream)
+        engines = SizedPartials(spark.session)
+        runners = []
+        for spec in config.rollups:
+            table = RollupTable(
+                config,
+                spec,
+                coordination.store,
+                self.open_catalog(),
+                lake.object_store(RollupTable.table_url(config, spec)),
+                safety_delay_s=self.gc_safety_delay_seconds,
+                clock_ms=lambda: int(time.time() * 1000),
+            )
+            runners.append(
+                RollupRunner(
+                    coordination.store,
+                    lake.object_store(config.table),
+                    lake.table_name(stream),
+                    spec,
+                    engines.for_bytes,
+                    owner=owner,
+                    timing=coordination.timing(),
+                    work_dir=lake.scratch_dir(),
+                    publish_to=table,
+                )
+            )
+        return runners
+
+    def rollup_positions(self, stream: str, lake: LakeResource) -> dict[str, dict[str, int]]:
+        """Per rollup of the stream, the state position its table serves, by dt."""
+        config, catalog = lake.stream(stream), self.open_catalog()
+        positions: dict[str, dict[str, int]] = {}
+        for spec in config.rollups:
+            name = rollup_table_name(config, spec)
+            partitions = catalog.partitions(name) if catalog.table(name) is not None else []
+            positions[spec.name] = {p.dt: p.seq for p in partitions}
+        return positions

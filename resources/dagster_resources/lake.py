@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
-from resources.aggregation.partials import SizedPartials
-from resources.aggregation.runner import RollupRunner
 from resources.compaction.merge_runner import MergeRunner
 from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
@@ -126,26 +124,6 @@ class LakeResource(settings_resource(LakeSettings)):
             self.table_name(stream),
             backoff=coordination.timing().reopen_backoff,
         )
-
-    def rollup_runners(
-        self, stream: str, coordination: CoordinationResource, spark: SparkResource, owner: str
-    ) -> list[RollupRunner]:
-        """One runner per rollup the stream declares; Spark starts only for a big input."""
-        config = self.stream(stream)
-        engines = SizedPartials(spark.session)
-        return [
-            RollupRunner(
-                coordination.store,
-                self.object_store(config.table),
-                self.table_name(stream),
-                spec,
-                engines.for_bytes,
-                owner=owner,
-                timing=coordination.timing(),
-                work_dir=self.scratch_dir(),
-            )
-            for spec in config.rollups
-        ]
 
     def merge_runner(
         self,

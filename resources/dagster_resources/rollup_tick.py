@@ -1,7 +1,8 @@
 """One tick of a stream's rollup sensor: request rollups of the table partitions that moved.
 
 1. `due_dates`: table partitions some rollup has not brought up to their last committed id
-   (commits landed since its last run), or whose batch a dead writer left half written.
+   (commits landed since its last run), whose batch a dead writer left half written, or whose
+   state the rollup's table does not serve yet (its publication failed).
 2. Those dates Dagster does not hold yet become date partitions.
 3. Every due date no rollup run in flight covers is requested, many per run, in ranges of the
    date partitions. The rollup job lease decides within: two runs on one date never write its
@@ -12,10 +13,13 @@ state the next run finds up to date — the asset's page then lags the store, ne
 
 from __future__ import annotations
 
-from dagster import SensorResult
+from dagster import AssetKey, DagsterInstance, DynamicPartitionsDefinition, SensorResult
 
 from resources.aggregation.runner import due_dates
 from resources.coordination.metrics import flush_or_keep
+from resources.dagster_resources.catalog import CatalogResource
+from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.range_tick import RangeTick
 from resources.dagster_resources.runs import ROLLUP_TAG
 
@@ -27,11 +31,29 @@ class RollupTick(RangeTick):
     run_tag = ROLLUP_TAG
     kind = "rollup"
 
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        stream: str,
+        dates: DynamicPartitionsDefinition,
+        asset_key: AssetKey,
+        coordination: CoordinationResource,
+        lake: LakeResource,
+        catalog: CatalogResource,
+    ) -> None:
+        super().__init__(instance, stream, dates, asset_key, coordination, lake)
+        self.catalog = catalog
+
     def evaluate(self, cursor: str | None) -> SensorResult:
         runs_seen_s = self._start(cursor)
         store = self.coordination.store
         config = self.lake.stream(self.stream)
-        due = due_dates(store, self.lake.table_name(self.stream), config.rollups)
+        due = due_dates(
+            store,
+            self.lake.table_name(self.stream),
+            config.rollups,
+            self.catalog.rollup_positions(self.stream, self.lake),
+        )
         dates = self._dates(due)
         wanted = [dt for dt in due if dates.free(dt)]
         requests = self._requests(dates.order, wanted, MAX_ROLLUPS_PER_RUN, store.now_ms())
