@@ -22,16 +22,12 @@ from dagster import (
     AssetMaterialization,
     DagsterInstance,
     DagsterRun,
-    DynamicPartitionsDefinition,
     MetadataValue,
     SensorResult,
 )
 
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import with_row_count
-from resources.dagster_resources.catalog import CatalogResource
-from resources.dagster_resources.coordination import CoordinationResource
-from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.range_tick import RangeTick, recorded_value
 from resources.dagster_resources.runs import PUBLISH_TAG
 from resources.publication.manifest import SPECTRUM_NAME
@@ -70,19 +66,6 @@ def recorded_seq(instance: DagsterInstance, asset_key: AssetKey, dt: str) -> int
 class PublicationTick(RangeTick):
     run_tag = PUBLISH_TAG
     kind = "publish"
-
-    def __init__(
-        self,
-        instance: DagsterInstance,
-        stream: str,
-        dates: DynamicPartitionsDefinition,
-        asset_key: AssetKey,
-        coordination: CoordinationResource,
-        lake: LakeResource,
-        catalog: CatalogResource,
-    ) -> None:
-        super().__init__(instance, stream, dates, asset_key, coordination, lake)
-        self.catalog = catalog
 
     def evaluate(self, cursor: str | None) -> SensorResult:
         runs_seen_s = self._start(cursor)

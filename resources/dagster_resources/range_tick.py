@@ -28,6 +28,7 @@ from dagster import (
 )
 
 from resources.compaction.merge_schedule import plan_merge_runs
+from resources.dagster_resources.catalog import CatalogResource
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.runs import (
@@ -91,13 +92,22 @@ class RangeTick:
         asset_key: AssetKey,
         coordination: CoordinationResource,
         lake: LakeResource,
+        catalog: CatalogResource | None = None,
     ) -> None:
+        """`catalog`: for the ticks whose due work depends on it (publication, rollups)."""
         self.instance = instance
         self.stream = stream
         self.dates = dates
         self.asset_key = asset_key
         self.coordination = coordination
         self.lake = lake
+        self._catalog = catalog
+
+    @property
+    def catalog(self) -> CatalogResource:
+        if self._catalog is None:
+            raise ValueError(f"a {self.kind} tick needs the catalog resource")
+        return self._catalog
 
     def _start(self, cursor: str | None) -> float:
         """Fail the stream's dead runs; the cursor's `runs_seen_s`."""

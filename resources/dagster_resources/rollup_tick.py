@@ -13,13 +13,10 @@ state the next run finds up to date — the asset's page then lags the store, ne
 
 from __future__ import annotations
 
-from dagster import AssetKey, DagsterInstance, DynamicPartitionsDefinition, SensorResult
+from dagster import SensorResult
 
 from resources.aggregation.runner import due_dates
 from resources.coordination.metrics import flush_or_keep
-from resources.dagster_resources.catalog import CatalogResource
-from resources.dagster_resources.coordination import CoordinationResource
-from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.range_tick import RangeTick
 from resources.dagster_resources.runs import ROLLUP_TAG
 
@@ -30,19 +27,6 @@ MAX_ROLLUPS_PER_RUN = 100
 class RollupTick(RangeTick):
     run_tag = ROLLUP_TAG
     kind = "rollup"
-
-    def __init__(
-        self,
-        instance: DagsterInstance,
-        stream: str,
-        dates: DynamicPartitionsDefinition,
-        asset_key: AssetKey,
-        coordination: CoordinationResource,
-        lake: LakeResource,
-        catalog: CatalogResource,
-    ) -> None:
-        super().__init__(instance, stream, dates, asset_key, coordination, lake)
-        self.catalog = catalog
 
     def evaluate(self, cursor: str | None) -> SensorResult:
         runs_seen_s = self._start(cursor)
