@@ -62,6 +62,7 @@ def rollup_metadata(outcomes: list[RollupOutcome]) -> dict[str, object]:
         metadata[f"{name}_upto"] = o.upto
         metadata[f"{name}_batches"] = o.batches
         metadata[f"{name}_keys_written"] = o.keys_written
+        metadata[f"{name}_table_published"] = o.table_published
     metadata["batches"] = sum(o.batches for o in outcomes)
     return metadata
 

@@ -71,9 +71,10 @@ class RollupOutcome:
     def describe(self) -> str:
         if self.outcome == ROLLED_UP:
             replay = " (the first a replay of an unfinished batch)" if self.replayed else ""
+            table = "; its table published" if self.table_published else ""
             return (
                 f"{self.rollup} dt={self.dt}: {self.batches} batches{replay}, "
-                f"{self.keys_written} keys written, state at object id {self.upto}"
+                f"{self.keys_written} keys written, state at object id {self.upto}{table}"
             )
         detail = f": {self.message}" if self.message else ""
         return f"{self.rollup} dt={self.dt}: {self.outcome}{detail}"
@@ -119,10 +120,6 @@ class RollupRunner:
             return []
         self.store.create_partitions(self.job_sid, list(dts))
         return [self.run_one(dt) for dt in dts]
-
-    def cursor(self, dt: str) -> RollupCursor:
-        item = self.store.get(self.job_sid, dt)
-        return RollupCursor() if item is None else RollupCursor.of(item.progress)
 
     def run_one(self, dt: str) -> RollupOutcome:
         outcome = RollupOutcome(self.rollup, dt, ROLLED_UP)

@@ -3,7 +3,6 @@ its field under the stream."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -31,19 +30,16 @@ def load(tmp_path: Path, rollups: str):
     return load_streams(path)["events"]
 
 
-def test_a_declared_rollup_is_parsed_and_said_not_computed_yet(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level(logging.WARNING, logger="resources.streams"):
-        stream = load(
-            tmp_path,
-            "      per_user:\n"
-            "        group_by: [user_id]\n"
-            "        aggregates: {events: count, amount: sum(amount), top: max(n)}\n"
-            "        mode: opaque\n"
-            "      per_day:\n"
-            "        aggregates: {events: count()}\n",
-        )
+def test_a_declared_rollup_is_parsed(tmp_path: Path) -> None:
+    stream = load(
+        tmp_path,
+        "      per_user:\n"
+        "        group_by: [user_id]\n"
+        "        aggregates: {events: count, amount: sum(amount), top: max(n)}\n"
+        "        mode: opaque\n"
+        "      per_day:\n"
+        "        aggregates: {events: count()}\n",
+    )
     assert stream.rollups == (
         RollupSpec(
             "per_user",
