@@ -40,10 +40,11 @@ from tests.support.rollup_child import per_user, runner
 pytestmark = pytest.mark.slow
 
 DT = "2099-03-01"
-OBJECTS_PER_WAVE = 12
-ROWS = 40
+OBJECTS_PER_WAVE = 8
+ROWS = 60
 USERS = 400
-"""Enough users that a batch of 6 objects (~240 rows) holds more keys than one transaction."""
+"""Enough users that a batch of 4 objects (240 rows, ~180 users) holds more keys than one
+transaction."""
 
 
 @pytest.fixture
@@ -155,7 +156,7 @@ def test_killed_and_zombie_writers_leave_the_rollup_exact(
 ) -> None:
     rng = random.Random(22)
     wave(lake, 1, rng)
-    # Killed between two transactions of the first batch: some keys hold batch 6, the cursor
+    # Killed between two transactions of the first batch: some keys hold batch 4, the cursor
     # names it pending. The next writer, killed after computing, changes nothing.
     killed_at(children, lake, tmp_path, mode, "transaction", 1)
     partial = state(lake, mode)

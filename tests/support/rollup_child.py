@@ -44,7 +44,7 @@ def runner(
     mode: str,
     owner: str,
     on_step: Any = None,
-    max_objects_per_batch: int = 6,
+    max_objects_per_batch: int = 4,
 ) -> RollupRunner:
     return RollupRunner(
         store,
