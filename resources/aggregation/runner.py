@@ -5,9 +5,13 @@ a new epoch per run, renewed in the background and in every state transaction):
 
 1. Read the cursor, the lease's progress: `upto`, the last txid applied whole, and `pending`,
    a batch whose writing started and did not finish (its bounds recorded before its first
-   write, so a replay has the same txid and, the ids being immutable, the same rows).
+   write, so a transactional replay has the same txid and, the ids being immutable, the same
+   rows).
 2. Plan: the pending batch first, then batches of the committed ids above it
-   (`plan_batches`), at most `max_batches` per run.
+   (`plan_batches`), at most `max_batches` per run. An opaque replay takes in the next
+   batch's ids too (what was committed since the attempt died: other contents, a new txid;
+   the dead attempt's txid is recorded among `earlier`, and its keys are recomputed from
+   their `prev_value`).
 3. Compute every planned batch's partial results at once (one Spark job; pyarrow when the
    input is small: `SizedPartials`).
 4. Commit them in strict txid order (`StrictOrder`): record the batch as pending, write its
@@ -44,6 +48,7 @@ from resources.objects.base import ObjectStore
 from resources.rollup.batches import Batch, StrictOrder, plan_batches
 from resources.rollup.cursor import RollupCursor, rollup_id
 from resources.rollup.spec import RollupSpec
+from resources.rollup.state import Mode
 from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
@@ -148,13 +153,18 @@ class RollupRunner:
         cursor = RollupCursor.of(lease.progress)
         outcome.upto = cursor.upto
         objects = self.store.ledger_objects(self.table, dt, after=cursor.upto)
-        batches: list[Batch] = []
-        start = cursor.upto
-        if cursor.pending is not None:
-            batches.append(Batch(dt, *cursor.pending))
-            start = cursor.pending[1]
-            outcome.replayed = True
         ids = [o.object_id for o in objects]
+        batches: list[Batch] = []
+        start, earlier = cursor.upto, cursor.earlier
+        if cursor.pending is not None:
+            after, start = cursor.pending
+            outcome.replayed = True
+            following = plan_batches(dt, ids, start, self.max_objects_per_batch)
+            if self.spec.mode is Mode.OPAQUE and following:
+                # An opaque replay takes in what was committed since the attempt that died: a
+                # bigger batch under a new txid, the dead attempt's txid among `earlier`.
+                earlier, start = (*earlier, start), following[0].upto
+            batches.append(Batch(dt, after, start))
         batches += plan_batches(dt, ids, start, self.max_objects_per_batch)
         batches = batches[: self.max_batches]
         if not batches:
@@ -178,7 +188,7 @@ class RollupRunner:
             ready += order.computed(batch, computed[batch.txid], generation)
         for batch, partials in ready:
             try:
-                outcome.keys_written += self._commit(lease, cursor, batch, partials)
+                outcome.keys_written += self._commit(lease, cursor, batch, partials, earlier)
             except PartitionNotOwnedError as exc:
                 raise LeaseLostError(str(exc)) from exc
             except LeaseholdError as exc:
@@ -188,7 +198,7 @@ class RollupRunner:
                     f"batch {batch.txid} did not commit ({exc}); it and {len(abandoned) - 1} "
                     "later batches are computed again by the next run",
                 )
-            cursor = RollupCursor(batch.upto)
+            cursor, earlier = RollupCursor(batch.upto), ()
             outcome.batches += 1
             outcome.upto = batch.upto
         self._publish(lease, outcome)
@@ -205,10 +215,18 @@ class RollupRunner:
         if self.publish_to.publish(outcome.dt, outcome.upto):
             outcome.table_published = True
 
-    def _commit(self, lease: Lease, cursor: RollupCursor, batch: Batch, partials: dict) -> int:
+    def _commit(
+        self,
+        lease: Lease,
+        cursor: RollupCursor,
+        batch: Batch,
+        partials: dict,
+        earlier: tuple[int, ...],
+    ) -> int:
         lease.check()
-        if cursor.pending != (batch.after, batch.upto):
-            lease.save_progress(RollupCursor(cursor.upto, (batch.after, batch.upto)).state())
+        pending = RollupCursor(cursor.upto, (batch.after, batch.upto), earlier)
+        if cursor != pending:
+            lease.save_progress(pending.state())
         self.on_step("pending", batch.dt)
         written = self.store.write_rollup_batch(
             lease.token,
@@ -220,6 +238,7 @@ class RollupRunner:
             partials,
             timeout_s=self.timing.ownership_timeout_s,
             after_transaction=lambda n: self.on_step("transaction", batch.dt),
+            earlier=earlier,
         )
         lease.save_progress(RollupCursor(batch.upto).state())
         self.on_step("committed", batch.dt)

@@ -25,7 +25,10 @@ class RollupCursor:
     """The txid of the last batch applied whole: every id up to it is in the state."""
     pending: tuple[int, int] | None = None
     """(after, upto) of the batch being written: recorded before its first key, so its replay
-    keeps its txid and rows."""
+    keeps its txid and rows (transactional) or knows which keys it replaces (opaque)."""
+    earlier: tuple[int, ...] = ()
+    """Opaque: the txids of earlier attempts of the pending batch, which died; its keys may
+    hold any of them."""
 
     @staticmethod
     def of(progress: Any) -> RollupCursor:
@@ -34,8 +37,14 @@ class RollupCursor:
             return RollupCursor()
         pending = progress.get("pending")
         return RollupCursor(
-            int(progress["upto"]), None if pending is None else (int(pending[0]), int(pending[1]))
+            int(progress["upto"]),
+            None if pending is None else (int(pending[0]), int(pending[1])),
+            tuple(int(t) for t in progress.get("earlier", ())),
         )
 
     def state(self) -> dict[str, Any]:
-        return {"upto": self.upto, "pending": None if self.pending is None else list(self.pending)}
+        return {
+            "upto": self.upto,
+            "pending": None if self.pending is None else list(self.pending),
+            "earlier": list(self.earlier),
+        }

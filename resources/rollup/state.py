@@ -2,26 +2,26 @@
 
 Batches are committed to the state in strict transaction-id order per table partition, but one
 batch's keys may take several store transactions (DynamoDB: 100 items each), and a writer may
-die between two of them. The batch is then replayed with the same txid, and some of its keys
-already hold it. The txid stored beside each key's value is what makes the replay safe:
+die between two of them. The batch is then replayed, and some of its keys already hold it. The
+txid stored beside each key's value is what makes the replay safe:
 
-- transactional: a batch's contents never change between attempts, so a key that already
+- transactional: the replay is the same batch (same txid, same rows), so a key that already
   holds the batch's txid already holds its contribution; the update is skipped;
-- opaque: a replay may hold other rows than the attempt that died (a merge or a late commit
-  changed what is committed when it was recomputed), so a key also keeps `prev_value`, its
-  value before the batch: an update with the stored txid recomputes from `prev_value` instead of
-  adding to a value that holds an earlier attempt's rows.
+- opaque: a replay may hold other rows than the attempt that died (leasehold's runner takes in
+  what was committed since, under a new txid, naming the dead attempt's txid among `earlier`),
+  so a key also keeps `prev_value`, its value before the batch: an update over the batch's
+  txid or an earlier attempt's recomputes from `prev_value` instead of adding to a value that
+  holds the dead attempt's rows.
 
 An opaque replay must write every key an earlier attempt of the batch may have written, not
 only the keys of its own rows: a key only the dead attempt had would otherwise keep rows that
 are no longer in the batch. `replay_partials` gives such a key the identity, which restores
-its `prev_value`; which keys an attempt may write is recorded with the batch before its first
-write (the batch planner's job).
+its `prev_value`; the store finds those keys by their txid (`write_rollup_batch`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -52,11 +52,19 @@ def apply_batch(
     stored: KeyState | None,
     txid: int,
     partial: Value,
+    earlier: Collection[int] = (),
 ) -> KeyState | None:
     """The key's new state after batch `txid` contributed `partial`, or None when there is
     nothing to write: the key already holds the batch (transactional) or a later one (either
     mode: the batch was committed before it and this is a late writer's replay; the lease
-    fences such writers, and this keeps the rule safe without them)."""
+    fences such writers, and this keeps the rule safe without them).
+
+    `earlier` (opaque only): the txids earlier attempts of this batch had. An opaque replay
+    may be a bigger batch than the attempt that died (it takes in what was committed since,
+    under a new txid); a key holding an earlier attempt's txid is recomputed from its
+    `prev_value`, like one holding `txid`."""
+    if mode is Mode.TRANSACTIONAL and earlier:
+        raise ValueError("a transactional batch is replayed as it was: no earlier txids")
     if stored is not None and stored.txid > txid:
         return None
     if mode is Mode.TRANSACTIONAL:
@@ -66,7 +74,7 @@ def apply_batch(
         return KeyState(txid, combine(aggregates, before, partial))
     if stored is None:
         prev = None
-    elif stored.txid == txid:  # a replay: the earlier attempt's rows are dropped
+    elif stored.txid == txid or stored.txid in earlier:  # a replay: the attempt's rows go
         prev = stored.prev_value
     else:
         prev = stored.value

@@ -14,7 +14,7 @@ only writes the record and the partition's new current version as one transactio
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from resources.coordination import metrics as m
@@ -220,6 +220,7 @@ class CoordinationStore(LeaseStore, Ledger, RollupLedger, ABC):
         *,
         timeout_s: float = 60.0,
         after_transaction: Callable[[int], None] | None = None,
+        earlier: Collection[int] = (),
     ) -> int:
         """Apply batch `txid`'s partial results (key -> value) to `rollup`'s state of `dt`, in
         transactions of `KEYS_PER_TRANSACTION` keys in key order, each fenced by `token` (the
@@ -227,12 +228,17 @@ class CoordinationStore(LeaseStore, Ledger, RollupLedger, ABC):
         txid read. Storm's rule decides each key (`apply_batch`): a replay of a batch some keys
         hold already is safe in both modes. An opaque batch also writes every key an earlier
         attempt of it wrote (those holding `txid`) that this attempt has no rows for, with the
-        identity: they get their `prev_value` back. `after_transaction(n)` is told after the
-        n-th transaction (where a crash matters). Returns how many keys were written. Raises
-        `PartitionNotOwnedError` when fenced (the transaction wrote nothing)."""
+        identity: they get their `prev_value` back; `earlier` names the txids of earlier,
+        smaller attempts of an opaque batch (`apply_batch`), whose keys count as the batch's.
+        `after_transaction(n)` is told after the n-th transaction (where a crash matters).
+        Returns how many keys were written. Raises `PartitionNotOwnedError` when fenced (the
+        transaction wrote nothing)."""
         if mode is Mode.OPAQUE:
-            earlier = [k for k, s in self.rollup_states(rollup, dt).items() if s.txid == txid]
-            partials = replay_partials(aggregates, partials, earlier)
+            attempts = {txid, *earlier}
+            written_before = [
+                k for k, s in self.rollup_states(rollup, dt).items() if s.txid in attempts
+            ]
+            partials = replay_partials(aggregates, partials, written_before)
         keys = sorted(partials)
 
         def write_chunk(chunk: Sequence[str]) -> int:
@@ -241,7 +247,7 @@ class CoordinationStore(LeaseStore, Ledger, RollupLedger, ABC):
                 writes = []
                 for key in chunk:
                     before = stored.get(key)
-                    after = apply_batch(mode, aggregates, before, txid, partials[key])
+                    after = apply_batch(mode, aggregates, before, txid, partials[key], earlier)
                     if after is not None:
                         expected = None if before is None else before.txid
                         writes.append(KeyWrite(key, expected, after))

@@ -4,7 +4,9 @@ One table partition is committed in three waves of small objects; between them, 
 (`tests.support.rollup_child`) are SIGKILLed between computing and committing, between the
 batch's pending record and its first key, and between two store transactions of one batch (a
 batch spans more keys than one transaction holds); one is SIGSTOPped just before writing its
-keys until its lease has passed to a successor that finishes, then woken: a zombie. After every
+keys until its lease has passed to a successor that finishes, then woken: a zombie. An opaque
+replay takes in what was committed since the attempt that died (a bigger batch, other rows, a
+new txid): its contents differ from the dead attempt's, and the state is still exact. After every
 disturbance and at the end, the state equals a from-scratch aggregation of the rows the test
 itself wrote (the verdict does not come from the store), and the zombie wrote nothing.
 """
@@ -163,12 +165,17 @@ def test_killed_and_zombie_writers_leave_the_rollup_exact(
     assert 0 < len(partial) <= KEYS_PER_TRANSACTION
     killed_at(children, lake, tmp_path, mode, "computed", 1)
     assert state(lake, mode) == partial
-    # The third completes the first batch, and is killed after the second batch's pending
-    # record, before its first key.
-    killed_at(children, lake, tmp_path, mode, "pending", 2)
+    # Transactional: the third completes the first batch, and is killed after the second
+    # batch's pending record, before its first key. Opaque: the third replays the first batch
+    # with the second's objects taken in (other contents, txid 8; the dead attempt's 4 among
+    # `earlier`), and is killed after recording that, before its first key.
+    killed_at(children, lake, tmp_path, mode, "pending", 2 if mode == "transactional" else 1)
     wave(lake, 2, rng)
     [outcome] = run_to_end(lake, mode, "finisher")
     assert outcome.outcome == ROLLED_UP and outcome.replayed
+    # Transactional replays (4, 8] as it was, then (8, 12], (12, 16]; opaque replays (0, 8]
+    # as (0, 12] (what wave 2 committed since, taken in), then (12, 16].
+    assert outcome.batches == (3 if mode == "transactional" else 2), outcome
     assert_equal(state(lake, mode), reference(lake, mode))
 
     # A zombie: stopped after recording its first batch as pending, before its keys; its lease

@@ -161,3 +161,22 @@ def test_forgetting_a_partitions_state(store: CoordinationStore) -> None:
     write(store, lease, Mode.OPAQUE, 2, partials(range(KEYS)))
     assert store.forget_rollup(ROLLUP, DT) == KEYS
     assert store.rollup_states(ROLLUP, DT) == {}
+
+
+def test_an_opaque_replay_taking_in_later_rows_replaces_the_dead_attempt(
+    store: CoordinationStore,
+) -> None:
+    """The runner's opaque replay: the dead attempt was batch 8; the replay, a bigger batch
+    under txid 12 (rows committed since taken in), names 8 among the earlier attempts."""
+    lease = job(store, "w")
+    base = partials(range(KEYS))
+    attempt = partials(range(KEYS), scale=5)
+    bigger = partials(range(0, KEYS + 40), scale=6)  # more keys, other values
+    write(store, lease, Mode.OPAQUE, 3, base)
+    with pytest.raises(Killed):
+        write(store, lease, Mode.OPAQUE, 8, attempt, die_after=1)
+    store.write_rollup_batch(
+        lease.token, ROLLUP, DT, Mode.OPAQUE, AGGREGATES, 12, bigger, timeout_s=T, earlier=[8]
+    )
+    assert values(store) == expected(base, bigger)
+    assert {s.txid for s in store.rollup_states(ROLLUP, DT).values()} == {12}

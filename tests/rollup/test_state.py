@@ -123,3 +123,17 @@ def test_an_aggregate_says_which_column_it_needs() -> None:
         Aggregate("total", Function.SUM)
     with pytest.raises(ConfigError, match="rows: count takes no column"):
         Aggregate("rows", Function.COUNT, "amount")
+
+
+def test_an_opaque_replay_under_a_new_txid_recomputes_the_earlier_attempts_keys() -> None:
+    before = KeyState(3, (1, 5, 5, 5))
+    attempt = apply_batch(Mode.OPAQUE, AGGREGATES, before, 4, (1, 7, 7, 7))
+    assert attempt == KeyState(4, (2, 12, 5, 7), (1, 5, 5, 5))
+    replay = apply_batch(Mode.OPAQUE, AGGREGATES, attempt, 6, (2, 3, 1, 2), earlier=[4])
+    assert replay == KeyState(6, (3, 8, 1, 5), (1, 5, 5, 5))  # from prev_value, not value
+    # Without naming the attempt, the replay would count its rows twice.
+    assert apply_batch(Mode.OPAQUE, AGGREGATES, attempt, 6, (2, 3, 1, 2)) == KeyState(
+        6, (4, 15, 1, 7), (2, 12, 5, 7)
+    )
+    with pytest.raises(ValueError):
+        apply_batch(Mode.TRANSACTIONAL, AGGREGATES, before, 6, (1, 1, 1, 1), earlier=[4])
