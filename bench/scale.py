@@ -5,7 +5,8 @@
 On the embedded default (SQLite store, SQLite Dagster instance, local catalog), in a fresh
 project directory: each wave writes `--per-wave` one-record JSON-lines objects under a new
 date's folder (keys grow, as the README asks), then times
-  - `leasehold run` (discovery, ingestion, closing, merges, publication, checks): per object;
+  - `leasehold run` (discovery, ingestion, closing, merges, publication, the `per_user`
+    rollup, checks): per object;
   - an idle `leasehold run` right after it (nothing new): what a tick costs with that history;
 and reports the Dagster partitions of the ingestion asset and the storage per object (the
 Dagster instance's directory, the lease store). Each command is a process of its own, its
@@ -45,6 +46,10 @@ streams:
     event_time: event_time
     record_id: event_id
     table: file://lake/events
+    rollups:
+      per_user:
+        group_by: [user_id]
+        aggregates: {events: count, amount: sum(amount)}
 """
 
 
