@@ -23,6 +23,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -82,6 +83,19 @@ def rollup_columns(config: StreamConfig, spec: RollupSpec) -> list[RollupColumn]
     return out
 
 
+def state_rows(
+    store: CoordinationStore, table: str, spec: RollupSpec, dt: str
+) -> list[dict[str, Any]]:
+    """The rollup's state of `dt` as rows, by key: the group_by columns, then the aggregates
+    (what its table holds, and what `leasehold rollup read` prints)."""
+    rows = []
+    for key, state in sorted(store.rollup_states(rollup_id(table, spec), dt).items()):
+        row = dict(zip(spec.group_by, decode_key(key), strict=True))
+        row.update(zip((a.name for a in spec.aggregates), state.value, strict=True))
+        rows.append(row)
+    return rows
+
+
 class RollupTable:
     def __init__(
         self,
@@ -137,18 +151,12 @@ class RollupTable:
         return switched
 
     def _state_table(self, dt: str) -> pa.Table:
-        states = sorted(
-            self.store.rollup_states(rollup_id(self.config.name, self.spec), dt).items()
-        )
-        keys = [decode_key(k) for k, _ in states]
-        columns: dict[str, list] = {}
-        for i, column in enumerate(self.columns):
-            if i < len(self.spec.group_by):
-                columns[column.name] = [k[i] for k in keys]
-            else:
-                columns[column.name] = [s.value[i - len(self.spec.group_by)] for _, s in states]
+        rows = state_rows(self.store, self.config.name, self.spec, dt)
         return pa.table(
-            {c.name: pa.array(columns[c.name], ARROW_TYPES.get(c.type)) for c in self.columns}
+            {
+                c.name: pa.array([r[c.name] for r in rows], ARROW_TYPES.get(c.type))
+                for c in self.columns
+            }
         )
 
     def _forget_old_versions(self, dt: str) -> None:

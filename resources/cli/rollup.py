@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from resources.aggregation.partials import decode_key
+from resources.aggregation.rollup_table import state_rows
 from resources.cli.table import date_arg, rows_text
 from resources.coordination.items import ItemType
 from resources.errors import ConfigError, LeaseholdError
@@ -33,15 +33,9 @@ def rollup_rows(
     store: CoordinationStore, table: str, spec: RollupSpec, dt: str
 ) -> tuple[RollupCursor, list[dict[str, Any]]]:
     """The state of `spec` for `dt` as rows: group_by columns, then the aggregates, by key."""
-    rollup = rollup_id(table, spec)
-    item = store.get(store.source_identifier(rollup, ItemType.ROLLUP_JOB), dt)
+    item = store.get(store.source_identifier(rollup_id(table, spec), ItemType.ROLLUP_JOB), dt)
     cursor = RollupCursor() if item is None else RollupCursor.of(item.progress)
-    rows = []
-    for key, state in sorted(store.rollup_states(rollup, dt).items()):
-        row = dict(zip(spec.group_by, decode_key(key), strict=True))
-        row.update(zip((a.name for a in spec.aggregates), state.value, strict=True))
-        rows.append(row)
-    return cursor, rows
+    return cursor, state_rows(store, table, spec, dt)
 
 
 def cmd_rollup_read(args: argparse.Namespace) -> int:
