@@ -19,6 +19,8 @@ import yaml
 
 from resources.errors import ConfigError
 from resources.rollup.spec import RollupSpec, parse_rollups
+from resources.schema.columns import TYPES, ColumnSpec
+from resources.schema.modes import DEFAULT_MODE, MODES, RESCUE, RESCUED
 from resources.settings import (
     Settings,
     at_least,
@@ -30,7 +32,7 @@ from resources.settings import (
 )
 
 FORMATS = ("jsonl", "csv")
-TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
+CSV_FIELDS = ("header", "delimiter", "quote", "escape")
 DEFAULT_PATH = "streams.yaml"
 
 log = logging.getLogger(__name__)
@@ -40,12 +42,6 @@ class StreamConfigError(ConfigError):
     def __init__(self, stream: str, field_name: str, message: str) -> None:
         super().__init__(field_name, message, what=f"configuration of stream {stream!r}")
         self.stream = stream
-
-
-@dataclass(frozen=True)
-class ColumnSpec:
-    name: str
-    type: str
 
 
 @dataclass(frozen=True)
@@ -123,6 +119,11 @@ class StreamConfig:
     record_id: str | None = None
     csv_header: bool = True
     csv_delimiter: str = ","
+    csv_quote: str = '"'
+    csv_escape: str | None = None
+    """None: a quote inside a quoted field is doubled (RFC 4180)."""
+    schema_evolution: str = DEFAULT_MODE
+    """What a field the schema does not hold does (`resources.schema.modes`)."""
     merge: MergeSettings = field(default_factory=MergeSettings)
     partition: PartitionSettings = field(default_factory=PartitionSettings)
     rollups: tuple[RollupSpec, ...] = ()
@@ -152,7 +153,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "-", "must be a mapping of fields")
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
-        "quarantine", "csv", "merge", "partition", "rollups",
+        "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution",
     }  # fmt: skip
     for key in raw:
         if key not in known:
@@ -187,9 +188,32 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
     table = _url(raw.get("table"), base, name, "table")
     quarantine = _url(raw.get("quarantine", table + "_quarantine"), base, name, "quarantine")
     csv = raw.get("csv") or {}
-    delimiter = csv.get("delimiter", ",")
-    if not isinstance(delimiter, str) or len(delimiter) != 1:
-        raise StreamConfigError(name, "csv.delimiter", "must be one character")
+    if not isinstance(csv, dict):
+        raise StreamConfigError(name, "csv", "must be a mapping of fields")
+    for key in csv:
+        if key not in CSV_FIELDS:
+            known = ", ".join(CSV_FIELDS)
+            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {known}")
+    delimiter, quote = csv.get("delimiter", ","), csv.get("quote", '"')
+    escape = csv.get("escape")
+    for key, value in (("delimiter", delimiter), ("quote", quote), ("escape", escape)):
+        if value is None and key == "escape":
+            continue
+        if not isinstance(value, str) or len(value) != 1 or value in "\r\n":
+            raise StreamConfigError(name, f"csv.{key}", "must be one character, not a line break")
+    if len({delimiter, quote, escape or quote}) < 2 or delimiter in (quote, escape):
+        raise StreamConfigError(name, "csv.delimiter", "must differ from the quote and escape")
+    if not isinstance(csv.get("header", True), bool):
+        raise StreamConfigError(name, "csv.header", "must be true or false")
+    evolution = raw.get("schema_evolution", DEFAULT_MODE)
+    if evolution not in MODES:
+        raise StreamConfigError(
+            name, "schema_evolution", f"{evolution!r} is not one of {', '.join(MODES)}"
+        )
+    if evolution == RESCUE and RESCUED in names:
+        raise StreamConfigError(
+            name, f"schema.{RESCUED}", "is the column `schema_evolution: rescue` writes"
+        )
     merge_raw = raw.get("merge") or {}
     merge = MergeSettings(
         **{k: v for k, v in merge_raw.items() if k in MergeSettings.__annotations__}
@@ -228,6 +252,9 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         record_id=record_id,
         csv_header=bool(csv.get("header", True)),
         csv_delimiter=delimiter,
+        csv_quote=quote,
+        csv_escape=escape,
+        schema_evolution=evolution,
         merge=merge,
         partition=partition,
         rollups=rollups,

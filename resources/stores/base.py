@@ -45,8 +45,15 @@ from resources.ledger.rollup_state import (
     RollupKeyMovedError,
     RollupLedger,
 )
+from resources.ledger.schema_versions import SchemaRegistry, SchemaVersionTakenError
 from resources.rollup.aggregates import Aggregate, Value
 from resources.rollup.state import Mode, apply_batch, replay_partials
+from resources.schema.columns import ColumnSpec
+from resources.schema.versions import SchemaOrigin, SchemaVersion, next_version, version_holding
+
+SCHEMA_RACES = 50
+"""Reads-then-puts of a schema version before giving up: each lost race means another writer
+recorded a version meanwhile, so this bounds how many versions may land during one call."""
 
 KEY_RACES = 5
 """Reads-then-writes of one chunk of rollup keys before giving up: a key moves between them
@@ -132,7 +139,34 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-class CoordinationStore(LeaseStore, Ledger, RollupLedger, ABC):
+class CoordinationStore(LeaseStore, Ledger, RollupLedger, SchemaRegistry, ABC):
+    def record_schema(
+        self, stream: str, columns: Sequence[ColumnSpec], origin: SchemaOrigin
+    ) -> SchemaVersion:
+        """The first version of `stream`'s schema holding every one of `columns` (by name): an
+        existing one, or the one written now — the latest plus the columns it lacks, in the
+        order given (`next_version`; the first version is `columns` themselves). Idempotent
+        (asking again for columns a version holds returns it) and safe under concurrency (a
+        writer that loses the race for a version number reads again and adds what is still
+        missing on top of the winner's). A held name asked for with another type keeps its
+        type (`resources.schema.versions.conflicts`).
+        Raises `StoreUnavailableError` after `SCHEMA_RACES` lost races, `LeaseStoreError`
+        when the store cannot be read or written."""
+        for _ in range(SCHEMA_RACES):
+            history = self.schema_versions(stream)
+            new = next_version(history, columns, origin, self.now_ms())
+            if new is None:
+                held = version_holding(history, columns)
+                return next(v for v in history if v.version == held)
+            try:
+                self._put_schema_version(stream, new)
+            except SchemaVersionTakenError:
+                continue
+            return new
+        raise StoreUnavailableError(
+            f"schema of {stream!r}: lost {SCHEMA_RACES} races for a version number in a row"
+        )
+
     @abstractmethod
     def _commit(
         self,

@@ -1,0 +1,12 @@
+"""A stream's schema as it evolves (ARCHITECTURE §11): versions, evolution modes, field types.
+
+Holds `columns` (a column and the types it may have), `versions` (a schema version — the full
+column list, what it added, where it was first seen — and the rule that turns a request for
+columns into the next version, or into the one that already holds them), `modes` (what a stream
+does with a field its schema does not hold: `add`, `rescue`, `fail`, `ignore`) and
+`field_types` (the column type of a new field from its values, with the widening rules). Pure
+domain: the store items that record versions, the reader that finds new fields and every
+consumer that follows versions build on it. A shared module's layer: the stream configuration
+holds a stream's mode and first version.
+May import: `resources.errors`. Never Dagster, boto3 or Spark.
+"""

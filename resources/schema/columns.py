@@ -1,0 +1,13 @@
+"""A table column as a schema declares it, and the types a column may have (Spark's names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    type: str
