@@ -124,6 +124,9 @@ class StreamConfig:
     """None: a quote inside a quoted field is doubled (RFC 4180)."""
     schema_evolution: str = DEFAULT_MODE
     """What a field the schema does not hold does (`resources.schema.modes`)."""
+    schema_version: int = 1
+    """The schema version `columns` are: 1 as loaded from the file; the store's latest once a
+    run follows it (`resources.stores.stream_schema.followed_config`)."""
     merge: MergeSettings = field(default_factory=MergeSettings)
     partition: PartitionSettings = field(default_factory=PartitionSettings)
     rollups: tuple[RollupSpec, ...] = ()
