@@ -21,6 +21,7 @@ from resources.errors import ConfigError
 from resources.rollup.spec import RollupSpec, parse_rollups
 from resources.schema.columns import TYPES, ColumnSpec
 from resources.schema.modes import DEFAULT_MODE, MODES, RESCUE, RESCUED
+from resources.schema.versions import SchemaVersion
 from resources.settings import (
     Settings,
     at_least,
@@ -134,6 +135,10 @@ class StreamConfig:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def following(self, version: SchemaVersion) -> StreamConfig:
+        """This stream reading and writing `version`'s columns."""
+        return replace(self, columns=version.columns, schema_version=version.version)
 
 
 def _url(value: Any, base: Path, stream: str, name: str) -> str:

@@ -24,6 +24,7 @@ from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
 from resources.ingestion.source_listing import source_lister
 from resources.objects.base import ObjectStore, object_store_for
+from resources.stores.stream_schema import followed_config
 from resources.streams import LakeSettings, StreamConfig
 
 MAX_PARALLEL_MERGES = 4
@@ -75,7 +76,8 @@ class LakeResource(settings_resource(LakeSettings)):
         owner: str,
         on_step: Callable[[str, str], None] | None = None,
     ) -> IngestionRunner:
-        config = self.stream(stream)
+        store = coordination.store
+        config = followed_config(store, self.stream(stream))
         source = self.object_store(config.source)
         table = self.object_store(config.table)
         quarantine = self.object_store(config.quarantine)
@@ -84,7 +86,11 @@ class LakeResource(settings_resource(LakeSettings)):
         def reader() -> SourceReader:  # one per run: it keeps the Spark expressions it built
             from resources.ingestion.source_reader import SourceReader
 
-            return SourceReader(spark.session(), config)
+            return SourceReader(
+                spark.session(),
+                config,
+                record_schema=lambda columns, origin: store.record_schema(stream, columns, origin),
+            )
 
         def read_batch(
             files: dict[str, Path],
@@ -101,7 +107,7 @@ class LakeResource(settings_resource(LakeSettings)):
         return IngestionRunner(
             stream=stream,
             table=self.table_name(stream),
-            store=coordination.store,
+            store=store,
             owner=owner,
             timing=coordination.timing(),
             fetch=lambda key, scratch: source.local_copy(key, scratch),

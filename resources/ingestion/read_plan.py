@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resources.ingestion.source_files import INPUT_DIGITS
+from resources.schema.modes import RESCUE, RESCUED
 from resources.streams import StreamConfig
 
 CORRUPT = "_corrupt_record"
@@ -103,6 +104,54 @@ def check_reason(config: StreamConfig) -> Any:
     return reason
 
 
+def rescue_parse(config: StreamConfig) -> tuple[list[Any], Any, list[Any], list[Any]]:
+    """`schema_evolution: rescue` (JSON lines): the stages up to `parsed`. Each line is parsed
+    once into a map of field -> variant (a line holding an array: one per element), so every
+    field and its JSON value is seen: a declared column takes its value cast to its type, and
+    the fields the schema does not hold, with every value that does not cast, go to
+    `_rescued` as a JSON object; only a line that is not JSON is rejected. The source is read as
+    text: this mode costs more than the typed read (BENCHMARKS.md)."""
+    from pyspark.sql import functions as F
+
+    known = F.array(*(F.lit(n) for n in config.column_names))
+    text = F.regexp_replace("raw", "^\ufeff", "")
+    as_map = "map<string,variant>"
+    recs = F.when(F.ltrim(text).startswith("["), F.from_json(text, f"array<{as_map}>")).otherwise(
+        F.array(F.from_json(text, as_map))
+    )
+    m = F.col("m")
+    typed = {
+        c.name: F.try_variant_get(m[c.name], "$", c.type)
+        for c in config.columns
+        if c.name != RESCUED
+    }
+    failed = F.array_compact(
+        F.array(
+            *(
+                F.when(m[n].isNotNull() & ~F.is_variant_null(m[n]) & value.isNull(), F.lit(n))
+                for n, value in typed.items()
+            )
+        )
+    )
+    kept = F.map_filter(
+        m,
+        lambda k, v: (
+            (~F.array_contains(known, k) & ~F.is_variant_null(v)) | F.array_contains(failed, k)
+        ),
+    )
+    rescued = F.when(F.size(kept) > 0, F.to_json(kept))
+    parsed = [
+        "src",
+        "raw",
+        *((rescued if c.name == RESCUED else typed[c.name]).alias(c.name) for c in config.columns),
+        F.when(m.isNull(), F.lit("invalid JSON (truncated or malformed)")).alias("_rejected"),
+    ]
+    lines = [source_column(), F.col("value").alias("raw")]
+    keep = F.trim("raw") != ""
+    records = ["src", "raw", F.explode_outer(recs).alias("m")]
+    return lines, keep, records, parsed
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """A read's Spark expressions, select by select. Built once per reader: building them
@@ -111,6 +160,7 @@ class ReadPlan:
 
     lines: list[Any]  # from the file reader's rows: (src, raw) or (src, columns..., raw)
     keep: Any  # which of those are records at all, or None
+    records: list[Any] | None  # (src, raw, record) a record per row, or None: a line is one
     parsed: list[Any]  # (src, raw, columns..., _rejected)
     checked: list[Any]  # (src, raw, columns..., _reason)
     rows: list[Any]  # (src, dt, columns..., _reason, _raw)
@@ -146,6 +196,10 @@ def read_plan(config: StreamConfig) -> ReadPlan:
             *(col.alias(name) for name, col in text_typed.items()),
             text_reason.alias("_rejected"),
         ]
+    if config.schema_evolution == RESCUE and config.format == "jsonl":
+        lines, keep, records, parsed = rescue_parse(config)
+    else:
+        records = None
     reason = (
         F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
         .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
@@ -156,6 +210,7 @@ def read_plan(config: StreamConfig) -> ReadPlan:
     return ReadPlan(
         lines=lines,
         keep=keep,
+        records=records,
         parsed=parsed,
         checked=["src", "raw", *config.column_names, reason.alias("_reason")],
         rows=[

@@ -74,6 +74,13 @@ class PartitionOutcome:
     bytes: int = 0
     table_partitions: list[str] = field(default_factory=list)
     message: str = ""
+    schema_version: int = 0
+    """The stream's schema version this attempt's table objects were written with (0: none
+    written)."""
+    new_columns: list[str] = field(default_factory=list)
+    """Columns this attempt added to the stream's schema."""
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+    """Fields left out of the table (`schema_evolution: ignore`), records holding each."""
 
     @property
     def ok(self) -> bool:
@@ -91,6 +98,10 @@ class PartitionOutcome:
             "table_partitions": ", ".join(self.table_partitions),
             "lease_epoch": self.epoch if self.epoch is not None else -1,
             "message": self.message,
+            "schema_version": self.schema_version,
+            "new_columns": ", ".join(self.new_columns),
+            "unknown_fields": ", ".join(f"{k}: {n}" for k, n in sorted(self.unknown_fields.items()))
+            or "none",
         }
 
 
@@ -123,6 +134,7 @@ class StagedFile:
     local_path: Path
     row_count: int
     content_length: int
+    schema_version: int = 1
 
 
 @dataclass
@@ -137,6 +149,13 @@ class SourceBatchResult:
     """Objects that could not be read at all, and why; the others were read."""
     unreadable: str | None = None
     """Set when nothing of the unit could be read: why."""
+    schema_version: int = 1
+    """The stream's schema version its table objects were written with."""
+    new_columns: list[str] = field(default_factory=list)
+    """Columns this read added to the schema (`schema_evolution: add`), by name."""
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+    """Fields outside the schema left out of the table (`schema_evolution: ignore`): records
+    holding each, by name."""
 
 
 ReadBatch = Callable[..., Future[dict[str, SourceBatchResult]]]
@@ -553,6 +572,9 @@ class IngestionRunner:
         if result.unreadable is not None:
             return self._close_unreadable(lease, key, result.unreadable)
         outcome = PartitionOutcome(key, COMMITTED, lease.epoch)
+        outcome.schema_version = result.schema_version if result.table_files else 0
+        outcome.new_columns = list(result.new_columns)
+        outcome.unknown_fields = dict(result.unknown_fields)
         if lease.lost:
             outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
             return self._not_ingested(outcome)

@@ -26,15 +26,24 @@ DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Con
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from resources.ingestion.field_scan import (
+    ObjectFields,
+    holds_only_known,
+    known_counts,
+    scan_fields,
+)
 from resources.ingestion.quarantine import BadRows, write_quarantine
 from resources.ingestion.read_plan import ReadPlan, json_schema, read_plan
 from resources.ingestion.runner import SourceBatchResult
@@ -44,8 +53,18 @@ from resources.ingestion.table_objects import (
     runs_by_source_and_date,
     write_table_object,
 )
+from resources.schema.columns import ColumnSpec
+from resources.schema.field_types import widen
+from resources.schema.modes import ADD, FAIL, RESCUE
+from resources.schema.versions import SchemaOrigin, SchemaVersion
 from resources.spark.session import read_splits
 from resources.streams import StreamConfig
+
+log = logging.getLogger(__name__)
+
+RecordSchema = Callable[[list[ColumnSpec], SchemaOrigin], SchemaVersion]
+"""(columns, where first seen) -> the stream's first schema version holding them."""
+ADD_ATTEMPTS = 3
 
 # Source text per Spark job whose rows come to the driver as Arrow: what one read may hold in
 # memory (as Arrow, plus Spark's copy of the task results until they are handed over).
@@ -53,17 +72,29 @@ MAX_READ_BYTES = 256 << 20
 
 
 class SourceReader:
-    """Reads batches of one stream's source objects, one SparkSession for all of them."""
+    """Reads batches of one stream's source objects, one SparkSession for all of them.
+
+    Follows the stream's schema as it evolves: each read is checked for fields its columns do
+    not hold (`field_scan`) and they are handled by the stream's `schema_evolution` mode —
+    `add` records the new version through `record_schema` (the store's
+    `CoordinationStore.record_schema`, bound to the stream) and reads the batch again with it;
+    this reader then reads with that version from its next read on."""
 
     def __init__(
-        self, spark: Any, config: StreamConfig, max_read_bytes: int = MAX_READ_BYTES
+        self,
+        spark: Any,
+        config: StreamConfig,
+        max_read_bytes: int = MAX_READ_BYTES,
+        record_schema: RecordSchema | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
         self.max_read_bytes = max_read_bytes
+        self.record_schema = record_schema
         self._skip_header = config.format == "csv" and config.csv_header
-        self._dictionary = dictionary_columns(config)
         self._plan: ReadPlan | None = None
+        self._plan_version = 0
+        self._lock = threading.Lock()
         self._writing: Future[Any] | None = None  # the latest read's writes, maybe still going
 
     def read(
@@ -118,29 +149,27 @@ class SourceReader:
                 inputs.mkdir(parents=True, exist_ok=True)
                 for i in read:
                     path = files[index[i]]
-                    gz = ".gz" if path.name.endswith(".gz") and not self._skip_header else ""
-                    target = inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}"
-                    stage_input(path, target, self._skip_header)
-                rows = self._rows(inputs)
+                    stage_input(
+                        path, inputs / _input_name(i, path, self._skip_header), self._skip_header
+                    )
+                staged_inputs = {
+                    i: inputs / _input_name(i, files[index[i]], self._skip_header) for i in read
+                }
+                batch = _Batch(files, index, groups, line_offsets or {}, staged_inputs, results)
                 read_bytes = sum(sizes[i] for i in read)
                 with read_splits(self.spark, read_bytes, len(read)):
                     if read_bytes <= self.max_read_bytes:
-                        tables: Iterator[pa.Table] = iter([rows.toArrow()])
-                    else:  # one object, too big to hold in the driver
+                        config, table, found = self._read_following(inputs, batch)
+                        tables: Iterator[pa.Table] = iter([table])
+                    else:  # one object, too big to hold in the driver: scanned before
+                        config, found = self._scan_following(batch)
+                        rows = source_rows(self.spark, config, self._plan_of(config), inputs)
                         tables = _through_parquet(rows, staging / f"spill-{n}")
+                excluded = self._apply_mode(config, found, batch)
                 if self._writing is not None:
                     wait([self._writing])
                 self._writing = writer.submit(
-                    self._write,
-                    tables,
-                    files,
-                    index,
-                    groups,
-                    line_offsets or {},
-                    results,
-                    inputs,
-                    out,
-                    attempt,
+                    self._write, config, tables, batch, excluded, inputs, out, attempt
                 )
                 writes.append(self._writing)
             staged = writer.submit(_counted, results, writes)
@@ -153,22 +182,24 @@ class SourceReader:
 
     def _write(
         self,
+        config: StreamConfig,
         tables: Iterator[pa.Table],
-        files: dict[str, Path],
-        index: dict[int, str],
-        groups: dict[str, str],
-        line_offsets: dict[str, int],
-        results: dict[str, SourceBatchResult],
+        batch: _Batch,
+        excluded: set[int],
         inputs: Path,
         out: Path,
         attempt: str,
     ) -> None:
         """One object per (group, date) of each table's rows, the group's sources in their
-        order; bad rows to quarantine."""
+        order; bad rows to quarantine; nothing of an `excluded` source (the mode refused it)."""
+        files, index, groups, results = batch.files, batch.index, batch.groups, batch.results
+        dictionary = dictionary_columns(config)
         bad: BadRows = defaultdict(lambda: ([], []))
         for table in tables:  # one at a time: a spilled object's tables don't all fit at once
             runs: dict[tuple[str, str], list[pa.Table]] = defaultdict(list)
             for src, dt, run in runs_by_source_and_date(iter([table])):
+                if src in excluded:
+                    continue
                 if dt is None:
                     bad[src][0].extend(run.column("_reason").to_pylist())
                     bad[src][1].extend(run.column("_raw").to_pylist())
@@ -180,11 +211,13 @@ class SourceReader:
                 target = out / f"{attempt}-{_digest(group)}-{dt}-{n}.parquet"
                 rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
                 staged.append(
-                    write_table_object(rows, dt, target, self.config.column_names, self._dictionary)
+                    write_table_object(
+                        rows, dt, target, config.column_names, dictionary, config.schema_version
+                    )
                 )
         quarantined = write_quarantine(
             self.spark,
-            self.config,
+            config,
             files,
             index,
             bad,
@@ -193,16 +226,155 @@ class SourceReader:
             attempt,
             self._skip_header,
             groups,
-            line_offsets,
+            batch.line_offsets,
         )
         for group, staged_file in quarantined:
             results[group].quarantine_files.append(staged_file)
 
-    def _rows(self, inputs: Path) -> Any:
-        """`source_rows` with this reader's plan, built once."""
-        if self._plan is None:
-            self._plan = read_plan(self.config)
-        return source_rows(self.spark, self.config, self._plan, inputs)
+    def _current(self) -> StreamConfig:
+        with self._lock:
+            return self.config
+
+    def _plan_of(self, config: StreamConfig) -> ReadPlan:
+        """The read plan of `config`, built once per schema version (py4j round trips)."""
+        with self._lock:
+            if self._plan is None or self._plan_version != config.schema_version:
+                self._plan, self._plan_version = read_plan(config), config.schema_version
+            return self._plan
+
+    def _read_following(
+        self, inputs: Path, batch: _Batch
+    ) -> tuple[StreamConfig, pa.Table, dict[int, ObjectFields]]:
+        """The batch's rows as Arrow, read with the latest schema version this reader knows;
+        with `add`, read again once for each version its new fields record (at most a few:
+        a second read finds only fields another run gave another type, which stay out)."""
+        for _ in range(ADD_ATTEMPTS):
+            config = self._current()
+            table = source_rows(self.spark, config, self._plan_of(config), inputs).toArrow()
+            found = self._found(config, batch, known_counts(table, _typed(config)))
+            if not found or not self._added(config, found, batch):
+                return config, table, found
+        return config, table, found
+
+    def _scan_following(self, batch: _Batch) -> tuple[StreamConfig, dict[int, ObjectFields]]:
+        """`_read_following` for an object read by way of local Parquet: scanned before its
+        read (there are no rows to count), the version recorded before the one read."""
+        config = self._current()
+        found = self._found(config, batch, {})
+        if found and self._added(config, found, batch):
+            config = self._current()
+            found = self._found(config, batch, {})
+        return config, found
+
+    def _found(
+        self, config: StreamConfig, batch: _Batch, expected: dict[int, int]
+    ) -> dict[int, ObjectFields]:
+        """src -> the fields outside `config`'s columns its object holds, for each object of
+        the batch holding any."""
+        known = set(config.column_names)
+        found: dict[int, ObjectFields] = {}
+        if config.format != "jsonl" or config.schema_evolution == RESCUE:
+            return found  # CSV: its header names the fields; rescue: the read itself keeps them
+        for i, path in batch.staged.items():
+            if holds_only_known(path, expected.get(i)):
+                continue
+            shift = batch.line_offsets.get(batch.index[i], 0)
+            fields = scan_fields(path, known, 1 + shift)
+            if fields.fields:
+                found[i] = fields
+        return found
+
+    def _added(self, config: StreamConfig, found: dict[int, ObjectFields], batch: _Batch) -> bool:
+        """Under `add`: record the fields as the next schema version (their types widened
+        over every object; first seen where the first object holding one has it) and follow
+        it. False when there is nothing to do: another mode, or no store to record in."""
+        if config.schema_evolution != ADD or self.record_schema is None:
+            return False
+        types: dict[str, str | None] = {}
+        first: dict[str, tuple[int, int]] = {}
+        for i, fields in sorted(found.items()):
+            for name, seen in sorted(fields.fields.items(), key=lambda f: f[1].first_line):
+                types[name] = widen(types.get(name), seen.type)
+                first.setdefault(name, (i, seen.first_line))
+        columns = [
+            ColumnSpec(n, "string" if config.format == "csv" else t or "string")
+            for n, t in types.items()
+        ]
+        src, line = min(first.values())
+        key = batch.index[src]
+        origin = SchemaOrigin(batch.groups[key], key, line)
+        version = self.record_schema(columns, origin)
+        log.warning(
+            "%s: schema version %d adds %s, first seen in %s",
+            config.name,
+            version.version,
+            ", ".join(f"{c.name} {c.type}" for c in version.columns if c.name in version.added),
+            origin.describe(),
+        )
+        with self._lock:
+            if version.version > self.config.schema_version:
+                self.config = self.config.following(version)
+        for i in found:
+            result = batch.results[batch.groups[batch.index[i]]]
+            for name in found[i].fields:
+                if name not in result.new_columns:
+                    result.new_columns.append(name)
+        return True
+
+    def _apply_mode(
+        self, config: StreamConfig, found: dict[int, ObjectFields], batch: _Batch
+    ) -> set[int]:
+        """Record what the read's mode does with the fields still outside its columns; the
+        objects it keeps out of the table (`fail`)."""
+        for result in batch.results.values():
+            result.schema_version = config.schema_version
+        excluded: set[int] = set()
+        for i, fields in found.items():
+            key = batch.index[i]
+            result = batch.results[batch.groups[key]]
+            if config.schema_evolution == FAIL:
+                excluded.add(i)
+                result.failed[key] = refused_fields(config, fields)
+            else:  # ignore; add's leftovers: a name another run gave another type
+                for name, seen in fields.fields.items():
+                    result.unknown_fields[name] = result.unknown_fields.get(name, 0) + seen.records
+        return excluded
+
+
+def refused_fields(config: StreamConfig, fields: ObjectFields) -> str:
+    """What `fail` says of an object: the fields, where each was first seen, the setting."""
+    named = ", ".join(
+        f"{name} ({seen.type}, first at line {seen.first_line})"
+        for name, seen in sorted(fields.fields.items(), key=lambda f: f[1].first_line)
+    )
+    return (
+        f"fields not in the schema: {named}; `schema_evolution: fail` keeps the object out — "
+        f"set schema_evolution to add (or rescue, ignore) for stream {config.name} in "
+        "streams.yaml to take it in"
+    )
+
+
+def _typed(config: StreamConfig) -> list[tuple[str, str]]:
+    return [(c.name, c.type) for c in config.columns]
+
+
+def _input_name(i: int, path: Path, skip_header: bool) -> str:
+    """A staged input's name: its batch index (rows map back by it), `.gz` kept for Spark."""
+    gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
+    return f"{i:0{INPUT_DIGITS}d}.txt{gz}"
+
+
+@dataclass
+class _Batch:
+    """One read's objects: source key by index, unit by source key, quarantine line shifts,
+    staged inputs by index, and the per-unit results being filled."""
+
+    files: dict[str, Path]
+    index: dict[int, str]
+    groups: dict[str, str]
+    line_offsets: dict[str, int]
+    staged: dict[int, Path]
+    results: dict[str, SourceBatchResult]
 
 
 def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path) -> Any:
@@ -210,7 +382,7 @@ def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path) 
     date (in the table's time zone) and no reason; a bad row has a reason, its text if known,
     and no date. Unsorted: `runs_by_source_and_date` groups them. Public so that `leasehold
     init` tries an inferred stream on its sample with exactly the runtime's reading."""
-    if config.format == "jsonl":
+    if config.format == "jsonl" and plan.records is None:
         schema, options = json_schema(config)
         lines = spark.read.schema(schema).options(**options).json(str(inputs))
     else:
@@ -218,6 +390,8 @@ def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path) 
     lines = lines.select(*plan.lines)
     if plan.keep is not None:
         lines = lines.where(plan.keep)
+    if plan.records is not None:
+        lines = lines.select(*plan.records)
     return lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
 
 

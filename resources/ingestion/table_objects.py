@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.ingestion.runner import StagedFile
+from resources.schema.parquet_meta import version_metadata
 from resources.streams import StreamConfig
 
 EPOCH = date(1970, 1, 1)
@@ -57,9 +58,17 @@ def runs_by_source_and_date(
 
 
 def write_table_object(
-    rows: pa.Table, dt: str, target: Path, columns: list[str], dictionary: list[str]
+    rows: pa.Table,
+    dt: str,
+    target: Path,
+    columns: list[str],
+    dictionary: list[str],
+    schema_version: int = 1,
 ) -> StagedFile:
     """One small table object at `target`: the stream's `columns` of one source's rows for
-    `dt`, dictionary-encoding only the `dictionary` columns."""
-    pq.write_table(rows.select(columns), target, use_dictionary=dictionary or False)
-    return StagedFile(dt, target, rows.num_rows, target.stat().st_size)
+    `dt`, dictionary-encoding only the `dictionary` columns, its schema version in its
+    metadata."""
+    table = rows.select(columns)
+    table = table.replace_schema_metadata(version_metadata(schema_version))
+    pq.write_table(table, target, use_dictionary=dictionary or False)
+    return StagedFile(dt, target, rows.num_rows, target.stat().st_size, schema_version)

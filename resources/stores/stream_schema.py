@@ -11,7 +11,6 @@ a column removed from the file or declared there with another type is not droppe
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 from resources.schema.columns import ColumnSpec
 from resources.schema.modes import RESCUE, RESCUED
@@ -32,11 +31,6 @@ def declared_columns(config: StreamConfig) -> list[ColumnSpec]:
     return columns
 
 
-def with_version(config: StreamConfig, version: SchemaVersion) -> StreamConfig:
-    """`config` reading and writing `version`'s columns."""
-    return replace(config, columns=version.columns, schema_version=version.version)
-
-
 def followed_config(store: CoordinationStore, config: StreamConfig) -> StreamConfig:
     """`config` with the columns of the stream's latest schema version, after recording what
     the file declares that no version holds yet (version 1 on a stream's first run).
@@ -48,7 +42,7 @@ def followed_config(store: CoordinationStore, config: StreamConfig) -> StreamCon
         history = store.schema_versions(config.name)
     latest = history[-1]
     _warn_once(config, history, declared)
-    return with_version(config, latest)
+    return config.following(latest)
 
 
 def _warn_once(

@@ -23,6 +23,7 @@ create an absent partition, and "never merged" must be said as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,7 +54,9 @@ from resources.ledger.model import (
 )
 from resources.ledger.publication import Publication
 from resources.ledger.rollup_state import KeyWrite, RollupKeyMovedError, decode_value, encode_value
+from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.rollup.state import KeyState
+from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import cancellation_reasons, error_code
@@ -90,6 +93,9 @@ class DynamoDbLedger:
 
     def _rollup_sid(self, rollup: str, dt: str) -> str:
         return self._ledger_sid("rollupKeys", f"{rollup}|{dt}")
+
+    def _schema_sid(self, stream: str) -> str:
+        return self._ledger_sid("schemaVersions", stream)
 
     def _record_key(self, sid: str, key: str) -> dict[str, dict[str, str]]:
         return codec.key(f"{sid}|commit", key)
@@ -637,6 +643,36 @@ class DynamoDbLedger:
         keys = self._call("forget_publications", query)
         self.dynamodb.batch_delete("forget_publications", keys)
         return len(keys)
+
+    # -- schema versions -------------------------------------------------------------------------
+
+    def schema_versions(self, stream: str) -> list[SchemaVersion]:
+        """One strongly consistent Query: the version items sort by their zero-padded number."""
+        raws = self._query_all("schema_versions", self._schema_sid(stream))
+        return [SchemaVersion.from_json(json.loads(raw["body"]["S"])) for raw in raws]
+
+    def _put_schema_version(self, stream: str, version: SchemaVersion) -> None:
+        """One `PutItem` conditional on the version's item not existing."""
+        item = {
+            **codec.key(self._schema_sid(stream), f"{version.version:010d}"),
+            "body": codec.s(json.dumps(version.to_json())),
+        }
+        try:
+            self._call(
+                "put_schema_version",
+                lambda: self.client.put_item(
+                    TableName=self.table_name,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(#sid)",
+                    ExpressionAttributeNames={"#sid": ATTR["sid"]},
+                ),
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            raise SchemaVersionTakenError(
+                f"schema version {version.version} of {stream!r} is recorded already"
+            ) from None
 
     # -- rollup state ----------------------------------------------------------------------------
 

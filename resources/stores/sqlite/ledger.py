@@ -34,7 +34,9 @@ from resources.ledger.model import (
 )
 from resources.ledger.publication import Publication
 from resources.ledger.rollup_state import KeyWrite, RollupKeyMovedError, decode_value, encode_value
+from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.rollup.state import KeyState
+from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
 from resources.stores.sqlite.schema import KEYS_PER_LOOKUP
 
@@ -80,6 +82,7 @@ class SqliteLedger:
     _has_merge_ranges: bool
     _has_publications: bool
     _has_rollup_keys: bool
+    _has_schema_versions: bool
 
     def _commit(
         self,
@@ -439,6 +442,27 @@ class SqliteLedger:
             return True, None
 
         return self._run("write_rollup_keys", write)
+
+    def schema_versions(self, stream: str) -> list[SchemaVersion]:
+        if not self._has_schema_versions:  # an earlier version's file, opened without CREATE
+            return []
+        select = "SELECT body FROM schema_versions WHERE stream = ? ORDER BY version"
+        rows = self._connection().execute(select, (stream,)).fetchall()
+        return [SchemaVersion.from_json(json.loads(body)) for (body,) in rows]
+
+    def _put_schema_version(self, stream: str, version: SchemaVersion) -> None:
+        def put(db: sqlite3.Connection) -> None:
+            try:
+                db.execute(
+                    "INSERT INTO schema_versions VALUES (?, ?, ?)",
+                    (stream, version.version, json.dumps(version.to_json())),
+                )
+            except sqlite3.IntegrityError:
+                raise SchemaVersionTakenError(
+                    f"schema version {version.version} of {stream!r} is recorded already"
+                ) from None
+
+        self._run("put_schema_version", put)
 
     def forget_rollup(self, rollup: str, dt: str) -> int:
         return self._run(

@@ -140,6 +140,13 @@ CREATE TABLE IF NOT EXISTS rollup_keys (
     prev_value TEXT,
     PRIMARY KEY (rollup, dt, key)
 ) WITHOUT ROWID;
+-- A stream's schema versions: written once each, into an empty slot (the primary key).
+CREATE TABLE IF NOT EXISTS schema_versions (
+    stream TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (stream, version)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS coordinator_metrics (
     {ATTR["sid"]} TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -175,6 +182,9 @@ a reader of a file that lacks it sees)."""
 HAS_MERGE_RANGES = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merge_ranges'"
 HAS_PUBLICATIONS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'"
 HAS_ROLLUP_KEYS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rollup_keys'"
+HAS_SCHEMA_VERSIONS = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'"
+)
 
 
 def missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:

@@ -68,6 +68,7 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         self._has_merge_ranges = db.execute(schema.HAS_MERGE_RANGES).fetchone() is not None
         self._has_publications = db.execute(schema.HAS_PUBLICATIONS).fetchone() is not None
         self._has_rollup_keys = db.execute(schema.HAS_ROLLUP_KEYS).fetchone() is not None
+        self._has_schema_versions = db.execute(schema.HAS_SCHEMA_VERSIONS).fetchone() is not None
 
     # -- plumbing --------------------------------------------------------------------------------
 
