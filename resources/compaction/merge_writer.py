@@ -35,7 +35,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,13 @@ class MergeWriter:
         *,
         row_group_bytes: int = ROW_GROUP_BYTES,
         arrow_max_bytes: int = ARROW_MAX_BYTES,
+        follow: Callable[[], StreamConfig] | None = None,
     ) -> None:
         """`spark`: a SparkSession, or a callable that starts one, called only when a merge
-        needs Spark (most do not)."""
+        needs Spark (most do not). `follow`: the stream's config at its latest schema version
+        (`resources.stores.stream_schema.followed_config`), asked at each merge: the merge's
+        inputs are decided by then, so none holds a column the merge would not write."""
+        self.follow = follow
         self._spark = spark
         self._session_lock = threading.Lock()
         self.config = config
@@ -129,6 +133,10 @@ class MergeWriter:
         exactly one Parquet object at `target` (a local path; its parent may not exist yet)."""
         if not inputs:
             raise ValueError("a merge needs at least one input object")
+        if self.follow is not None:
+            latest = self.follow()
+            if latest.schema_version != self.config.schema_version:
+                self.config, self.schema = latest, table_schema(latest)
         target = Path(target).absolute()
         target.parent.mkdir(parents=True, exist_ok=True)
         rows = self._arrow_rows([local_path(p) for p in inputs])

@@ -139,12 +139,15 @@ class LakeResource(settings_resource(LakeSettings)):
         owner: str,
         on_step: Callable[[str, str], None] | None = None,
     ) -> MergeRunner:
-        config = self.stream(stream)
+        store = coordination.store
+        config = followed_config(store, self.stream(stream))
 
         from resources.compaction.merge_writer import MergeWriter
 
         # Spark starts only if a merge needs it (most are done in pyarrow, `MergeWriter`).
-        writer = MergeWriter(spark.session, config)
+        writer = MergeWriter(
+            spark.session, config, follow=lambda: followed_config(store, self.stream(stream))
+        )
         return MergeRunner(
             config=config,
             table=self.table_name(stream),

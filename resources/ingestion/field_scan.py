@@ -72,8 +72,9 @@ def known_counts(rows: pa.Table, columns: Iterable[tuple[str, str]]) -> dict[int
         parts.append(pc.cast(pc.is_valid(col), pa.int64()))
         if typ == "string":
             parts.append(pc.fill_null(pc.count_substring(col, '":'), 0).cast(pa.int64()))
-            nulls = pc.fill_null(pc.count_substring(col, '":null'), 0).cast(pa.int64())
-            parts.append(pc.negate(nulls))
+            for null in ('":null', '": null'):
+                nulls = pc.fill_null(pc.count_substring(col, null), 0).cast(pa.int64())
+                parts.append(pc.negate(nulls))
     total = parts[0]
     for part in parts[1:]:
         total = pc.add(total, part)

@@ -51,6 +51,7 @@ from resources.ledger.publication import (
 from resources.objects.base import ObjectStore
 from resources.publication.manifest import catalog_location, new_version_key, write_version
 from resources.stores.base import CoordinationStore
+from resources.stores.stream_schema import followed_config
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,12 @@ class Publisher:
         return self._table_ensured or self.catalog.table(self.table) is not None
 
     def _catalog(self, publication: Publication) -> None:
+        """Point the catalog at `publication`, its columns first: the stream's latest schema
+        version, read after the publication's files were decided, holds every column they do,
+        so an engine never meets a file column its table does not declare."""
+        latest = followed_config(self.store, self.config)
+        if latest.schema_version != self.config.schema_version:
+            self.config, self._table_ensured = latest, False
         if not self._table_ensured:
             self.catalog.ensure_table(self.table_definition())
             self._table_ensured = True
