@@ -179,6 +179,12 @@ class MainJobReport:
     rows: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("rows_read", "rows_written", "rows_quarantined"), 0)
     )
+    schema_version: int = 0
+    """The highest schema version this invocation's commits wrote with."""
+    new_columns: list[str] = field(default_factory=list)
+    """Columns this invocation's commits added to the schema (`schema_evolution: add`)."""
+    unknown_fields: dict[str, int] = field(default_factory=dict)
+    """Fields left out of the table (`schema_evolution: ignore`): records holding each."""
     not_ingested: dict[str, str] = field(default_factory=dict)
     """Partition key -> its latest failure line (key, reason, when it is retried). A later run
     of the same invocation that ingests the partition (a retry of work a failed run left
@@ -403,11 +409,23 @@ def checks_verdict(report: MainJobReport) -> str:
 
 
 def _add_rows(report: MainJobReport, metadata: Mapping[str, Any]) -> None:
-    """Add a commit's row counts (its materialization's metadata) to the report's."""
+    """Add a commit's row counts (its materialization's metadata) to the report's, and what
+    it did to the schema."""
+
+    def value(name: str) -> Any:
+        raw = metadata.get(name)
+        return getattr(raw, "value", raw)
+
     for name in report.rows:
-        value = metadata.get(name)
-        value = getattr(value, "value", value)
-        report.rows[name] += int(value or 0)  # type: ignore[arg-type]
+        report.rows[name] += int(value(name) or 0)
+    report.schema_version = max(report.schema_version, int(value("schema_version") or 0))
+    for column in str(value("new_columns") or "").split(", "):
+        if column and column not in report.new_columns:
+            report.new_columns.append(column)
+    for part in str(value("unknown_fields") or "none").split(", "):
+        name, _, count = part.rpartition(": ")
+        if name:
+            report.unknown_fields[name] = report.unknown_fields.get(name, 0) + int(count)
 
 
 def ingestion_line(report: MainJobReport) -> str:
@@ -419,6 +437,11 @@ def ingestion_line(report: MainJobReport) -> str:
         f"{_count(report.materialized, 'unit')}: {rows['rows_read']:,} records read, "
         f"{rows['rows_quarantined']:,} quarantined, {rows['rows_written']:,} committed"
     )
+    if report.new_columns:
+        line += f"; schema version {report.schema_version} added {', '.join(report.new_columns)}"
+    if report.unknown_fields:
+        fields = ", ".join(f"{n} ({c:,})" for n, c in sorted(report.unknown_fields.items()))
+        line += f"; records with fields left out (schema_evolution: ignore): {fields}"
     if report.recorded:
         line += f"; {_count(report.recorded, 'commit')} of earlier runs recorded"
     if report.not_ingested:

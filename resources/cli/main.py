@@ -25,6 +25,7 @@ from resources.cli.gc import cmd_gc
 from resources.cli.init import add_init_parser
 from resources.cli.redrive import add_redrive_parser
 from resources.cli.rollup import add_rollup_parser
+from resources.cli.schema import add_schema_parser
 from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.status import status_json, status_text  # noqa: E402
@@ -467,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc.set_defaults(fn=cmd_gc)
     add_redrive_parser(add)
     add_rollup_parser(add, common)
+    add_schema_parser(add)
     return parser
 
 
