@@ -238,11 +238,85 @@ streams:
     }
 
 
+def drifting_copy(source: Path, target: Path) -> None:
+    """`source`'s objects, the later ones carrying fields the schema does not hold: from a
+    third of the objects on `country`, from two thirds on also a nested `device` (a source
+    that changed twice, as issue 31 describes)."""
+    paths = sorted(p for p in source.rglob("*.jsonl"))
+    for n, path in enumerate(paths):
+        extra = ""
+        if n >= len(paths) // 3:
+            extra += ', "country": "NZ"'
+        if n >= 2 * len(paths) // 3:
+            extra += ', "device": {"os": "ios", "v": 17}'
+        text = path.read_text()
+        if extra:
+            text = text.replace("}\n", extra + "}\n")
+        out = target / path.relative_to(source)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+
+
+def without_detection(enabled: bool) -> None:
+    """The reader as it was before issue 31 (no check for fields outside the schema), or as it
+    is: the baseline of the schema comparison, in the same process and on the same files."""
+    from resources.ingestion.source_reader import SourceReader
+
+    if not hasattr(SourceReader, "_found_real"):
+        SourceReader._found_real = SourceReader._found  # type: ignore[attr-defined]
+    SourceReader._found = (  # type: ignore[method-assign]
+        (lambda self, config, batch, expected: {}) if enabled else SourceReader._found_real  # type: ignore[attr-defined]
+    )
+
+
+def schema_comparison(cpu: Callable[[], float], base: Path, objects: int, records: int) -> bool:
+    """Issue 31's cost targets: ingestion that checks every record for fields outside the
+    schema, against the same ingestion without the check, on the same files in the same run
+    (alternating, best of REPEAT each): a stream whose schema never changes <= 1.05x, a
+    drifting one (`add`: two new columns over the run) <= 1.10x."""
+    size = base / f"schema-{objects}x{records}"
+    steady = size / "steady"
+    write_sample_sources(steady, objects=objects, records_per_object=records)
+    drifting = size / "drifting"
+    drifting_copy(steady, drifting)
+    results: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for rep in range(REPEAT):
+        for name, source in (("steady", steady), ("drifting", drifting)):
+            for detect in (False, True):
+                without_detection(not detect)
+                work = size / f"{name}-{'on' if detect else 'off'}-{rep}"
+                wall, core_seconds, out = measured(cpu, dagster_path, work, source, PIPELINED)
+                results[f"{name}-{detect}"].append((out["total"], core_seconds))
+                shutil.rmtree(work, ignore_errors=True)
+    without_detection(False)
+    shutil.rmtree(size, ignore_errors=True)
+    print(f"\n### Finding new fields: {objects} objects x {records} records\n")
+    print("| source | without the check, s | with it, s | ratio (wall) | ratio (CPU) | target |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    ok = True
+    for name, target in (("steady", 1.05), ("drifting", 1.10)):
+        off = min(results[f"{name}-False"])
+        on = min(results[f"{name}-True"])
+        ratio, cpu_ratio = on[0] / off[0], on[1] / off[1]
+        holds = ratio <= target
+        ok = ok and holds
+        print(
+            f"| {name} | {off[0]:.1f} | {on[0]:.1f} | {ratio:.2f}x | {cpu_ratio:.2f}x | "
+            f"<= {target:.2f}x: {'met' if holds else 'MISSED'} |"
+        )
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--records", type=int, nargs="+", default=[500, 5000])
     parser.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument(
+        "--schema-only",
+        action="store_true",
+        help="only the cost of finding new fields (issue 31), at the largest --records",
+    )
     args = parser.parse_args()
     spark = build_spark_session(
         master="local[*]", app_name="bench-ingest", extra_conf={"spark.driver.memory": "6g"}
@@ -251,6 +325,16 @@ def main() -> int:
     time_reader_steps()
     base = Path(args.work or tempfile.mkdtemp(prefix="leasehold-bench-"))
     verdicts = []
+    if args.schema_only:
+        try:
+            warm = base / "warm"
+            write_sample_sources(warm / "src", objects=50, records_per_object=100)
+            dagster_path(warm / "leasehold", warm / "src", PIPELINED)
+            return 0 if schema_comparison(cpu, base, args.objects, max(args.records)) else 1
+        finally:
+            spark.stop()
+            if args.work is None:
+                shutil.rmtree(base, ignore_errors=True)
     try:
         # Warm every path once (JIT, codegen, imports) on a small set, so none pays it alone.
         warm = base / "warm"

@@ -35,7 +35,11 @@ from dagster import (
 )
 
 from resources.coordination.metrics import flush_or_keep
-from resources.dagster_resources.asset_metadata import with_row_count
+from resources.dagster_resources.asset_metadata import (
+    COLUMN_SCHEMA,
+    VersionColumns,
+    with_row_count,
+)
 from resources.dagster_resources.check_result import (
     asset_check_result,
     evaluate_planned_checks,
@@ -109,12 +113,21 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
                 "requests them again"
             )
         runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
+        columns = VersionColumns(coordination.store, lake.stream(stream))
         failed: dict[str, str] = {}  # partition key -> failure line
         by_source = {from_partition_key(k): k for k in keys}
         for outcome in runner.ingest(list(by_source)):
             key = by_source[outcome.source_key]
             if outcome.ok:
                 metadata = with_row_count(outcome.metadata(), outcome.rows_written)
+                if outcome.schema_version:
+                    # The asset page shows the columns of its latest materialization.
+                    metadata[COLUMN_SCHEMA] = columns.schema(outcome.schema_version)
+                if outcome.new_columns:
+                    context.log.warning(
+                        f"{key}: schema version {outcome.schema_version} adds "
+                        + ", ".join(outcome.new_columns)
+                    )
                 if outcome.outcome == ALREADY_COMPLETE:
                     # Recorded again, with its commit's own counts, so that a backfill or a
                     # Materialize of a complete partition counts it materialized (issue 23);

@@ -15,6 +15,7 @@ from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
+from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
 ROW_COUNT = "dagster/row_count"
@@ -28,9 +29,9 @@ def with_row_count(metadata: Mapping[str, Any], rows: int) -> dict[str, Any]:
 
 
 def column_schema(config: StreamConfig) -> TableSchema:
-    """The stream's columns as its table objects hold them (`schema` of streams.yaml, in its
-    order). The event-time column and the record id are never null in the table: a record
-    without one is quarantined, not written."""
+    """The stream's columns as its table objects hold them (`config`'s: streams.yaml's schema,
+    or a schema version's, in order). The event-time column and the record id are never null
+    in the table: a record without one is quarantined, not written."""
     required = {config.event_time, *([config.record_id] if config.record_id else [])}
     notes = {
         config.event_time: f"event time: decides the table partition dt (in {config.timezone})",
@@ -48,3 +49,18 @@ def column_schema(config: StreamConfig) -> TableSchema:
             for c in config.columns
         ]
     )
+
+
+class VersionColumns:
+    """The column schema of each schema version a run's materializations name, read from the
+    store once per version (a run meets one or two)."""
+
+    def __init__(self, store: CoordinationStore, config: StreamConfig) -> None:
+        self.store, self.config = store, config
+        self._schemas: dict[int, TableSchema] = {}
+
+    def schema(self, version: int) -> TableSchema:
+        if version not in self._schemas:
+            for v in self.store.schema_versions(self.config.name):
+                self._schemas[v.version] = column_schema(self.config.following(v))
+        return self._schemas.get(version) or column_schema(self.config)

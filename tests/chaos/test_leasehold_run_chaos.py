@@ -120,7 +120,10 @@ def progress(store: LeaseStore) -> Progress:
 
 
 def chaos(
-    project: CliProject, rng: random.Random, refill: Callable[[], None] | None = None
+    project: CliProject,
+    rng: random.Random,
+    refill: Callable[[], None] | None = None,
+    kills_wanted: int = KILLS,
 ) -> list[Kill]:
     """Start `leasehold run` again and again, each right after the last was killed; kill each
     a random moment after the store shows it ingesting. Half the kills wait for its first
@@ -133,9 +136,9 @@ def chaos(
     store = project.store()
     kills: list[Kill] = []
     try:
-        while sum(k.landed for k in kills) < KILLS:
-            assert project.invocations < MAX_CHAOS_INVOCATIONS, (
-                f"the work ran out before {KILLS} kills landed mid-run:\n"
+        while sum(k.landed for k in kills) < kills_wanted:
+            assert project.invocations < MAX_CHAOS_INVOCATIONS + 2 * kills_wanted, (
+                f"the work ran out before {kills_wanted} kills landed mid-run:\n"
                 + "\n".join(k.describe() for k in kills)
             )
             trigger = rng.choice(["acquisition", "commit"])
