@@ -40,6 +40,7 @@ from resources.ingestion.stream_inference import (
     sniff_delimiter,
     stream_name,
 )
+from resources.schema.modes import DEFAULT_MODE
 from resources.settings import default_data_dir
 from resources.streams import DEFAULT_PATH, LakeSettings, StreamConfig, load_streams
 
@@ -244,6 +245,9 @@ def infer_entry(
         **({"record_id": record_id.name} if record_id is not None else {}),
         table=args.table or relative_url(table, base),
         quarantine=args.quarantine or relative_url(table + "_quarantine", base),
+        # Explicit: a sample is a sample, and a field it did not show is a new column when a
+        # run meets it (docs/schema-evolution.md).
+        schema_evolution=DEFAULT_MODE,
     )
     gz = ", gzip" if fmt.gzip else ""
     listed = f"{len(sample.listed)}{'' if sample.complete else '+'}"

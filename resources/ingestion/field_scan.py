@@ -28,14 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from resources.ingestion.source_files import open_lines
 from resources.schema.field_types import json_value_type, widen
 
 BOM = "\ufeff"
-_BLURS = (b'" :', b'"\t:', b'"\r:', b"\\u00", b"\\U00", b"':")
+BACKSLASH, COLON, QUOTE, APOS = ord("\\"), ord(":"), ord('"'), ord("'")
+SPACE, TAB, CR = ord(" "), ord("\t"), ord("\r")
 
 
 @dataclass
@@ -70,11 +73,15 @@ def known_counts(rows: pa.Table, columns: Iterable[tuple[str, str]]) -> dict[int
     for name, typ in columns:
         col = rows.column(name)
         parts.append(pc.cast(pc.is_valid(col), pa.int64()))
-        if typ == "string":
-            parts.append(pc.fill_null(pc.count_substring(col, '":'), 0).cast(pa.int64()))
-            for null in ('":null', '": null'):
-                nulls = pc.fill_null(pc.count_substring(col, null), 0).cast(pa.int64())
-                parts.append(pc.negate(nulls))
+        if typ != "string":
+            continue
+        inside = pc.fill_null(pc.count_substring(col, '":'), 0).cast(pa.int64())
+        if not pc.sum(inside).as_py():
+            continue  # the common case: no value holds `":` (nor, then, `":null`)
+        parts.append(inside)
+        for null in ('":null', '": null'):
+            nulls = pc.fill_null(pc.count_substring(col, null), 0).cast(pa.int64())
+            parts.append(pc.negate(nulls))
     total = parts[0]
     for part in parts[1:]:
         total = pc.add(total, part)
@@ -94,22 +101,122 @@ def known_counts(rows: pa.Table, columns: Iterable[tuple[str, str]]) -> dict[int
 
 
 def holds_only_known(path: Path, expected: int | None) -> bool:
-    """Whether the counts prove the (uncompressed, staged) object at `path` holds no non-null
-    field outside the schema, `expected` being its `known_counts` (None: not countable)."""
+    """Whether the counts prove the (staged) object at `path` holds no non-null field outside
+    the schema, `expected` being its `known_counts` (None: not countable). One vectorised pass
+    over its colons: the byte before each says whether a key ends there (a quote), whether
+    something could blur the count (whitespace, a single quote), and the bytes after it
+    whether its value is `null`."""
     if expected is None:
         return False
     data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-    if any(blur in data for blur in _BLURS):
-        return False
-    keys = data.count(b'":') - data.count(b'":null') - data.count(b'": null')
-    return keys == expected
+    text = np.frombuffer(data + b"\0" * 6, dtype=np.uint8)  # room for ` null` after a colon
+    if np.count_nonzero(text == BACKSLASH) and (b"\\u00" in data or b"\\U00" in data):
+        return False  # a quote or colon written as an escape
+    colons = np.flatnonzero(text == COLON)
+    colons = colons[colons > 0]
+    before = text[colons - 1]
+    if np.count_nonzero((before == SPACE) | (before == TAB) | (before == CR) | (before == APOS)):
+        return False  # whitespace before a colon, or a single-quoted name
+    keys = colons[before == QUOTE]
+    return len(keys) >= expected and len(keys) - _null_values(text, keys) == expected
+
+
+def _null_values(text: np.ndarray, keys: np.ndarray) -> int:
+    """How many of the key colons at `keys` are followed by `null` or ` null`."""
+    compact = (
+        (text[keys + 1] == ord("n"))
+        & (text[keys + 2] == ord("u"))
+        & (text[keys + 3] == ord("l"))
+        & (text[keys + 4] == ord("l"))
+    )
+    spaced = (
+        (text[keys + 1] == SPACE)
+        & (text[keys + 2] == ord("n"))
+        & (text[keys + 3] == ord("u"))
+        & (text[keys + 4] == ord("l"))
+        & (text[keys + 5] == ord("l"))
+    )
+    return int(np.count_nonzero(compact | spaced))
 
 
 def scan_fields(path: Path, known: set[str], first_line: int = 1) -> ObjectFields:
     """Every field outside `known` of every record of the object at `path` (gzip when named
     `.gz`), read as Spark's JSON reader reads it: a line holding an array is one record per
     element; a line that is not JSON is skipped (the read quarantines it). Line numbers count
-    from `first_line`."""
+    from `first_line`. pyarrow's JSON reader first (C++, all cores); an object it refuses (a
+    malformed line, a field of two kinds of value, an array line) is read line by line."""
+    found = _scan_with_arrow(path, known, first_line)
+    return found if found is not None else _scan_lines(path, known, first_line)
+
+
+def _scan_with_arrow(path: Path, known: set[str], first_line: int) -> ObjectFields | None:
+    """`scan_fields` by pyarrow, or None when it cannot read the object as Spark does."""
+    try:
+        table = pj.read_json(path, parse_options=pj.ParseOptions(unexpected_field_behavior="infer"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        return None
+    found = ObjectFields()
+    holding = None
+    for name in table.column_names:
+        if name in known:
+            continue
+        column = table.column(name)
+        present = pc.is_valid(column)
+        records = len(column) - column.null_count
+        if records == 0:
+            continue
+        typ = _arrow_json_type(column.type)
+        if typ is None:
+            return None
+        found.fields[name] = FieldSeen(records=records, type=typ)
+        holding = present if holding is None else pc.or_(holding, present)
+    if holding is not None:
+        found.records_with_unknown = pc.sum(pc.cast(holding, pa.int64())).as_py() or 0
+        for name, line in _first_lines(path, set(found.fields), first_line).items():
+            found.fields[name].first_line = line
+    return found
+
+
+def _arrow_json_type(t: pa.DataType) -> str | None:
+    """The column type of a field pyarrow inferred as `t` (its JSON values' kind)."""
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_integer(t):
+        return "long"
+    if pa.types.is_floating(t):
+        return "double"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_timestamp(t):
+        return "string"  # a timestamp here is a JSON string pyarrow recognised
+    if pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "string"  # nested: kept as its JSON text
+    return None
+
+
+def _first_lines(path: Path, names: set[str], first_line: int) -> dict[str, int]:
+    """The line of the first record holding a non-null value of each of `names`: lines that
+    mention a name are parsed until each is found (usually within the first few)."""
+    wanted = {name: json.dumps(name) for name in names}
+    lines: dict[str, int] = {}
+    with open_lines(path) as text:
+        for n, line in enumerate(text, first_line):
+            if not any(quoted in line for name, quoted in wanted.items() if name not in lines):
+                continue
+            try:
+                parsed = json.loads(line.strip().removeprefix(BOM))
+            except ValueError:
+                continue
+            for record in parsed if isinstance(parsed, list) else [parsed]:
+                if isinstance(record, dict):
+                    for name in wanted:
+                        if name not in lines and record.get(name) is not None:
+                            lines[name] = n
+            if len(lines) == len(wanted):
+                break
+    return lines
+
+
+def _scan_lines(path: Path, known: set[str], first_line: int) -> ObjectFields:
+    """`scan_fields` in Python, one line at a time."""
     found = ObjectFields()
     with open_lines(path) as lines:
         for n, line in enumerate(lines, first_line):

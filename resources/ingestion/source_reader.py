@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.ingestion.field_scan import (
@@ -245,16 +246,28 @@ class SourceReader:
     def _read_following(
         self, inputs: Path, batch: _Batch
     ) -> tuple[StreamConfig, pa.Table, dict[int, ObjectFields]]:
-        """The batch's rows as Arrow, read with the latest schema version this reader knows;
-        with `add`, read again once for each version its new fields record (at most a few:
-        a second read finds only fields another run gave another type, which stay out)."""
+        """The batch's rows as Arrow, read with the latest schema version this reader knows.
+        With `add`, the objects holding new fields are read again with the version that
+        records them (the others' rows only gain the new columns, as nulls: they hold none of
+        those fields) — at most a few times: a second read finds only fields another run gave
+        another type, which stay out."""
+        config = self._current()
+        table = self._arrow(config, inputs)
+        found = self._found(config, batch, known_counts(table, _typed(config)))
         for _ in range(ADD_ATTEMPTS):
-            config = self._current()
-            table = source_rows(self.spark, config, self._plan_of(config), inputs).toArrow()
-            found = self._found(config, batch, known_counts(table, _typed(config)))
             if not found or not self._added(config, found, batch):
-                return config, table, found
+                break
+            config = self._current()
+            dirty = sorted(found)
+            again = self._arrow(config, [batch.staged[i] for i in dirty])
+            src = table.column("src")
+            clean = table.filter(pc.invert(pc.is_in(src, pa.array(dirty, src.type))))
+            table = pa.concat_tables([_as_schema(clean, again.schema), again])
+            found = self._found(config, batch, known_counts(again, _typed(config)), dirty)
         return config, table, found
+
+    def _arrow(self, config: StreamConfig, inputs: Path | list[Path]) -> pa.Table:
+        return source_rows(self.spark, config, self._plan_of(config), inputs).toArrow()
 
     def _scan_following(self, batch: _Batch) -> tuple[StreamConfig, dict[int, ObjectFields]]:
         """`_read_following` for an object read by way of local Parquet: scanned before its
@@ -267,15 +280,21 @@ class SourceReader:
         return config, found
 
     def _found(
-        self, config: StreamConfig, batch: _Batch, expected: dict[int, int]
+        self,
+        config: StreamConfig,
+        batch: _Batch,
+        expected: dict[int, int],
+        only: list[int] | None = None,
     ) -> dict[int, ObjectFields]:
         """src -> the fields outside `config`'s columns its object holds, for each object of
-        the batch holding any."""
+        the batch (of `only`, when given) holding any."""
         known = set(config.column_names)
         found: dict[int, ObjectFields] = {}
         if config.format != "jsonl" or config.schema_evolution == RESCUE:
             return found  # CSV: its header names the fields; rescue: the read itself keeps them
         for i, path in batch.staged.items():
+            if only is not None and i not in only:
+                continue
             if holds_only_known(path, expected.get(i)):
                 continue
             shift = batch.line_offsets.get(batch.index[i], 0)
@@ -354,6 +373,18 @@ def refused_fields(config: StreamConfig, fields: ObjectFields) -> str:
     )
 
 
+def _as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`rows` with `schema`'s columns, by name: a column they lack (one a newer version added)
+    as nulls of its type."""
+    return pa.Table.from_arrays(
+        [
+            rows.column(f.name) if f.name in rows.column_names else pa.nulls(len(rows), f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
+
+
 def _typed(config: StreamConfig) -> list[tuple[str, str]]:
     return [(c.name, c.type) for c in config.columns]
 
@@ -377,16 +408,18 @@ class _Batch:
     results: dict[str, SourceBatchResult]
 
 
-def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path) -> Any:
-    """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has its
-    date (in the table's time zone) and no reason; a bad row has a reason, its text if known,
-    and no date. Unsorted: `runs_by_source_and_date` groups them. Public so that `leasehold
-    init` tries an inferred stream on its sample with exactly the runtime's reading."""
+def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path | list[Path]) -> Any:
+    """(src, dt, columns..., _reason, _raw) of every object under `inputs` (a directory, or a
+    list of staged objects): a table row has its date (in the table's time zone) and no reason;
+    a bad row has a reason, its text if known, and no date. Unsorted: `runs_by_source_and_date`
+    groups them. Public so that `leasehold init` tries an inferred stream on its sample with
+    exactly the runtime's reading."""
+    paths = [str(p) for p in inputs] if isinstance(inputs, list) else str(inputs)
     if config.format == "jsonl" and plan.records is None:
         schema, options = json_schema(config)
-        lines = spark.read.schema(schema).options(**options).json(str(inputs))
+        lines = spark.read.schema(schema).options(**options).json(paths)
     else:
-        lines = spark.read.text(str(inputs))
+        lines = spark.read.text(paths)
     lines = lines.select(*plan.lines)
     if plan.keep is not None:
         lines = lines.where(plan.keep)

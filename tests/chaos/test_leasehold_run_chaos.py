@@ -1,5 +1,10 @@
 """Chaos test of `leasehold run` itself, with real processes, on both store backends (issue 12).
 
+Its source changes as it is ingested (issue 31): later objects carry a new field `country`, the
+latest also a nested `device`, and new waves landing during the kills carry both; the run is
+killed at least five times, so kills land amid schema versions being recorded and reads being
+redone with them.
+
 The crash tests (`tests/ingestion/test_ingestion_crash.py`) stop one run at a chosen step. Here
 the whole command — discovery tick, range and retry runs, checks, in one process with its own
 Spark — is SIGKILLed at random moments while it ingests, and the next invocation is started
@@ -28,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -57,6 +63,9 @@ MALFORMED_EVERY = 53
 # stalls of a loaded two-core machine starting a JVM.
 LEASE_TIMEOUT_S = 5.0
 KILLS = 3
+DRIFT_KILLS = 5
+"""This module's own test: the issue-31 drift, killed at least five times."""
+WAVE_OBJECTS = 6
 MAX_CHAOS_INVOCATIONS = 12
 CONVERGENCE_INVOCATIONS = 2
 POLL_S = 0.2
@@ -107,6 +116,7 @@ def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
         lease_timeout_s=LEASE_TIMEOUT_S,
         dynamodb_endpoint_url=endpoint,
     )
+    drift(proj.sources)
     yield proj
     proj.stop_children()
 
@@ -202,11 +212,91 @@ def converged(store: LeaseStore, keys: set[str]) -> tuple[bool, str]:
     return done, f"{len(missing)} source objects without an item; items by status {dict(counts)}"
 
 
+def drift(sources: Path) -> None:
+    """From a third of the objects on, records carry `country`; from two thirds on also a
+    nested `device` (malformed lines stay as they are)."""
+    paths = sorted(sources.rglob("*.jsonl"))
+    for n, path in enumerate(paths):
+        if n < len(paths) // 3:
+            continue
+        lines = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                lines.append(line)
+                continue
+            record["country"] = f"C{n % 5}"
+            if n >= 2 * len(paths) // 3:
+                record["device"] = {"os": "ios", "n": n}
+            lines.append(json.dumps(record))
+        path.write_text("\n".join(lines) + "\n")
+
+
+def wave_writer(sources: Path) -> Callable[[], None]:
+    """New objects after every earlier key, carrying both new fields."""
+    waves = iter(range(1, 1_000))
+
+    def write_wave() -> None:
+        wave = next(waves)
+        for i in range(WAVE_OBJECTS):
+            path = sources / f"2026/01/09/wave{wave:03d}-{i:03d}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            records = [
+                {
+                    "event_id": f"W{wave:03d}-{i:03d}-{j:03d}",
+                    "user_id": "u",
+                    "amount": 2.5,
+                    "event_time": f"2026-01-{1 + j % 3:02d}T10:30:00Z",
+                    "country": "W",
+                    "device": {"os": "android", "n": j},
+                }
+                for j in range(30)
+            ]
+            path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        print(f"the work ran out: wave {wave} landed", flush=True)
+
+    return write_wave
+
+
+def expected_rows(sources: Path) -> dict[str, tuple[str | None, dict | None]]:
+    """event_id -> (country, device) as the source objects hold them."""
+    rows = {}
+    for path in sources.rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            rows[record["event_id"]] = (record.get("country"), record.get("device"))
+    return rows
+
+
+def published(project: CliProject) -> list[tuple]:
+    """(event_id, country, device) of every published row: `leasehold table ls` for the
+    partitions, `leasehold table files` for each manifest's files, DuckDB over them by name."""
+    code, output = project.run("table", "ls", STREAM, "--json")
+    assert code == 0, output
+    files: list[str] = []
+    for partition in json.loads(output[output.index("[") :]):
+        code, output = project.run("table", "files", STREAM, partition["dt"], "--json")
+        assert code == 0, output
+        files += [
+            e["url"].removeprefix("file://")
+            for e in json.loads(output[output.index("{") :])["files"]
+        ]
+    return duckdb.sql(
+        f"select event_id, country, device from read_parquet({files}, union_by_name=true)"
+    ).fetchall()
+
+
 def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None:
     seed = int(os.environ.get("LEASEHOLD_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
     print(f"chaos seed: {seed} (LEASEHOLD_CHAOS_SEED={seed} replays it)", flush=True)
     started = time.monotonic()
-    kills = chaos(project, random.Random(seed))
+    kills = chaos(
+        project, random.Random(seed), refill=wave_writer(project.sources), kills_wanted=DRIFT_KILLS
+    )
     context = f"seed {seed}\n" + "\n".join(k.describe() for k in kills)
 
     # One lease timeout after the last kill, every lease it held has expired.
@@ -261,8 +351,23 @@ def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None
             for i in items
             if i.status is PartitionStatus.COMPLETED and not i.dead_letter_reason
         }
+        # The source's fields changed twice: each new field is one schema version's column.
+        added = [name for v in store.schema_versions(STREAM) for name in v.added]
+        assert added.count("country") == 1 and added.count("device") == 1, (context, added)
     finally:
         store.close_store()
+
+    # The published table as an engine reads it: every record once, with its object's values
+    # (the new columns null for records written before them).
+    expected_values = expected_rows(project.sources)
+    rows = published(project)
+    assert sorted(r[0] for r in rows) == sorted(expected_values), context
+    wrong = [
+        r
+        for r in rows
+        if (r[1], None if r[2] is None else json.loads(r[2])) != expected_values[r[0]]
+    ]
+    assert not wrong, f"{context}\n{len(wrong)} rows differ from their source, e.g. {wrong[:3]}"
 
     # Dagster: no run left STARTED by a killed process, every commit known.
     with DagsterInstance.from_config(str(project.dagster_home)) as instance:

@@ -170,6 +170,31 @@ def test_init_then_run_each_stream_publishes_exactly_the_good_records(
         assert row["_dt"] == source["ts"][:10] and row["user"] == source["user"]
         assert json.loads(row["meta"]) == source["meta"]
 
+    # The sample did not show every field a source will hold: a later object carries a new
+    # one and a nested one, and the entry `init` wrote (`schema_evolution: add`) takes them in.
+    assert click.schema_evolution == "add"
+    assert "schema_evolution: add" in (tmp_path / "streams.yaml").read_text()
+    later = tmp_path / "sources" / "clicks ünï" / "2026/03/09/zz later.jsonl"
+    later.parent.mkdir(parents=True, exist_ok=True)
+    at = "2026-03-02T09:00:00.000Z"
+    new = [
+        {"click_id": f"n-{i}", "user": "ü", "ms": i, "ts": at, "meta": {}, "campaign": "spring",
+         "geo": {"country": "NZ", "city": "Wellington"}}
+        for i in range(5)
+    ]  # fmt: skip
+    later.write_text("\n".join(json.dumps(r) for r in new) + "\n")
+    again = subprocess.run(
+        [sys.executable, "-m", "resources.cli.main", "run", "--stream", "clicks_uni"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "added campaign, geo" in again.stdout
+    rows = published("clicks_uni", click_dates | {"2026-03-02"}, capsys)
+    by_id = {r["click_id"]: r for r in rows}
+    assert by_id["n-3"]["campaign"] == "spring"
+    assert json.loads(by_id["n-3"]["geo"]) == {"country": "NZ", "city": "Wellington"}
+    assert len(by_id) == len(rows) == len(clicks) + len(new)
+
     order_dates = {r["ts"].astimezone(timezone.utc).strftime("%Y-%m-%d") for r in orders.values()}
     rows = published("orders", order_dates, capsys)
     ids = Counter(r["order_id"] for r in rows)
