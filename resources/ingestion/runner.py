@@ -209,10 +209,11 @@ def to_read(progress: Any, key: str) -> list[str]:
 
 
 def failures(failed: dict[str, str]) -> str:
-    """Which objects of a unit could not be read, and why: what status shows."""
+    """Which objects of a unit were not ingested (unreadable, or refused by `schema_evolution:
+    fail`), and why: what status shows."""
     shown = "; ".join(f"{key}: {why}" for key, why in list(failed.items())[:5])
     more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
-    return f"{len(failed)} object(s) unreadable: {shown}{more}"
+    return f"{len(failed)} object(s) not ingested: {shown}{more}"
 
 
 def add_counts(progress: dict[str, Any], objects: Sequence[SmallObject], table: str) -> None:
