@@ -11,8 +11,10 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 
+from resources.coordination.errors import LeaseStoreError, StoreRefusedError
 from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.schema.columns import ColumnSpec
 from resources.schema.versions import SchemaOrigin, SchemaVersion
@@ -185,6 +187,48 @@ def test_writers_in_processes_adding_columns_at_once_all_land_as_gapless_version
     assert sum(a["lost_races"] for a in told) >= 1, told
 
 
+# -- what a store that cannot be read or written says -------------------------------------------
+
+
+def test_a_store_that_cannot_be_written_or_read_raises_a_lease_store_error(
+    backend: str,
+    settings_for: Callable[..., StoreSettings],
+    make_store: StoreFactory,
+) -> None:
+    """SQLite: opened read-only, then a table gone behind its back; DynamoDB: the table deleted.
+    Neither leaks the driver's own error (callers handle `LeaseStoreError`), nor passes for a
+    lost race (`SchemaVersionTakenError` would send `record_schema` round again)."""
+    settings = settings_for(backend)
+    store = make_store(settings)
+    first = store.record_schema(STREAM, BASE, ORIGIN)
+    if backend == "sqlite":
+        reader = open_existing_store(settings)
+        try:
+            assert reader.schema_versions(STREAM) == [first]
+            with pytest.raises(StoreRefusedError, match="opened read-only.*put_schema_version"):
+                reader._put_schema_version(STREAM, SchemaVersion(2, (), (), ORIGIN))
+            with pytest.raises(LeaseStoreError):
+                reader.record_schema(STREAM, [*BASE, *cols("country string")], ORIGIN)
+        finally:
+            reader.close_store()
+        db = sqlite3.connect(settings.sqlite_path)
+        db.execute("DROP TABLE schema_versions")
+        db.commit()
+        db.close()
+    else:
+        client = boto3.client(
+            "dynamodb", region_name=settings.region, endpoint_url=settings.endpoint_url
+        )
+        client.delete_table(TableName=settings.table_name)
+        client.get_waiter("table_not_exists").wait(TableName=settings.table_name)
+    with pytest.raises(StoreRefusedError, match="schema_versions"):
+        store.schema_versions(STREAM)
+    with pytest.raises(StoreRefusedError, match="put_schema_version"):
+        store._put_schema_version(STREAM, SchemaVersion(2, (), (), ORIGIN))
+    with pytest.raises(LeaseStoreError):
+        store.record_schema(STREAM, BASE, ORIGIN)
+
+
 # -- SQLite: a file from before schema versions ----------------------------------------------------
 
 
@@ -203,6 +247,8 @@ def test_an_old_sqlite_file_opened_read_only_reads_as_no_versions(tmp_path: Path
     settings = StoreSettings(sqlite_path=str(path))
     reader = open_existing_store(settings)
     assert reader.schema_versions(STREAM) == []
+    with pytest.raises(StoreRefusedError, match="opened read-only"):
+        reader.record_schema(STREAM, BASE, ORIGIN)
     reader.close_store()
     db = sqlite3.connect(path)
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
@@ -647,12 +647,17 @@ class DynamoDbLedger:
     # -- schema versions -------------------------------------------------------------------------
 
     def schema_versions(self, stream: str) -> list[SchemaVersion]:
-        """One strongly consistent Query: the version items sort by their zero-padded number."""
-        raws = self._query_all("schema_versions", self._schema_sid(stream))
+        """One strongly consistent Query: the version items sort by their zero-padded number.
+        An error no retry changes is `StoreRefusedError` (see `SchemaRegistry`)."""
+        try:
+            raws = self._query_all("schema_versions", self._schema_sid(stream))
+        except (ClientError, BotoCoreError) as exc:
+            raise self.dynamodb.refused("schema_versions", exc) from exc
         return [SchemaVersion.from_json(json.loads(raw["body"]["S"])) for raw in raws]
 
     def _put_schema_version(self, stream: str, version: SchemaVersion) -> None:
-        """One `PutItem` conditional on the version's item not existing."""
+        """One `PutItem` conditional on the version's item not existing: the failed condition
+        is `SchemaVersionTakenError`, any other error no retry changes `StoreRefusedError`."""
         item = {
             **codec.key(self._schema_sid(stream), f"{version.version:010d}"),
             "body": codec.s(json.dumps(version.to_json())),
@@ -667,9 +672,9 @@ class DynamoDbLedger:
                     ExpressionAttributeNames={"#sid": ATTR["sid"]},
                 ),
             )
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+                raise self.dynamodb.refused("put_schema_version", exc) from exc
             raise SchemaVersionTakenError(
                 f"schema version {version.version} of {stream!r} is recorded already"
             ) from None

@@ -74,9 +74,9 @@ def _publication(row: Any) -> Publication:
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
-    `_connection`, `now_ms`, and what the file holds: `_partition_select` (the partition
-    columns, defaults for those an old file lacks), `_has_merge_ranges`, `_has_publications`
-    and `_has_rollup_keys`."""
+    `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select`
+    (the partition columns, defaults for those an old file lacks), `_has_merge_ranges`,
+    `_has_publications`, `_has_rollup_keys` and `_has_schema_versions`."""
 
     _partition_select: str
     _has_merge_ranges: bool
@@ -444,17 +444,26 @@ class SqliteLedger:
         return self._run("write_rollup_keys", write)
 
     def schema_versions(self, stream: str) -> list[SchemaVersion]:
+        """One primary-key range read. A file from before schema versions, opened without
+        CREATE, has none; an error reading the file is `StoreRefusedError`."""
         if not self._has_schema_versions:  # an earlier version's file, opened without CREATE
             return []
         select = "SELECT body FROM schema_versions WHERE stream = ? ORDER BY version"
-        rows = self._connection().execute(select, (stream,)).fetchall()
+        try:
+            rows = self._connection().execute(select, (stream,)).fetchall()
+        except sqlite3.Error as exc:
+            raise self._store_error("schema_versions", exc) from exc
         return [SchemaVersion.from_json(json.loads(body)) for (body,) in rows]
 
     def _put_schema_version(self, stream: str, version: SchemaVersion) -> None:
+        """One INSERT inside `BEGIN IMMEDIATE`: the primary key (stream, version) is the
+        empty-slot condition, so a taken one is `SchemaVersionTakenError`. A file opened
+        read-only, or one without the table, is `StoreRefusedError`: nothing written."""
+
         def put(db: sqlite3.Connection) -> None:
             try:
                 db.execute(
-                    "INSERT INTO schema_versions VALUES (?, ?, ?)",
+                    "INSERT INTO schema_versions (stream, version, body) VALUES (?, ?, ?)",
                     (stream, version.version, json.dumps(version.to_json())),
                 )
             except sqlite3.IntegrityError:
@@ -462,7 +471,10 @@ class SqliteLedger:
                     f"schema version {version.version} of {stream!r} is recorded already"
                 ) from None
 
-        self._run("put_schema_version", put)
+        try:
+            self._run("put_schema_version", put)
+        except sqlite3.Error as exc:
+            raise self._store_error("put_schema_version", exc) from exc
 
     def forget_rollup(self, rollup: str, dt: str) -> int:
         return self._run(
