@@ -6,7 +6,8 @@ item types under their own `sourceIdentifier`s, so nothing needs a scan:
 - `[prefix|]table|tablePartition`, key dt: the id counter (`nextObjectId`), `lastLiveObjectId`,
   the manifest versions, `mergedUpper` and `mergeDueAt` (absent: no pending merge job), and the
   current publication (`switched`, `publishedUpper`, `publicationSeq`; absent: never published);
-- `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object;
+- `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object (its
+  `schemaVersion`: absent on items committed before the ledger kept it, read as 1);
 - `[prefix|]table|dt|mergeRanges`, key the range's `lower` (`%019d`; `sentinel` for the
   sentinel), so rewriting the open range updates its item in place;
 - `[prefix|]table|dt|publications`, key the record's `seq` (`%019d`): one publication record,
@@ -257,6 +258,7 @@ class DynamoDbLedger:
                 "epoch": codec.n(o.epoch),
                 "delayed": {"BOOL": o.delayed},
                 "committedAt": codec.n(now),
+                "schemaVersion": codec.n(o.schema_version),
             },
             "ConditionExpression": "attribute_not_exists(#key)",
             "ExpressionAttributeNames": {"#key": ATTR["key"]},
@@ -530,6 +532,8 @@ class DynamoDbLedger:
                         delayed=raw["delayed"]["BOOL"],
                         # An item without it (not written by this version): unknown, not an error.
                         committed_at_ms=_optional(raw, "committedAt"),
+                        # Committed before the ledger kept versions: written before versions.
+                        schema_version=_number(raw, "schemaVersion", 1),
                     )
                 )
         return sorted(out, key=lambda o: (o.dt, o.object_id))

@@ -38,7 +38,7 @@ from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.rollup.state import KeyState
 from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
-from resources.stores.sqlite.schema import KEYS_PER_LOOKUP
+from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, OBJECT_COLUMNS
 
 RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
 PUBLICATION_COLUMNS = (
@@ -74,11 +74,13 @@ def _publication(row: Any) -> Publication:
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
-    `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select`
-    (the partition columns, defaults for those an old file lacks), `_has_merge_ranges`,
+    `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select` and
+    `_object_select` (the partition's and a small object's columns, defaults for those an old
+    file lacks), `_has_merge_ranges`,
     `_has_publications`, `_has_rollup_keys` and `_has_schema_versions`."""
 
     _partition_select: str
+    _object_select: str
     _has_merge_ranges: bool
     _has_publications: bool
     _has_rollup_keys: bool
@@ -135,7 +137,8 @@ class SqliteLedger:
                 ],
             )
             db.executemany(
-                "INSERT INTO small_objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO small_objects ({', '.join(OBJECT_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(OBJECT_COLUMNS))})",
                 [
                     (
                         o.table,
@@ -149,6 +152,7 @@ class SqliteLedger:
                         o.epoch,
                         int(o.delayed),
                         now,
+                        o.schema_version,
                     )
                     for o in registered
                 ],
@@ -187,11 +191,7 @@ class SqliteLedger:
     def ledger_objects(
         self, table: str, dt: str | None = None, *, after: int = 0
     ) -> list[RegisteredObject]:
-        sql = (
-            "SELECT tbl, dt, object_id, url, content_length, row_count, "
-            f"{ATTR['sid']}, {ATTR['key']}, epoch, delayed, committed_at "
-            "FROM small_objects WHERE tbl = ?"
-        )
+        sql = f"SELECT {self._object_select} FROM small_objects WHERE tbl = ?"
         args: tuple[str | int, ...] = (table,)
         if dt is not None:
             sql += " AND dt = ?"
@@ -200,7 +200,12 @@ class SqliteLedger:
             sql += " AND object_id > ?"
             args += (after,)
         rows = self._connection().execute(sql + " ORDER BY dt, object_id", args).fetchall()
-        return [RegisteredObject(*r[:9], delayed=bool(r[9]), committed_at_ms=r[10]) for r in rows]
+        return [
+            RegisteredObject(
+                *r[:9], delayed=bool(r[9]), committed_at_ms=r[10], schema_version=r[11]
+            )
+            for r in rows
+        ]
 
     def table_partitions(self, table: str) -> list[TablePartition]:
         rows = self._connection().execute(
