@@ -180,3 +180,34 @@ def test_a_run_upgrades_a_file_before_schema_versions_and_commits_versions_in_it
     assert [(o.object_id, o.schema_version) for o in objects] == [(1, 1), (2, 1), (3, 2)]
     assert objects[2] == added
     again.close_store()
+
+
+def test_merge_ranges_from_before_schema_versions_read_as_version_1_until_rewritten(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    earlier_version(path, merges=True)
+    db = sqlite3.connect(path)
+    db.executemany(  # that release's columns, in its order: the sentinel and (0, 2]
+        "INSERT INTO merge_ranges VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+        [
+            (TABLE, DT, None, 0, None, 0, 0, OLD_COMMIT_MS),
+            (TABLE, DT, 0, 2, merged(0, 2).url, 200, 20, OLD_COMMIT_MS),
+        ],
+    )
+    db.execute("UPDATE table_partitions SET merged_upper = 2, desired_manifest_version = 2")
+    db.commit()
+    db.close()
+    reader = open_existing_store(StoreSettings(sqlite_path=str(path)))
+    assert [(r.upper, r.schema_version) for r in reader.merge_ranges(TABLE, DT)] == [(0, 1), (2, 1)]
+    reader.close_store()
+    assert "schema_version" not in columns(path, "merge_ranges")
+
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    ingest(store, replace(obj("c"), schema_version=3))
+    done = store.commit_merge(
+        acquire_job(store).token, merge(2, replace(merged(0, 3), schema_version=3))
+    )
+    assert done.range is not None and done.range.schema_version == 3
+    assert store.merge_ranges(TABLE, DT)[1:] == [done.range]  # the open range, rewritten
+    store.close_store()

@@ -9,7 +9,8 @@ item types under their own `sourceIdentifier`s, so nothing needs a scan:
 - `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object (its
   `schemaVersion`: absent on items committed before the ledger kept it, read as 1);
 - `[prefix|]table|dt|mergeRanges`, key the range's `lower` (`%019d`; `sentinel` for the
-  sentinel), so rewriting the open range updates its item in place;
+  sentinel), so rewriting the open range updates its item in place (its `schemaVersion`:
+  absent on ranges recorded before the ledger kept it, read as 1);
 - `[prefix|]table|dt|publications`, key the record's `seq` (`%019d`): one publication record,
   so the history is one Query in `seq` order and forgetting is a key range;
 - `<source identifier>|commit`, key the source partition: the commit record;
@@ -439,6 +440,7 @@ class DynamoDbLedger:
             "rowCount": codec.n(r.row_count),
             "epoch": codec.n(r.epoch),
             "updatedAt": codec.n(r.updated_at_ms),
+            "schemaVersion": codec.n(r.schema_version),
         }
         if r.lower is not None:
             item["lower"] = codec.n(r.lower)
@@ -459,7 +461,7 @@ class DynamoDbLedger:
             "Key": self._range_key(r.table, r.dt, r.lower),
             "UpdateExpression": (
                 "SET #upper = :upper, #url = :url, contentLength = :length, rowCount = :rows, "
-                "#epoch = :epoch, updatedAt = :at"
+                "#epoch = :epoch, updatedAt = :at, schemaVersion = :version"
             ),
             "ConditionExpression": "#upper = :old_upper",
             "ExpressionAttributeNames": {k: RANGE_NAMES[k] for k in ("#upper", "#url", "#epoch")},
@@ -470,6 +472,7 @@ class DynamoDbLedger:
                 ":rows": codec.n(r.row_count),
                 ":epoch": codec.n(r.epoch),
                 ":at": codec.n(r.updated_at_ms),
+                ":version": codec.n(r.schema_version),
                 ":old_upper": codec.n(old_upper),
             },
         }
@@ -807,4 +810,5 @@ def _range(table: str, dt: str, raw: dict[str, Any]) -> MergeRange:
         row_count=int(raw["rowCount"]["N"]),
         epoch=int(raw["epoch"]["N"]),
         updated_at_ms=int(raw["updatedAt"]["N"]),
+        schema_version=_number(raw, "schemaVersion", 1),  # absent: recorded before versions
     )

@@ -38,9 +38,8 @@ from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.rollup.state import KeyState
 from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
-from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, OBJECT_COLUMNS
+from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, OBJECT_COLUMNS, RANGE_COLUMNS
 
-RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
 PUBLICATION_COLUMNS = (
     "tbl, dt, seq, switched, upper, location, file_count, row_count, byte_count, published_at"
 )
@@ -74,13 +73,14 @@ def _publication(row: Any) -> Publication:
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
-    `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select` and
-    `_object_select` (the partition's and a small object's columns, defaults for those an old
-    file lacks), `_has_merge_ranges`,
+    `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select`,
+    `_object_select` and `_range_select` (the columns of a partition, a small object and a
+    merge range, defaults for those an old file lacks), `_has_merge_ranges`,
     `_has_publications`, `_has_rollup_keys` and `_has_schema_versions`."""
 
     _partition_select: str
     _object_select: str
+    _range_select: str
     _has_merge_ranges: bool
     _has_publications: bool
     _has_rollup_keys: bool
@@ -233,7 +233,8 @@ class SqliteLedger:
         if not self._has_merge_ranges:  # an earlier version's file, opened without CREATE
             return []
         rows = db.execute(
-            f"SELECT {RANGE_COLUMNS} FROM merge_ranges WHERE tbl = ? AND dt = ? ORDER BY upper",
+            f"SELECT {self._range_select} FROM merge_ranges WHERE tbl = ? AND dt = ? "
+            "ORDER BY upper",
             (table, dt),
         )
         return [MergeRange(*r) for r in rows.fetchall()]
@@ -291,7 +292,8 @@ class SqliteLedger:
         takes the new `upper` (the key) and object."""
         db.execute(
             "UPDATE merge_ranges SET upper = ?, url = ?, content_length = ?, row_count = ?, "
-            "epoch = ?, updated_at = ? WHERE tbl = ? AND dt = ? AND upper = ?",
+            "epoch = ?, updated_at = ?, schema_version = ? "
+            "WHERE tbl = ? AND dt = ? AND upper = ?",
             (
                 r.upper,
                 r.url,
@@ -299,6 +301,7 @@ class SqliteLedger:
                 r.row_count,
                 r.epoch,
                 r.updated_at_ms,
+                r.schema_version,
                 r.table,
                 r.dt,
                 old_upper,
@@ -308,7 +311,8 @@ class SqliteLedger:
     @staticmethod
     def _insert_range(db: sqlite3.Connection, r: MergeRange) -> None:
         db.execute(
-            f"INSERT INTO merge_ranges ({RANGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO merge_ranges ({', '.join(RANGE_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(RANGE_COLUMNS))})",
             (
                 r.table,
                 r.dt,
@@ -319,6 +323,7 @@ class SqliteLedger:
                 r.row_count,
                 r.epoch,
                 r.updated_at_ms,
+                r.schema_version,
             ),
         )
 

@@ -92,6 +92,7 @@ CREATE TABLE IF NOT EXISTS merge_ranges (
     row_count INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
+    schema_version INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (tbl, dt, upper)
 ) WITHOUT ROWID;
 -- One partition's publication history, by `seq`; the last is current.
@@ -184,6 +185,18 @@ OBJECT_COLUMNS = (
     "committed_at",
     "schema_version",
 )
+RANGE_COLUMNS = (
+    "tbl",
+    "dt",
+    "lower",
+    "upper",
+    "url",
+    "content_length",
+    "row_count",
+    "epoch",
+    "updated_at",
+    "schema_version",
+)
 ADDED_COLUMNS = {
     "table_partitions": (
         ("merged_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
@@ -192,6 +205,7 @@ ADDED_COLUMNS = {
         ("publication_seq", "INTEGER NOT NULL DEFAULT 0", "0"),
     ),
     "small_objects": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
+    "merge_ranges": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
 }
 """Columns added to existing tables since the first release: (column, definition, the value
 a reader of a file that lacks it sees). A table's `CREATE` lists them last, in this order, as
@@ -233,6 +247,12 @@ def object_select(db: sqlite3.Connection) -> str:
     """A small object's row as the ledger selects it (`OBJECT_COLUMNS`), read as
     `partition_select` reads a partition's: a column an old file lacks as its default."""
     return _select(db, "small_objects", OBJECT_COLUMNS)
+
+
+def range_select(db: sqlite3.Connection) -> str:
+    """A merge range's row as the ledger selects it (`RANGE_COLUMNS`), a column an old file
+    lacks read as its default."""
+    return _select(db, "merge_ranges", RANGE_COLUMNS)
 
 
 def _select(db: sqlite3.Connection, table: str, columns: Sequence[str]) -> str:
