@@ -441,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("stream", help="the stream (its table has the stream's name)")
         return command
 
-    ls = add_table("ls", help="the catalog's partitions: dt, publication seq, version, files")
+    ls = add_table(
+        "ls", help="the catalog's partitions: dt, publication seq, version, files, schema versions"
+    )
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(fn=cmd_table_ls)
     files = add_table("files", help="the data files a partition's manifest lists, with lengths")

@@ -1,9 +1,14 @@
 """`leasehold table ls|files|read`: a published table seen the way an external engine sees it.
 
 Everything here starts at the catalog (`LEASEHOLD_CATALOG`: the local catalog file or Glue) and
-follows a partition's location to its manifest version, as Athena or Spark would; nothing reads
-the ledger or lists a prefix. So what these commands show is what a user's query gets, and a
-disagreement with `leasehold status` (the ledger's view) is itself worth seeing.
+follows a partition's location to its manifest version, as Athena or Spark would; nothing lists
+a prefix. So what these commands show is what a user's query gets, and a disagreement with
+`leasehold status` (the ledger's view) is itself worth seeing. The ledger is read for one thing
+the catalog and the manifests do not say: which schema versions the rows of each partition's
+published version were written with (`table ls`), from the ledger objects that version covers
+(ids up to its `upper`) — one query of the table's objects, where reading every file's footer
+would cost a request or two per file. A store that cannot be read leaves that column unknown,
+said on stderr, and the rest as it was.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import datetime
 import json
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -22,10 +28,13 @@ import pyarrow as pa
 from resources.catalog.base import Catalog, CatalogPartition
 from resources.catalog.settings import CatalogSettings
 from resources.errors import LeaseholdError
+from resources.ledger.model import RegisteredObject
 from resources.objects.base import object_store_for
 from resources.publication.manifest import read_spectrum, version_url_of
 from resources.publication.reader import partition_files, read_partition
 from resources.settings import DATA_DIR_ENV
+from resources.stores import open_existing_store
+from resources.stores.settings import settings_from_env
 from resources.streams import LakeSettings
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -94,8 +103,12 @@ class Published:
     writes)."""
     upper: int | None
     urls: list[str]
+    schema_versions: tuple[int, int] | None = None
+    """The lowest and highest schema version of the rows this version serves
+    (`with_schema_versions`); None: not known."""
 
     def as_json(self) -> dict[str, Any]:
+        versions = self.schema_versions
         return {
             "dt": self.partition.dt,
             "seq": self.partition.seq,
@@ -103,8 +116,42 @@ class Published:
             "switched": self.kind == "merged",
             "upper": self.upper,
             "files": len(self.urls),
+            "schema_versions": (
+                None if versions is None else {"min": versions[0], "max": versions[1]}
+            ),
             "location": self.partition.location,
         }
+
+    def schema_text(self) -> str:
+        """`v1`, `v1..v3`, or `?` when not known."""
+        if self.schema_versions is None:
+            return "?"
+        low, high = self.schema_versions
+        return f"v{low}" if low == high else f"v{low}..v{high}"
+
+
+def with_schema_versions(
+    rows: Sequence[Published], objects: Iterable[RegisteredObject]
+) -> list[Published]:
+    """Each row with the schema versions its rows were written with: the lowest and highest
+    `schema_version` of its partition's ledger objects with ids up to the version's `upper` —
+    exactly the objects a live version lists, and the ones a merged version's ranges merged
+    (their files hold later columns only as nulls). A row stays unknown (None) when its
+    location is not a name leasehold writes (no `upper`), when it is a rollup's state (its
+    `upper` counts batches, not objects), or when the ledger has none of those objects."""
+    versions: dict[str, list[tuple[int, int]]] = {}
+    for o in objects:
+        versions.setdefault(o.dt, []).append((o.object_id, o.schema_version))
+    out = []
+    for row in rows:
+        served = [
+            v
+            for object_id, v in versions.get(row.partition.dt, [])
+            if row.upper is not None and object_id <= row.upper
+        ]
+        known = row.kind in ("live", "merged") and bool(served)
+        out.append(replace(row, schema_versions=(min(served), max(served)) if known else None))
+    return out
 
 
 class TableReader:
@@ -183,9 +230,29 @@ def _reader() -> TableReader:
     return TableReader(CatalogSettings.from_env(), LakeSettings.from_env())
 
 
+def ledger_schema_versions(table: str, rows: Sequence[Published]) -> list[Published]:
+    """`rows` with their schema versions from the configured store, opened read-only (nothing
+    is created). A store that cannot be read (none here, unreachable, refused) leaves them
+    unknown and says why on stderr: the catalog's answer stands without it. A rollup's table
+    has no ledger objects: the store is not opened for it."""
+    if all(r.kind == "state" for r in rows):
+        return list(rows)
+    try:
+        store = open_existing_store(settings_from_env())
+        try:
+            objects = store.ledger_objects(table)
+        finally:
+            store.close_store()
+    except LeaseholdError as exc:
+        why = " ".join(str(exc).split())
+        print(f"leasehold: schema versions not shown: {why}", file=sys.stderr)
+        return list(rows)
+    return with_schema_versions(rows, objects)
+
+
 def cmd_table_ls(args: argparse.Namespace) -> int:
     reader = _reader()
-    rows = reader.ls(args.stream)
+    rows = ledger_schema_versions(args.stream, reader.ls(args.stream))
     if args.json:
         print(json.dumps([r.as_json() for r in rows], indent=2))
         return 0
@@ -196,13 +263,14 @@ def cmd_table_ls(args: argparse.Namespace) -> int:
 def ls_text(table: str, rows: Sequence[Published], where: str) -> str:
     if not rows:
         return f"table {table}: no partition published yet ({where})"
-    header = ("dt", "seq", "version", "files", "location")
+    header = ("dt", "seq", "version", "files", "schema", "location")
     cells = [header] + [
         (
             r.partition.dt,
             str(r.partition.seq),
             f"{r.kind} {r.upper}" if r.kind else "?",
             str(len(r.urls)),
+            r.schema_text(),
             r.partition.location,
         )
         for r in rows

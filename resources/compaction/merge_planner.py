@@ -71,6 +71,13 @@ class MergePlan:
         return head + sum(o.content_length for o in self.objects)
 
     @property
+    def schema_version(self) -> int:
+        """The newest schema version among the inputs' rows: the merged object's
+        (`MergedObject.schema_version`)."""
+        head = [self.rewrite.schema_version] if self.rewrite is not None else []
+        return max([*head, *(o.schema_version for o in self.objects)], default=1)
+
+    @property
     def input_rows(self) -> int:
         """What the merged object must hold: the rewritten object's rows plus the new ones."""
         head = self.rewrite.row_count if self.rewrite is not None else 0

@@ -266,7 +266,14 @@ class MergeRunner:
         attempt = f"{lease.epoch}-{uuid.uuid4().hex[:12]}"
         url = self.objects.move_file(written.path, f"merged/dt={plan.dt}/{attempt}/{name}")
         self.on_step("published", plan.dt)
-        return MergedObject(plan.lower, plan.upper, url, written.content_length, written.row_count)
+        return MergedObject(
+            plan.lower,
+            plan.upper,
+            url,
+            written.content_length,
+            written.row_count,
+            plan.schema_version,
+        )
 
     def _local(self, url: str, scratch: Path) -> str:
         """A path Spark can read: local objects as they are, others copied to `scratch` first

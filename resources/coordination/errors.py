@@ -44,6 +44,12 @@ class StoreUnavailableError(LeaseStoreError):
     """The store could not be reached (or kept throttling) within the retry bound."""
 
 
+class StoreRefusedError(LeaseStoreError):
+    """The store refused a call that no retry would change — access denied, a table (of the
+    file, or the DynamoDB table itself) missing, a file opened read-only — and nothing was
+    written. The message names the store, the operation and the driver's own error."""
+
+
 class StoreNotFoundError(LeaseStoreError):
     """The configured store does not exist, and what was asked (a read, a check) must not
     create it: an empty store in the wrong place would answer "nothing there" instead."""

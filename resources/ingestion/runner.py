@@ -768,4 +768,11 @@ class IngestionRunner:
     ) -> SmallObject:
         name = f"dt={staged.dt}/{object_name(attempt, key, n, staged.local_path.suffix)}"
         url = publish(staged.local_path, name)
-        return SmallObject(table, staged.dt, url, staged.content_length, staged.row_count)
+        return SmallObject(
+            table,
+            staged.dt,
+            url,
+            staged.content_length,
+            staged.row_count,
+            schema_version=staged.schema_version,
+        )

@@ -45,6 +45,9 @@ class MergeRange:
     epoch: int
     """The merge job lease's epoch that wrote it (0 for the sentinel)."""
     updated_at_ms: int
+    schema_version: int = 1
+    """Its merged object's `MergedObject.schema_version` (1 for the sentinel, and for a range
+    recorded before the ledger kept versions)."""
 
     @property
     def is_sentinel(self) -> bool:
@@ -60,6 +63,10 @@ class MergedObject:
     url: str
     content_length: int
     row_count: int
+    schema_version: int = 1
+    """The newest schema version among the rows it holds: the highest of its inputs' (the
+    small objects' and a rewritten range's, `MergePlan.schema_version`). The file may hold
+    later columns, all null, when the merge wrote with a later version."""
 
 
 @dataclass(frozen=True)

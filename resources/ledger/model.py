@@ -29,6 +29,10 @@ class SmallObject:
     url: str
     content_length: int
     row_count: int
+    schema_version: int = 1
+    """The stream's schema version whose columns it was written with (what its Parquet
+    metadata says, `resources.schema.parquet_meta`): the ledger keeps it, so what a table
+    partition holds is known without reading a footer."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class RegisteredObject:
     """When its commit's transaction ran, on the store's clock: how long its rows have waited
     to be published (`resources.ledger.publication_lag`). None: not known (a DynamoDB item
     without the attribute, or an object built outside a commit)."""
+    schema_version: int = 1
+    """Its `SmallObject.schema_version`, as committed. 1 for an object committed before the
+    ledger kept versions (a SQLite row of an older file, a DynamoDB item without the
+    attribute): it was written before there were versions."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,7 @@ def assign_ids(
                     epoch=token.epoch,
                     delayed=last_live is not None,
                     committed_at_ms=committed_at_ms,
+                    schema_version=obj.schema_version,
                 )
             )
     return registered

@@ -3,8 +3,9 @@
 Every table object (a small object the reader writes, a merged object a merge writes) carries
 `leasehold.schema_version`: the stream's schema version whose columns it was written with, an
 integer as text. An object without the key was written before versions existed: version 1.
-What reads it (the merge, `leasehold table ls`, the checks) takes the number from here, so the
-key and its encoding are written down once.
+What reads it from a file (the merge, the checks) takes the number from here, so the key and
+its encoding are written down once. The ledger keeps each small object's version beside it too
+(`SmallObject.schema_version`): `leasehold table ls` shows that, reading no footer.
 """
 
 from __future__ import annotations

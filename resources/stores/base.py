@@ -97,7 +97,16 @@ def merge_writes(
     m = merge.merged
     if m is not None:
         written = MergeRange(
-            table, dt, m.lower, m.upper, m.url, m.content_length, m.row_count, epoch, now_ms
+            table,
+            dt,
+            m.lower,
+            m.upper,
+            m.url,
+            m.content_length,
+            m.row_count,
+            epoch,
+            now_ms,
+            m.schema_version,
         )
         if not ranges:
             sentinel = MergeRange(table, dt, None, SENTINEL_UPPER, None, 0, 0, 0, now_ms)

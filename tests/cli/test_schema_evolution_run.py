@@ -74,6 +74,12 @@ def test_add_publishes_new_fields_as_columns_old_rows_null(tmp_path: Path) -> No
     assert by_id["r1"][1:] == (None, None)
     assert by_id["r60"][1] == "NZ" and json.loads(by_id["r60"][2]) == {"os": "ios"}
     assert "1 quarantined" in second.stdout
+    listed = leasehold(tmp_path, "table", "ls", "orders", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {r["dt"]: r["schema_versions"] for r in json.loads(listed.stdout)} == {
+        "2026-01-01": {"min": 1, "max": 1},
+        "2026-01-02": {"min": 2, "max": 2},
+    }
 
     schema = leasehold(tmp_path, "schema", "orders", "--json")
     versions = [json.loads(line) for line in schema.stdout.splitlines()]

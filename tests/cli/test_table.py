@@ -67,8 +67,10 @@ class Published:
         outcome = self.publisher().publish_one(dt)
         assert outcome.outcome == PUBLISHED, outcome.message
 
-    def small(self, dt: str, first: int, rows: int) -> SmallObject:
-        """A Parquet object of `rows` rows (event ids `first`...) under the table's prefix."""
+    def small(self, dt: str, first: int, rows: int, version: int = 1) -> SmallObject:
+        """A Parquet object of `rows` rows (event ids `first`...) under the table's prefix,
+        as written with schema `version` (the ledger's record of it: the columns are the
+        same)."""
         table = pa.table(
             {
                 "event_id": [f"e{first + i}" for i in range(rows)],
@@ -83,7 +85,7 @@ class Published:
         path = self.root / "lake" / "events" / f"dt={dt}" / f"obj-{first}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path)
-        return SmallObject(STREAM, dt, f"file://{path}", path.stat().st_size, rows)
+        return SmallObject(STREAM, dt, f"file://{path}", path.stat().st_size, rows, version)
 
     def commit(self, *objects: SmallObject) -> None:
         sid = self.store.source_identifier(STREAM)
@@ -172,6 +174,7 @@ def test_table_ls_lists_the_catalogs_partitions(env: Published, capsys) -> None:
         (DT, 1, "live", False, 3, 3),
         (DT2, 1, "live", False, 1, 1),
     ]
+    assert [r["schema_versions"] for r in rows] == [{"min": 1, "max": 1}] * 2
     catalog = LocalCatalog(env.catalog_path)
     assert [r["location"] for r in rows] == [
         catalog.partition(STREAM, d).location for d in (DT, DT2)
@@ -185,10 +188,64 @@ def test_table_ls_lists_the_catalogs_partitions(env: Published, capsys) -> None:
         f"table {STREAM}: 2 partitions published (1 switched to merged objects, 1 live), "
         f"{catalog_where(env)}"
     )
-    assert lines[1].split() == ["dt", "seq", "version", "files", "location"]
-    assert lines[2].split()[:5] == [DT, "2", "merged", "3", "1"]
-    assert lines[3].split()[:5] == [DT2, "1", "live", "1", "1"]
+    assert lines[1].split() == ["dt", "seq", "version", "files", "schema", "location"]
+    assert lines[2].split()[:6] == [DT, "2", "merged", "3", "1", "v1"]
+    assert lines[3].split()[:6] == [DT2, "1", "live", "1", "1", "v1"]
     assert lines[2].endswith(catalog.partition(STREAM, DT).location)
+
+
+def test_table_ls_shows_the_schema_versions_of_the_rows_each_version_serves(
+    env: Published, capsys
+) -> None:
+    """From the ledger objects the published version covers: an object committed since (a
+    newer version's) shows once a publication covers it, and a merged version shows what
+    its merged objects hold."""
+    env.commit(env.small(DT, 100, 4, version=2))
+    env.commit(env.small(DT2, 200, 3, version=2))
+    env.commit(env.small(DT2, 300, 3, version=3))
+    code, out, err = run(capsys, "table", "ls", STREAM, "--json")
+    assert (code, err) == (0, "")
+    assert [(r["upper"], r["schema_versions"]) for r in json.loads(out)] == [
+        (3, {"min": 1, "max": 1}),  # not yet published: objects 4 (v2) and up
+        (1, {"min": 1, "max": 1}),
+    ]
+    env.publish(DT)
+    env.publish(DT2)
+    code, out, err = run(capsys, "table", "ls", STREAM, "--json")
+    assert (code, err) == (0, "")
+    assert [(r["upper"], r["schema_versions"]) for r in json.loads(out)] == [
+        (4, {"min": 1, "max": 2}),
+        (3, {"min": 1, "max": 3}),
+    ]
+    env.switch(DT)
+    code, out, err = run(capsys, "table", "ls", STREAM)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[2].split()[:6] == [DT, "3", "merged", "4", "1", "v1..v2"]
+    assert lines[3].split()[:6] == [DT2, "2", "live", "3", "3", "v1..v3"]
+
+
+def test_table_ls_without_a_readable_store_shows_the_catalog_and_says_why(
+    env: Published, monkeypatch, capsys
+) -> None:
+    """The store is not where the environment says (a user with the catalog only): the
+    catalog's answer stands, the versions are unknown, and stderr says why."""
+    missing = env.root / "elsewhere" / "leasehold.db"
+    monkeypatch.setenv("LEASEHOLD_SQLITE_PATH", str(missing))
+    code, out, err = run(capsys, "table", "ls", STREAM, "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [(r["dt"], r["files"], r["schema_versions"]) for r in rows] == [
+        (DT, 3, None),
+        (DT2, 1, None),
+    ]
+    assert err.splitlines() == [
+        f"leasehold: schema versions not shown: no lease store: SQLite file {missing} "
+        "(LEASEHOLD_SQLITE_PATH); `leasehold run` creates it"
+    ]
+    code, out, _ = run(capsys, "table", "ls", STREAM)
+    assert code == 0 and out.splitlines()[2].split()[:6] == [DT, "1", "live", "3", "3", "?"]
+    assert not missing.parent.exists()
 
 
 def test_table_files_lists_the_manifests_urls_and_lengths(env: Published, capsys) -> None:
@@ -268,9 +325,11 @@ def test_glue_is_read_the_same_way_and_named_in_errors(
 
     code, out, err = run(capsys, "table", "ls", STREAM, "--json")
     assert (code, err) == (0, "")
-    assert [(r["dt"], r["seq"], r["kind"], r["files"]) for r in json.loads(out)] == [
-        (DT, 1, "live", 3),
-        (DT2, 1, "live", 1),
+    assert [
+        (r["dt"], r["seq"], r["kind"], r["files"], r["schema_versions"]) for r in json.loads(out)
+    ] == [
+        (DT, 1, "live", 3, {"min": 1, "max": 1}),
+        (DT2, 1, "live", 1, {"min": 1, "max": 1}),
     ]
     code, out, _ = run(capsys, "table", "read", STREAM, DT2, "--json")
     assert (code, len(out.splitlines())) == (0, 5)

@@ -27,7 +27,7 @@ from resources.streams import ColumnSpec, MergeSettings, StreamConfig
 TABLE, DT = "events", "2026-01-15"
 
 
-def obj(object_id: int, size: int = 10, rows: int = 1) -> RegisteredObject:
+def obj(object_id: int, size: int = 10, rows: int = 1, version: int = 1) -> RegisteredObject:
     return RegisteredObject(
         table=TABLE,
         dt=DT,
@@ -39,6 +39,7 @@ def obj(object_id: int, size: int = 10, rows: int = 1) -> RegisteredObject:
         source_partition_key=f"src-{object_id}",
         epoch=1,
         delayed=False,
+        schema_version=version,
     )
 
 
@@ -104,6 +105,18 @@ def test_an_open_range_under_the_target_is_rewritten_with_a_budget_of_new_object
     assert plan.carry_over
     assert plan.inputs == [ranges[-1].url, *(objects[i].url for i in range(6, 10))]
     assert (plan.input_bytes, plan.input_rows) == (550, 32)
+
+
+def test_a_plans_schema_version_is_the_newest_of_its_inputs() -> None:
+    planner = MergePlanner(100, 400)
+    mixed = [obj(1, version=2), obj(2), obj(3, version=3), obj(4, version=1)]
+    plan = planner.plan(part(5), [], mixed)
+    assert plan is not None and plan.schema_version == 3
+    assert planner.plan(part(3), [], [obj(1), obj(2)]).schema_version == 1  # type: ignore[union-attr]
+    open_range = replace(rng(0, 4, 100, 10), schema_version=4)
+    rewrite = planner.plan(part(6, 4), [SENTINEL, open_range], [*mixed, obj(5, version=2)])
+    assert rewrite is not None and rewrite.rewrite == open_range
+    assert rewrite.schema_version == 4  # the rewritten object's rows are inputs too
 
 
 def test_an_open_range_at_the_target_is_left_alone_and_a_new_range_opens() -> None:

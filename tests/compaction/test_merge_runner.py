@@ -56,11 +56,12 @@ class Ingest:
         self.ids: dict[int, list[str]] = {}
         self.n = 0
 
-    def __call__(self, count: int) -> None:
+    def __call__(self, count: int, schema_version: int = 1) -> None:
         for _ in range(count):
             key, rows = f"src/{self.n:04d}", self.rng.randint(2, 5)
             self.n += 1
             small = write_small(self.lake, key, DT, rows, self.rng)
+            small = replace(small, schema_version=schema_version)
             (o,) = commit_source(self.store, key, [small], merge_after_s=INTERVAL_S)
             self.ids[o.object_id] = event_ids(key, DT, rows)
 
@@ -138,6 +139,23 @@ def test_objects_committed_after_closing_are_delayed_and_merged_by_the_next_merg
     assert late.rows == ingest.rows()  # rows merged = rows committed
     assert late.next_due_at_ms is None
     assert store.table_partition(TABLE, DT).merge_due_at_ms is None  # type: ignore[union-attr]
+    assert_merged_exactly_once(lake, store, ingest)
+
+
+def test_a_merged_range_records_the_newest_schema_version_of_its_inputs(
+    lake: Lake, store: CoordinationStore
+) -> None:
+    """Objects of two versions merged: the range says the newer; a rewrite of it with newer
+    objects of the older version keeps it (the rewritten object is an input too)."""
+    ingest = Ingest(lake, store)
+    ingest(2)
+    ingest(1, schema_version=2)
+    (first,) = runner(lake, store).merge([DT])
+    assert first.outcome == MERGED and [r.schema_version for r in ranges(store)] == [2]
+    ingest(2)
+    (again,) = runner(lake, store).merge([DT])
+    assert again.outcome == MERGED and again.rewrite
+    assert [(r.upper, r.schema_version) for r in ranges(store)] == [(5, 2)]
     assert_merged_exactly_once(lake, store, ingest)
 
 

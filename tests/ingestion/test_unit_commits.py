@@ -37,9 +37,13 @@ class UnitReader:
     """Each object holds one record per date it is given; objects named in `broken` can't be
     read. Cuts one staged file per (unit, date), as `SourceReader` does."""
 
-    def __init__(self, dates: dict[str, list[str]], broken: set[str]) -> None:
+    def __init__(
+        self, dates: dict[str, list[str]], broken: set[str], versions: dict[str, int] | None = None
+    ) -> None:
         self.dates = dates
         self.broken = broken
+        self.versions = versions or {}
+        """The schema version each date's file is written with (default 1)."""
         self.reads: list[list[str]] = []
 
     def __call__(
@@ -60,7 +64,7 @@ class UnitReader:
             target = staging / f"{attempt}-{n}.parquet"
             pq.write_table(pa.table({"id": ids}), target)
             results[unit].table_files.append(
-                StagedFile(dt, target, len(ids), target.stat().st_size)
+                StagedFile(dt, target, len(ids), target.stat().st_size, self.versions.get(dt, 1))
             )
         for result in results.values():
             result.rows_read = sum(f.row_count for f in result.table_files)
@@ -96,6 +100,19 @@ def test_a_unit_commits_one_object_per_date_for_all_its_objects(
     assert read.reads == [keys]
     assert store.get(sid, "a").status is PartitionStatus.COMPLETED  # type: ignore[union-attr]
     assert ledger_ids(store) == Counter(["a@2026-01-01", "b@2026-01-01", "b@2026-01-02"])
+
+
+def test_each_committed_object_keeps_its_staged_files_schema_version(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """A unit read across a schema change writes files of two versions: each object's version
+    reaches the ledger with it, so `leasehold table ls` knows it without a footer."""
+    create_unit(store, ["a", "b"])
+    read = UnitReader({"a": ["2026-01-01"], "b": ["2026-01-02"]}, set(), versions={"2026-01-02": 2})
+    (outcome,) = make_runner(store, tmp_path, read).ingest(["a"])
+    assert outcome.outcome == COMMITTED
+    objects = store.ledger_objects(STREAM)  # type: ignore[attr-defined]
+    assert [(o.dt, o.schema_version) for o in objects] == [("2026-01-01", 1), ("2026-01-02", 2)]
 
 
 def test_an_unreadable_object_is_retried_alone_after_the_others_commit(

@@ -167,6 +167,31 @@ def test_the_open_range_is_rewritten_then_a_new_range_follows(store: Coordinatio
     assert partition.desired_manifest_version == partition.merged_upper == 5
 
 
+def test_a_merged_range_keeps_its_schema_version_through_a_rewrite(
+    store: CoordinationStore,
+) -> None:
+    """A range records its merged object's version (the newest of its rows'), and a rewrite of
+    the open range replaces it with the rewritten object's; the sentinel is version 1."""
+    ingest(store, obj("a"), replace(obj("b"), schema_version=2))
+    first = store.commit_merge(
+        acquire_job(store).token, merge(0, replace(merged(0, 2), schema_version=2))
+    )
+    assert first.range.schema_version == 2
+    assert [r.schema_version for r in store.merge_ranges(TABLE, DT)] == [1, 2]
+    ingest(store, replace(obj("c"), schema_version=3))
+    rewrite = store.commit_merge(
+        acquire_job(store).token, merge(2, replace(merged(0, 3), schema_version=3))
+    )
+    assert rewrite.range.schema_version == 3
+    assert store.merge_ranges(TABLE, DT) == [
+        MergeRange(TABLE, DT, None, 0, None, 0, 0, 0, first.range.updated_at_ms),
+        rewrite.range,
+    ]
+    ingest(store, obj("d"))
+    store.commit_merge(acquire_job(store).token, merge(3, merged(3, 4)))
+    assert [r.schema_version for r in store.merge_ranges(TABLE, DT)] == [1, 3, 1]
+
+
 def test_a_merge_with_nothing_to_merge_only_settles_the_job(store: CoordinationStore) -> None:
     ingest(store, obj("a"), obj("b"))
     store.commit_merge(acquire_job(store).token, merge(0, merged(0, 2)))

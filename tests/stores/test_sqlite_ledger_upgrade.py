@@ -1,11 +1,12 @@
-"""SQLite-only: a store file written before the ledger knew merges (or publications) keeps
-working — a run adds the missing columns and tables on open, a read-only look reads them as
-their defaults."""
+"""SQLite-only: a store file written before the ledger knew merges (or publications, or
+schema versions) keeps working — a run adds the missing columns and tables on open, a read-only
+look reads them as their defaults."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 from resources.ledger.publication import Publication
@@ -22,6 +23,18 @@ PUBLICATION_COLUMNS = (
 )
 
 
+SCHEMA_VERSION_COLUMN = "    schema_version INTEGER NOT NULL DEFAULT 1,\n"
+
+
+def without_schema_versions(text: str) -> str:
+    """The schema as the release before schema versions (issue 31) wrote it: no version per
+    small object, no table of a stream's versions."""
+    old = text.replace(SCHEMA_VERSION_COLUMN, "")
+    old = re.sub(r"-- A stream's schema versions.*?WITHOUT ROWID;\n", "", old, flags=re.S)
+    assert "schema_version" not in old
+    return old
+
+
 def without_publications(text: str) -> str:
     """The schema as the release before publications (issue 13) wrote it."""
     old = text.replace(PUBLICATION_COLUMNS, "")
@@ -32,8 +45,9 @@ def without_publications(text: str) -> str:
 
 def earlier_version(path: Path, *, merges: bool = False) -> None:
     """The file as the release before merges left it (`merges`: the one before publications):
-    no merge columns, no merge ranges, one table partition with two committed ids."""
-    old = without_publications(schema.SCHEMA)
+    no merge columns, no merge ranges, no schema versions, one table partition with its two
+    committed objects."""
+    old = without_publications(without_schema_versions(schema.SCHEMA))
     if not merges:
         old = old.replace(NEW_COLUMNS, "")
         old = re.sub(r"-- One partition's chain.*?WITHOUT ROWID;\n", "", old, flags=re.S)
@@ -43,14 +57,21 @@ def earlier_version(path: Path, *, merges: bool = False) -> None:
     db.execute(
         "INSERT INTO table_partitions (tbl, dt, next_object_id) VALUES (?, ?, 3)", (TABLE, DT)
     )
+    db.executemany(  # that release's columns, in its order
+        "INSERT INTO small_objects VALUES (?, ?, ?, ?, 1000, 10, 'source', ?, 1, 0, ?)",
+        [(TABLE, DT, i, obj(f"old-{i}").url, obj(f"old-{i}").url, OLD_COMMIT_MS) for i in (1, 2)],
+    )
     db.commit()
     db.close()
 
 
-def columns(path: Path) -> set[str]:
+OLD_COMMIT_MS = 1_700_000_000_000
+
+
+def columns(path: Path, table: str = "table_partitions") -> set[str]:
     db = sqlite3.connect(path)
     try:
-        return {row[1] for row in db.execute("PRAGMA table_info(table_partitions)")}
+        return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
     finally:
         db.close()
 
@@ -128,4 +149,65 @@ def test_a_file_before_merges_gets_every_later_column(tmp_path: Path) -> None:
     wanted = {"merged_upper", "merge_due_at", "published_upper", "publication_seq"}
     assert wanted <= columns(path)
     assert store.record_publication(publication(2)).seq == 1
+    store.close_store()
+
+
+def test_a_read_only_look_reads_old_objects_as_schema_version_1(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    earlier_version(path, merges=True)
+    reader = open_existing_store(StoreSettings(sqlite_path=str(path)))
+    objects = reader.ledger_objects(TABLE, DT)
+    assert [(o.object_id, o.schema_version) for o in objects] == [(1, 1), (2, 1)]
+    assert [o.committed_at_ms for o in objects] == [OLD_COMMIT_MS] * 2
+    assert reader.ledger_objects(TABLE, DT, after=1) == objects[1:]
+    assert reader.schema_versions(TABLE) == []
+    reader.close_store()
+    assert "schema_version" not in columns(path, "small_objects")
+
+
+def test_a_run_upgrades_a_file_before_schema_versions_and_commits_versions_in_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    earlier_version(path, merges=True)
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    assert "schema_version" in columns(path, "small_objects")
+    (added,) = ingest(store, replace(obj("new"), schema_version=2))
+    assert (added.object_id, added.schema_version) == (3, 2)
+    store.close_store()
+    again = build_store(StoreSettings(sqlite_path=str(path)))  # opening again changes nothing
+    objects = again.ledger_objects(TABLE, DT)
+    assert [(o.object_id, o.schema_version) for o in objects] == [(1, 1), (2, 1), (3, 2)]
+    assert objects[2] == added
+    again.close_store()
+
+
+def test_merge_ranges_from_before_schema_versions_read_as_version_1_until_rewritten(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    earlier_version(path, merges=True)
+    db = sqlite3.connect(path)
+    db.executemany(  # that release's columns, in its order: the sentinel and (0, 2]
+        "INSERT INTO merge_ranges VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+        [
+            (TABLE, DT, None, 0, None, 0, 0, OLD_COMMIT_MS),
+            (TABLE, DT, 0, 2, merged(0, 2).url, 200, 20, OLD_COMMIT_MS),
+        ],
+    )
+    db.execute("UPDATE table_partitions SET merged_upper = 2, desired_manifest_version = 2")
+    db.commit()
+    db.close()
+    reader = open_existing_store(StoreSettings(sqlite_path=str(path)))
+    assert [(r.upper, r.schema_version) for r in reader.merge_ranges(TABLE, DT)] == [(0, 1), (2, 1)]
+    reader.close_store()
+    assert "schema_version" not in columns(path, "merge_ranges")
+
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    ingest(store, replace(obj("c"), schema_version=3))
+    done = store.commit_merge(
+        acquire_job(store).token, merge(2, replace(merged(0, 3), schema_version=3))
+    )
+    assert done.range is not None and done.range.schema_version == 3
+    assert store.merge_ranges(TABLE, DT)[1:] == [done.range]  # the open range, rewritten
     store.close_store()

@@ -24,6 +24,7 @@ import botocore.session
 from botocore.config import Config
 from botocore.credentials import CredentialProvider, CredentialResolver, RefreshableCredentials
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -32,7 +33,11 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from resources.coordination.errors import StoreConfigError, StoreUnavailableError
+from resources.coordination.errors import (
+    StoreConfigError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from resources.retry import RetryPolicy, call_with_retries, log_retries
 from resources.stores.settings import StoreSettings
 
@@ -204,6 +209,13 @@ class DynamoDbClient:
             sleep=self._sleep,
             on_retry=retrying,
         )
+
+    def refused(self, action: str, exc: ClientError | BotoCoreError) -> StoreRefusedError:
+        """`exc` — an error `call` raised as it came, since no retry changes it (access
+        denied, no such table, a request DynamoDB rejects, no credentials) — as the
+        `LeaseStoreError` the store's interface promises, naming the table and `action`. A
+        caller that expects one error of a call (a failed condition) maps every other."""
+        return StoreRefusedError(f"DynamoDB table {self.table_name!r}: {action} refused: {exc}")
 
     def batch_get(
         self, action: str, keys: Sequence[dict[str, Any]], attributes: Sequence[str] = ()

@@ -6,9 +6,11 @@ item types under their own `sourceIdentifier`s, so nothing needs a scan:
 - `[prefix|]table|tablePartition`, key dt: the id counter (`nextObjectId`), `lastLiveObjectId`,
   the manifest versions, `mergedUpper` and `mergeDueAt` (absent: no pending merge job), and the
   current publication (`switched`, `publishedUpper`, `publicationSeq`; absent: never published);
-- `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object;
+- `[prefix|]table|dt|smallObjects`, key the id (`%019d`): one committed small object (its
+  `schemaVersion`: absent on items committed before the ledger kept it, read as 1);
 - `[prefix|]table|dt|mergeRanges`, key the range's `lower` (`%019d`; `sentinel` for the
-  sentinel), so rewriting the open range updates its item in place;
+  sentinel), so rewriting the open range updates its item in place (its `schemaVersion`:
+  absent on ranges recorded before the ledger kept it, read as 1);
 - `[prefix|]table|dt|publications`, key the record's `seq` (`%019d`): one publication record,
   so the history is one Query in `seq` order and forgetting is a key range;
 - `<source identifier>|commit`, key the source partition: the commit record;
@@ -27,7 +29,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
@@ -257,6 +259,7 @@ class DynamoDbLedger:
                 "epoch": codec.n(o.epoch),
                 "delayed": {"BOOL": o.delayed},
                 "committedAt": codec.n(now),
+                "schemaVersion": codec.n(o.schema_version),
             },
             "ConditionExpression": "attribute_not_exists(#key)",
             "ExpressionAttributeNames": {"#key": ATTR["key"]},
@@ -437,6 +440,7 @@ class DynamoDbLedger:
             "rowCount": codec.n(r.row_count),
             "epoch": codec.n(r.epoch),
             "updatedAt": codec.n(r.updated_at_ms),
+            "schemaVersion": codec.n(r.schema_version),
         }
         if r.lower is not None:
             item["lower"] = codec.n(r.lower)
@@ -457,7 +461,7 @@ class DynamoDbLedger:
             "Key": self._range_key(r.table, r.dt, r.lower),
             "UpdateExpression": (
                 "SET #upper = :upper, #url = :url, contentLength = :length, rowCount = :rows, "
-                "#epoch = :epoch, updatedAt = :at"
+                "#epoch = :epoch, updatedAt = :at, schemaVersion = :version"
             ),
             "ConditionExpression": "#upper = :old_upper",
             "ExpressionAttributeNames": {k: RANGE_NAMES[k] for k in ("#upper", "#url", "#epoch")},
@@ -468,6 +472,7 @@ class DynamoDbLedger:
                 ":rows": codec.n(r.row_count),
                 ":epoch": codec.n(r.epoch),
                 ":at": codec.n(r.updated_at_ms),
+                ":version": codec.n(r.schema_version),
                 ":old_upper": codec.n(old_upper),
             },
         }
@@ -530,6 +535,8 @@ class DynamoDbLedger:
                         delayed=raw["delayed"]["BOOL"],
                         # An item without it (not written by this version): unknown, not an error.
                         committed_at_ms=_optional(raw, "committedAt"),
+                        # Committed before the ledger kept versions: written before versions.
+                        schema_version=_number(raw, "schemaVersion", 1),
                     )
                 )
         return sorted(out, key=lambda o: (o.dt, o.object_id))
@@ -647,12 +654,17 @@ class DynamoDbLedger:
     # -- schema versions -------------------------------------------------------------------------
 
     def schema_versions(self, stream: str) -> list[SchemaVersion]:
-        """One strongly consistent Query: the version items sort by their zero-padded number."""
-        raws = self._query_all("schema_versions", self._schema_sid(stream))
+        """One strongly consistent Query: the version items sort by their zero-padded number.
+        An error no retry changes is `StoreRefusedError` (see `SchemaRegistry`)."""
+        try:
+            raws = self._query_all("schema_versions", self._schema_sid(stream))
+        except (ClientError, BotoCoreError) as exc:
+            raise self.dynamodb.refused("schema_versions", exc) from exc
         return [SchemaVersion.from_json(json.loads(raw["body"]["S"])) for raw in raws]
 
     def _put_schema_version(self, stream: str, version: SchemaVersion) -> None:
-        """One `PutItem` conditional on the version's item not existing."""
+        """One `PutItem` conditional on the version's item not existing: the failed condition
+        is `SchemaVersionTakenError`, any other error no retry changes `StoreRefusedError`."""
         item = {
             **codec.key(self._schema_sid(stream), f"{version.version:010d}"),
             "body": codec.s(json.dumps(version.to_json())),
@@ -667,9 +679,9 @@ class DynamoDbLedger:
                     ExpressionAttributeNames={"#sid": ATTR["sid"]},
                 ),
             )
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+                raise self.dynamodb.refused("put_schema_version", exc) from exc
             raise SchemaVersionTakenError(
                 f"schema version {version.version} of {stream!r} is recorded already"
             ) from None
@@ -798,4 +810,5 @@ def _range(table: str, dt: str, raw: dict[str, Any]) -> MergeRange:
         row_count=int(raw["rowCount"]["N"]),
         epoch=int(raw["epoch"]["N"]),
         updated_at_ms=int(raw["updatedAt"]["N"]),
+        schema_version=_number(raw, "schemaVersion", 1),  # absent: recorded before versions
     )

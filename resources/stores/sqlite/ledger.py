@@ -38,9 +38,8 @@ from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.rollup.state import KeyState
 from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
-from resources.stores.sqlite.schema import KEYS_PER_LOOKUP
+from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, OBJECT_COLUMNS, RANGE_COLUMNS
 
-RANGE_COLUMNS = "tbl, dt, lower, upper, url, content_length, row_count, epoch, updated_at"
 PUBLICATION_COLUMNS = (
     "tbl, dt, seq, switched, upper, location, file_count, row_count, byte_count, published_at"
 )
@@ -74,11 +73,14 @@ def _publication(row: Any) -> Publication:
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
-    `_connection`, `now_ms`, and what the file holds: `_partition_select` (the partition
-    columns, defaults for those an old file lacks), `_has_merge_ranges`, `_has_publications`
-    and `_has_rollup_keys`."""
+    `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select`,
+    `_object_select` and `_range_select` (the columns of a partition, a small object and a
+    merge range, defaults for those an old file lacks), `_has_merge_ranges`,
+    `_has_publications`, `_has_rollup_keys` and `_has_schema_versions`."""
 
     _partition_select: str
+    _object_select: str
+    _range_select: str
     _has_merge_ranges: bool
     _has_publications: bool
     _has_rollup_keys: bool
@@ -135,7 +137,8 @@ class SqliteLedger:
                 ],
             )
             db.executemany(
-                "INSERT INTO small_objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO small_objects ({', '.join(OBJECT_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(OBJECT_COLUMNS))})",
                 [
                     (
                         o.table,
@@ -149,6 +152,7 @@ class SqliteLedger:
                         o.epoch,
                         int(o.delayed),
                         now,
+                        o.schema_version,
                     )
                     for o in registered
                 ],
@@ -187,11 +191,7 @@ class SqliteLedger:
     def ledger_objects(
         self, table: str, dt: str | None = None, *, after: int = 0
     ) -> list[RegisteredObject]:
-        sql = (
-            "SELECT tbl, dt, object_id, url, content_length, row_count, "
-            f"{ATTR['sid']}, {ATTR['key']}, epoch, delayed, committed_at "
-            "FROM small_objects WHERE tbl = ?"
-        )
+        sql = f"SELECT {self._object_select} FROM small_objects WHERE tbl = ?"
         args: tuple[str | int, ...] = (table,)
         if dt is not None:
             sql += " AND dt = ?"
@@ -200,7 +200,12 @@ class SqliteLedger:
             sql += " AND object_id > ?"
             args += (after,)
         rows = self._connection().execute(sql + " ORDER BY dt, object_id", args).fetchall()
-        return [RegisteredObject(*r[:9], delayed=bool(r[9]), committed_at_ms=r[10]) for r in rows]
+        return [
+            RegisteredObject(
+                *r[:9], delayed=bool(r[9]), committed_at_ms=r[10], schema_version=r[11]
+            )
+            for r in rows
+        ]
 
     def table_partitions(self, table: str) -> list[TablePartition]:
         rows = self._connection().execute(
@@ -228,7 +233,8 @@ class SqliteLedger:
         if not self._has_merge_ranges:  # an earlier version's file, opened without CREATE
             return []
         rows = db.execute(
-            f"SELECT {RANGE_COLUMNS} FROM merge_ranges WHERE tbl = ? AND dt = ? ORDER BY upper",
+            f"SELECT {self._range_select} FROM merge_ranges WHERE tbl = ? AND dt = ? "
+            "ORDER BY upper",
             (table, dt),
         )
         return [MergeRange(*r) for r in rows.fetchall()]
@@ -286,7 +292,8 @@ class SqliteLedger:
         takes the new `upper` (the key) and object."""
         db.execute(
             "UPDATE merge_ranges SET upper = ?, url = ?, content_length = ?, row_count = ?, "
-            "epoch = ?, updated_at = ? WHERE tbl = ? AND dt = ? AND upper = ?",
+            "epoch = ?, updated_at = ?, schema_version = ? "
+            "WHERE tbl = ? AND dt = ? AND upper = ?",
             (
                 r.upper,
                 r.url,
@@ -294,6 +301,7 @@ class SqliteLedger:
                 r.row_count,
                 r.epoch,
                 r.updated_at_ms,
+                r.schema_version,
                 r.table,
                 r.dt,
                 old_upper,
@@ -303,7 +311,8 @@ class SqliteLedger:
     @staticmethod
     def _insert_range(db: sqlite3.Connection, r: MergeRange) -> None:
         db.execute(
-            f"INSERT INTO merge_ranges ({RANGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO merge_ranges ({', '.join(RANGE_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(RANGE_COLUMNS))})",
             (
                 r.table,
                 r.dt,
@@ -314,6 +323,7 @@ class SqliteLedger:
                 r.row_count,
                 r.epoch,
                 r.updated_at_ms,
+                r.schema_version,
             ),
         )
 
@@ -444,17 +454,26 @@ class SqliteLedger:
         return self._run("write_rollup_keys", write)
 
     def schema_versions(self, stream: str) -> list[SchemaVersion]:
+        """One primary-key range read. A file from before schema versions, opened without
+        CREATE, has none; an error reading the file is `StoreRefusedError`."""
         if not self._has_schema_versions:  # an earlier version's file, opened without CREATE
             return []
         select = "SELECT body FROM schema_versions WHERE stream = ? ORDER BY version"
-        rows = self._connection().execute(select, (stream,)).fetchall()
+        try:
+            rows = self._connection().execute(select, (stream,)).fetchall()
+        except sqlite3.Error as exc:
+            raise self._store_error("schema_versions", exc) from exc
         return [SchemaVersion.from_json(json.loads(body)) for (body,) in rows]
 
     def _put_schema_version(self, stream: str, version: SchemaVersion) -> None:
+        """One INSERT inside `BEGIN IMMEDIATE`: the primary key (stream, version) is the
+        empty-slot condition, so a taken one is `SchemaVersionTakenError`. A file opened
+        read-only, or one without the table, is `StoreRefusedError`: nothing written."""
+
         def put(db: sqlite3.Connection) -> None:
             try:
                 db.execute(
-                    "INSERT INTO schema_versions VALUES (?, ?, ?)",
+                    "INSERT INTO schema_versions (stream, version, body) VALUES (?, ?, ?)",
                     (stream, version.version, json.dumps(version.to_json())),
                 )
             except sqlite3.IntegrityError:
@@ -462,7 +481,10 @@ class SqliteLedger:
                     f"schema version {version.version} of {stream!r} is recorded already"
                 ) from None
 
-        self._run("put_schema_version", put)
+        try:
+            self._run("put_schema_version", put)
+        except sqlite3.Error as exc:
+            raise self._store_error("put_schema_version", exc) from exc
 
     def forget_rollup(self, rollup: str, dt: str) -> int:
         return self._run(

@@ -92,6 +92,7 @@ CREATE TABLE IF NOT EXISTS merge_ranges (
     row_count INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
+    schema_version INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (tbl, dt, upper)
 ) WITHOUT ROWID;
 -- One partition's publication history, by `seq`; the last is current.
@@ -120,6 +121,7 @@ CREATE TABLE IF NOT EXISTS small_objects (
     epoch INTEGER NOT NULL,
     delayed INTEGER NOT NULL,
     committed_at INTEGER NOT NULL,
+    schema_version INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (tbl, dt, object_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS commit_records (
@@ -169,6 +171,32 @@ PARTITION_COLUMNS = (
     "published_upper",
     "publication_seq",
 )
+OBJECT_COLUMNS = (
+    "tbl",
+    "dt",
+    "object_id",
+    "url",
+    "content_length",
+    "row_count",
+    ATTR["sid"],
+    ATTR["key"],
+    "epoch",
+    "delayed",
+    "committed_at",
+    "schema_version",
+)
+RANGE_COLUMNS = (
+    "tbl",
+    "dt",
+    "lower",
+    "upper",
+    "url",
+    "content_length",
+    "row_count",
+    "epoch",
+    "updated_at",
+    "schema_version",
+)
 ADDED_COLUMNS = {
     "table_partitions": (
         ("merged_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
@@ -176,9 +204,12 @@ ADDED_COLUMNS = {
         ("published_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
         ("publication_seq", "INTEGER NOT NULL DEFAULT 0", "0"),
     ),
+    "small_objects": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
+    "merge_ranges": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
 }
 """Columns added to existing tables since the first release: (column, definition, the value
-a reader of a file that lacks it sees)."""
+a reader of a file that lacks it sees). A table's `CREATE` lists them last, in this order, as
+`ALTER TABLE ... ADD COLUMN` appends them."""
 HAS_MERGE_RANGES = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merge_ranges'"
 HAS_PUBLICATIONS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'"
 HAS_ROLLUP_KEYS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rollup_keys'"
@@ -209,8 +240,24 @@ def partition_select(db: sqlite3.Connection) -> str:
     """The partition row's columns as the ledger selects them. A file from an earlier version
     opened without `Opening.CREATE` is never altered: its missing columns read as their
     defaults, so `leasehold status` works on it before any run upgraded it."""
-    read_as = {c: value for t, c, _, value in missing_columns(db) if t == "table_partitions"}
-    return ", ".join(f"{read_as[c]} AS {c}" if c in read_as else c for c in PARTITION_COLUMNS)
+    return _select(db, "table_partitions", PARTITION_COLUMNS)
+
+
+def object_select(db: sqlite3.Connection) -> str:
+    """A small object's row as the ledger selects it (`OBJECT_COLUMNS`), read as
+    `partition_select` reads a partition's: a column an old file lacks as its default."""
+    return _select(db, "small_objects", OBJECT_COLUMNS)
+
+
+def range_select(db: sqlite3.Connection) -> str:
+    """A merge range's row as the ledger selects it (`RANGE_COLUMNS`), a column an old file
+    lacks read as its default."""
+    return _select(db, "merge_ranges", RANGE_COLUMNS)
+
+
+def _select(db: sqlite3.Connection, table: str, columns: Sequence[str]) -> str:
+    read_as = {c: value for t, c, _, value in missing_columns(db) if t == table}
+    return ", ".join(f"{read_as[c]} AS {c}" if c in read_as else c for c in columns)
 
 
 def _status_ranges(*ranges: tuple[str, str]) -> str:

@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from resources.coordination.errors import StoreNotFoundError, StoreUnavailableError
+from resources.coordination.errors import (
+    StoreNotFoundError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from resources.coordination.items import ATTR, LeaseItem, PartitionStatus, priority_at, to_millis
 from resources.coordination.transitions import Transition
 from resources.retry import RetryPolicy, call_with_retries
@@ -65,6 +69,8 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
             self._check_exists(location or f"SQLite file {self.path.resolve()}")
         db = self._connection()
         self._partition_select = schema.partition_select(db)
+        self._object_select = schema.object_select(db)
+        self._range_select = schema.range_select(db)
         self._has_merge_ranges = db.execute(schema.HAS_MERGE_RANGES).fetchone() is not None
         self._has_publications = db.execute(schema.HAS_PUBLICATIONS).fetchone() is not None
         self._has_rollup_keys = db.execute(schema.HAS_ROLLUP_KEYS).fetchone() is not None
@@ -133,6 +139,17 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         return call_with_retries(
             attempt, policy=self.retry, is_retryable=retryable, on_give_up=give_up
         )
+
+    def _store_error(self, action: str, exc: sqlite3.Error) -> StoreRefusedError:
+        """`exc` — a SQLite error `_run` does not retry (the file opened read-only, a table
+        it lacks, a damaged file) — as the `LeaseStoreError` the store's interface promises,
+        naming the file and `action`."""
+        how = (
+            " (opened read-only: a command that only looks)"
+            if self.opening is Opening.READ_ONLY
+            else ""
+        )
+        return StoreRefusedError(f"SQLite lease store {self.path}{how}: {action} failed: {exc}")
 
     def close_store(self) -> None:
         self.flush_metrics()
