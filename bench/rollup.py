@@ -39,11 +39,17 @@ from resources.ledger.model import SmallObject  # noqa: E402
 from resources.objects.local import LocalObjectStore  # noqa: E402
 from resources.rollup.cursor import rollup_id  # noqa: E402
 from resources.rollup.spec import parse_rollups  # noqa: E402
+from resources.schema.columns import ColumnSpec  # noqa: E402
 from resources.stores import build_store  # noqa: E402
 from resources.stores.base import CoordinationStore  # noqa: E402
 from resources.stores.settings import StoreSettings  # noqa: E402
 
 TABLE, DT = "events", "2026-01-01"
+COLUMNS = [
+    ColumnSpec("event_id", "string"),
+    ColumnSpec("user_id", "string"),
+    ColumnSpec("amount", "long"),
+]
 SPEC = parse_rollups(
     {
         "per_user": {
@@ -51,7 +57,7 @@ SPEC = parse_rollups(
             "aggregates": {"events": "count", "amount": "sum(amount)", "largest": "max(amount)"},
         }
     },
-    {"event_id": "string", "user_id": "string", "amount": "long"},
+    {c.name: c.type for c in COLUMNS},
 )[0]
 
 
@@ -98,7 +104,7 @@ def incremental(runner: RollupRunner) -> float:
 
 def full(table: Table) -> tuple[float, dict]:
     started = time.perf_counter()
-    result = ArrowPartials.of_table(SPEC, read_files(table.files, ["user_id", "amount"]))
+    result = ArrowPartials.of_table(SPEC, read_files(table.files, COLUMNS[1:]))
     return time.perf_counter() - started, result
 
 
@@ -152,7 +158,7 @@ def main() -> None:
             LocalObjectStore(work / "table"),
             TABLE,
             SPEC,
-            lambda input_bytes: ArrowPartials(),
+            lambda input_bytes: ArrowPartials(COLUMNS),
             owner="bench",
             timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
             work_dir=work / "scratch",

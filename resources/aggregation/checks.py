@@ -20,9 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from resources.aggregation.partials import ArrowPartials, columns, read_files
+from resources.aggregation.partials import ArrowPartials, column_specs, read_files
 from resources.aggregation.runner import cursors
 from resources.catalog.base import Catalog
 from resources.check_outcome import CheckOutcome
@@ -32,7 +31,10 @@ from resources.objects.base import ObjectStore
 from resources.publication.reader import read_partition
 from resources.rollup.aggregates import Value
 from resources.rollup.cursor import RollupCursor, rollup_id
+from resources.schema.arrow import read_by_name
+from resources.schema.columns import ColumnSpec
 from resources.stores.base import CoordinationStore
+from resources.stores.stream_schema import latest_columns
 from resources.streams import StreamConfig
 
 CHECKS: dict[str, str] = {
@@ -66,21 +68,23 @@ def reference_rows(
     table: str,
     tp: TablePartition,
     upto: int,
-    wanted: Sequence[str],
+    wanted: Sequence[ColumnSpec],
     s3: Mapping[str, str | None],
 ) -> pa.Table:
-    """Every row of ids up to `upto`: the published files, then the small objects above."""
+    """Every row of ids up to `upto`: the published files, then the small objects above,
+    each file read by name as `wanted` (a column a file of an older schema version lacks is
+    null: no value to the aggregates). Raises `PublishedReadError`, `RetypedColumnError`,
+    `ObjectStoreError` when a file cannot be read as `wanted`."""
     parts = []
     if tp.published_upper > 0:
-        published = read_partition(catalog, table, tp.dt, **s3)
-        parts.append(published.select(list(wanted)))
+        parts.append(read_partition(catalog, table, tp.dt, columns=wanted, **s3))
     for o in store.ledger_objects(table, tp.dt, after=tp.published_upper):
         if o.object_id <= upto:
-            data = pq.read_table(io.BytesIO(objects.get_bytes(objects.key_of(o.url))))
-            parts.append(data.select(list(wanted)))
+            data = io.BytesIO(objects.get_bytes(objects.key_of(o.url)))
+            parts.append(read_by_name(data, wanted))
     if not parts:
         return read_files([], wanted)
-    return pa.concat_tables(parts, promote_options="default")
+    return pa.concat_tables(parts)
 
 
 def rollups_exact(
@@ -93,6 +97,7 @@ def rollups_exact(
     s3: Mapping[str, str | None],
 ) -> CheckOutcome:
     name = "rollups_exact"
+    schema = latest_columns(store, config)
     by_rollup = {spec.name: cursors(store, table, spec) for spec in config.rollups}
     judged, waiting, wrong = 0, [], []
     for tp in store.table_partitions(table):
@@ -119,9 +124,8 @@ def rollups_exact(
                 comparable = False
                 continue
             judged += 1
-            rows = reference_rows(
-                store, objects, catalog, table, tp, cursor.upto, columns(spec), s3
-            )
+            wanted = column_specs(spec, schema)
+            rows = reference_rows(store, objects, catalog, table, tp, cursor.upto, wanted, s3)
             reference = ArrowPartials.of_table(spec, rows)
             state_values = {
                 k: s.value for k, s in store.rollup_states(rollup_id(table, spec), tp.dt).items()

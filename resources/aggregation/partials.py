@@ -7,6 +7,14 @@ for the check's recomputation and for processes that must not start a JVM (the c
 writers); `SizedPartials` picks one by the input's size. The rollup's key is its `group_by`
 values as JSON text (`encode_key`): one string that both stores can use as a record key,
 whatever the columns' types.
+
+A table partition's objects span schema versions (docs/schema-evolution.md): an object written
+before a column was added lacks it. Both engines read the rollup's columns by name with the
+types of the stream's latest version (`schema`, given to each engine): a column an object
+lacks is null there, which the aggregates take as no value — a count still counts the row, a
+sum or min or max skips it (a sum of none is 0, a min or max of none is None), a group_by key
+holds null. A column an object holds with another type is refused (`RetypedColumnError`),
+never cast.
 """
 
 from __future__ import annotations
@@ -16,10 +24,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from resources.rollup.aggregates import Aggregate, Function, Value
 from resources.rollup.spec import RollupSpec
+from resources.schema.arrow import arrow_schema, read_by_name
+from resources.schema.columns import ColumnSpec
 
 BatchFiles = Mapping[int, Sequence[str]]
 """txid -> the local paths of the batch's small objects."""
@@ -51,6 +60,17 @@ def columns(spec: RollupSpec) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
+def column_specs(spec: RollupSpec, schema: Sequence[ColumnSpec]) -> list[ColumnSpec]:
+    """The table columns a rollup reads (`columns`), each with its type in `schema` (the
+    stream's columns at its latest version). Raises `ValueError` naming a column `schema`
+    does not hold."""
+    types = {c.name: c for c in schema}
+    missing = [c for c in columns(spec) if c not in types]
+    if missing:
+        raise ValueError(f"rollup {spec.name!r} reads {missing}, not columns of the schema")
+    return [types[c] for c in columns(spec)]
+
+
 def _normalized(function: Function, value: Any) -> Any:
     """A sum over no non-null value is 0 (the identity), as a count is."""
     if function in (Function.COUNT, Function.SUM) and value is None:
@@ -59,10 +79,17 @@ def _normalized(function: Function, value: Any) -> Any:
 
 
 class ArrowPartials:
+    def __init__(self, schema: Sequence[ColumnSpec]) -> None:
+        """`schema`: the stream's columns at its latest version (what the rollup's columns
+        are read as, by name)."""
+        self.schema = tuple(schema)
+
     def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
+        """Each batch's partials, its files read by name (`read_files`). Raises
+        `RetypedColumnError`, `OSError`/`pa.ArrowInvalid` as `read_files` does."""
+        wanted = column_specs(spec, self.schema)
         return {
-            txid: self.of_table(spec, read_files(paths, columns(spec)))
-            for txid, paths in batches.items()
+            txid: self.of_table(spec, read_files(paths, wanted)) for txid, paths in batches.items()
         }
 
     @staticmethod
@@ -98,11 +125,15 @@ def _arrow_output(pair: tuple[str | None, str]) -> str:
     return function if column is None else f"{column}_{function}"
 
 
-def read_files(paths: Sequence[str], columns: Sequence[str]) -> pa.Table:
-    tables = [pq.read_table(p, columns=list(columns)) for p in paths]
+def read_files(paths: Sequence[str], columns: Sequence[ColumnSpec]) -> pa.Table:
+    """The rows of the Parquet objects at `paths` (local), each read by name as `columns`
+    (`read_by_name`: a column an object lacks is null); no path, no row. Raises
+    `RetypedColumnError` for an object holding one of `columns` with another type,
+    `OSError`/`pa.ArrowInvalid` for one that cannot be read."""
+    tables = [read_by_name(p, columns) for p in paths]
     if not tables:
-        return pa.table({c: pa.array([], pa.null()) for c in columns})
-    return pa.concat_tables(tables, promote_options="default")
+        return arrow_schema(columns).empty_table()
+    return pa.concat_tables(tables)
 
 
 ARROW_MAX_BYTES = 256 * 1024 * 1024
@@ -113,33 +144,44 @@ the aggregation; above it, one Spark job spreads the batches over the cluster.""
 
 class SizedPartials:
     """pyarrow for a run's batches up to `arrow_max_bytes` of input, Spark above (the Spark
-    session is asked for only then)."""
+    session is asked for only then); both read `schema`'s columns by name."""
 
-    def __init__(self, spark: Callable[[], Any], arrow_max_bytes: int = ARROW_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        spark: Callable[[], Any],
+        schema: Sequence[ColumnSpec],
+        arrow_max_bytes: int = ARROW_MAX_BYTES,
+    ) -> None:
         self.spark = spark
+        self.schema = tuple(schema)
         self.arrow_max_bytes = arrow_max_bytes
 
     def for_bytes(self, input_bytes: int) -> PartialsEngine:
         if input_bytes <= self.arrow_max_bytes:
-            return ArrowPartials()
-        return SparkPartials(self.spark())
+            return ArrowPartials(self.schema)
+        return SparkPartials(self.spark(), self.schema)
 
 
 class SparkPartials:
     """One Spark job for all batches of a call: each batch's files read with its txid as a
-    column, the reads unioned, grouped by (txid, key)."""
+    column, the reads unioned, grouped by (txid, key). The files are read with the rollup's
+    columns as the reader's schema, so by name: a column a file lacks is null (and no job
+    reads footers to infer a schema)."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any, schema: Sequence[ColumnSpec]) -> None:
+        """`schema`: the stream's columns at its latest version."""
         self.spark = spark
+        self.schema = tuple(schema)
 
     def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
         from functools import reduce
 
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
-        wanted = columns(spec)
+        wanted = column_specs(spec, self.schema)
+        ddl = ", ".join(f"`{c.name}` {c.type}" for c in wanted)
         reads = [
-            self.spark.read.parquet(*paths).select(*wanted).withColumn("_txid", F.lit(txid))
+            self.spark.read.schema(ddl).parquet(*paths).withColumn("_txid", F.lit(txid))
             for txid, paths in batches.items()
             if paths
         ]

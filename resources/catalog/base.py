@@ -9,11 +9,20 @@ a prefix of data files. Each partition carries the publication `seq` it was set 
 move a partition back to an older version (Glue has no conditional update: the check is
 read-then-write there: after every write the publisher checks the partition against the
 ledger's current publication and puts it forward again if a racing writer moved it back).
+
+A table's columns only grow. A stream's schema gains columns over time (its versions,
+docs/schema-evolution.md) and several publishers, each holding the version it read, write the
+same table: `ensure_table` and `add_columns` keep every column the table has, by name, and
+append the ones it lacks, so a publisher holding an older version that writes last cannot take
+away a column a newer one added. A column the table holds with another type is never retyped:
+`ColumnTypeConflictError` names it. Both are read-modify-write steps made safe for concurrent
+writers (the local file under its lock, Glue with the table's `VersionId`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from resources.errors import LeaseholdError
@@ -38,6 +47,10 @@ HIVE_TYPES = {
 
 class CatalogError(LeaseholdError):
     """The catalog could not be read or written (after bounded retries), or refused a value."""
+
+
+class ColumnTypeConflictError(CatalogError):
+    """The table holds a column with another type than asked for: never retyped."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +83,21 @@ class Catalog(ABC):
 
     @abstractmethod
     def ensure_table(self, table: TableDefinition) -> None:
-        """Create the table (and, for Glue, its database) if missing; if it exists with other
-        columns or location, update it to `table`. Partitions are left as they are."""
+        """Create the table (and, for Glue, its database) if missing. If it exists: set its
+        location to `table`'s and its columns to its own followed by those of `table` it lacks
+        (`grown_columns`: none removed, whatever `table` holds). Partitions are left as they
+        are. Idempotent. Raises `ColumnTypeConflictError` (nothing written) when the table
+        holds one of `table`'s columns with another type, `CatalogError` when the catalog
+        cannot be read or written."""
+
+    @abstractmethod
+    def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
+        """Append to `table` (which must exist) the `columns` it lacks, by name, in their
+        order; never drop, reorder or retype one. Returns the columns appended (none: nothing
+        written). Idempotent, and safe against another writer changing the table at the same
+        moment (neither's columns are lost). Raises `ColumnTypeConflictError` naming each
+        column the table holds with another type (nothing written), `CatalogError` when the
+        table does not exist or the catalog cannot be read or written."""
 
     @abstractmethod
     def table(self, name: str) -> TableDefinition | None: ...
@@ -92,3 +118,25 @@ class Catalog(ABC):
     @abstractmethod
     def partitions(self, table: str) -> list[CatalogPartition]:
         """Every partition of `table`, by dt."""
+
+
+def grown_columns(
+    table: str, existing: Sequence[Column], wanted: Sequence[Column]
+) -> tuple[Column, ...]:
+    """`existing` followed by the `wanted` columns it lacks (by name, in `wanted`'s order): a
+    table's columns after it was asked for `wanted`. Raises `ColumnTypeConflictError` naming
+    every column of `wanted` that `existing` holds with another type."""
+    held = {c.name: c.type for c in existing}
+    conflicts = [c for c in wanted if held.get(c.name, c.type) != c.type]
+    if conflicts:
+        raise ColumnTypeConflictError(
+            f"table {table!r} holds "
+            + ", ".join(f"column {c.name!r} as {held[c.name]}, not {c.type}" for c in conflicts)
+            + " (a column is never retyped)"
+        )
+    new: list[Column] = []
+    for c in wanted:
+        if c.name not in held:
+            held[c.name] = c.type
+            new.append(c)
+    return (*existing, *new)

@@ -12,6 +12,13 @@ the check, and the lower one may land last. The publisher compares the catalog w
 and repairs a partition that lags (ARCHITECTURE §6); the check here keeps a slow publisher from
 moving a partition back in every case but that race.
 
+A table's columns only grow (`resources.catalog.base`). Glue's `UpdateTable` replaces the whole
+table, so `ensure_table` and `add_columns` read the table, grow its column list and write it
+back with the `VersionId` they read: Glue refuses the write with
+`ConcurrentModificationException` if another writer updated the table in between, and the
+update is decided again on the table as it is now (`_update_table`, at most
+`MAX_TABLE_UPDATES` times). Two publishers adding columns at once both land.
+
 boto3's own retries are off: every call goes through `call_with_retries` (bounded, with jitter)
 and one that still fails raises `CatalogError` naming the database, region and endpoint.
 Glue names are lowercase (Athena's rule): table and column names are lowercased, and one that
@@ -23,7 +30,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from resources.catalog.base import (
@@ -36,6 +43,7 @@ from resources.catalog.base import (
     CatalogPartition,
     Column,
     TableDefinition,
+    grown_columns,
 )
 from resources.retry import RetryPolicy, call_with_retries, log_retries
 
@@ -61,6 +69,11 @@ RETRYABLE_CODES = {
 }
 NOT_FOUND = "EntityNotFoundException"
 ALREADY_EXISTS = "AlreadyExistsException"
+CONCURRENT_MODIFICATION = "ConcurrentModificationException"
+
+MAX_TABLE_UPDATES = 8
+"""Read-grow-write rounds of one table update before giving up: each lost round means another
+writer's update landed, so this many in a row is a writer that never stops."""
 
 _TABLE_NAME = re.compile(r"[a-z0-9_]{1,255}")
 _DATABASE_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,254}")
@@ -128,10 +141,18 @@ class GlueCatalog(Catalog):
         endpoint = self.endpoint_url or "AWS's endpoint"
         return f"Glue database {self.database!r} (region {self.region}, {endpoint})"
 
-    def _call(self, action: str, fn: Callable[..., T], /, **params: Any) -> T:
+    def _call(
+        self,
+        action: str,
+        fn: Callable[..., T],
+        expected: tuple[str, ...] = (),
+        /,
+        **params: Any,
+    ) -> T:
         """`fn(**params)` (plus the catalog id) with bounded retries of throttling, 5xx and
-        connection errors; `_Expected` for not-found and already-exists; any other failure is
-        a CatalogError naming the action and where."""
+        connection errors; `_Expected` for not-found, already-exists and the `expected` error
+        codes (not retried: the caller decides); any other failure is a CatalogError naming
+        the action and where."""
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -168,7 +189,7 @@ class GlueCatalog(Catalog):
             try:
                 return fn(**params)
             except ClientError as exc:
-                if _code(exc) in (NOT_FOUND, ALREADY_EXISTS):
+                if _code(exc) in (NOT_FOUND, ALREADY_EXISTS, *expected):
                     raise _Expected(_code(exc), str(exc)) from exc
                 raise
 
@@ -207,42 +228,109 @@ class GlueCatalog(Catalog):
 
     def ensure_table(self, table: TableDefinition) -> None:
         name = glue_name(table.name, "table")
-        wanted = _table_input(name, table)
-        existing = self._get_table(name)
-        if existing is None:
+        columns = _glue_columns(table.columns)
+        if self._get_table(name) is None:
             self._ensure_database()
             try:
                 self._call(
                     "create table",
                     self.client.create_table,
                     DatabaseName=self.database,
-                    TableInput=wanted,
+                    TableInput=_table_input(name, columns, table.location),
                 )
                 log.info("%s: created table %s", self._where(), name)
                 return
             except _Expected as exc:
                 if exc.code != ALREADY_EXISTS:
                     raise CatalogError(f"{self._where()}: create table {name!r}: {exc}") from exc
-            existing = self._get_table(name)  # created meanwhile by another process
-            if existing is None:
-                raise CatalogError(f"{self._where()}: table {name!r} exists and then does not")
-        if not _managed(existing):
-            raise CatalogError(
-                f"{self._where()} already holds a table {name!r} that leasehold did not create "
-                f"(no {MANAGED} parameter); leasehold will not take it over"
-            )
-        if _comparable(existing) == _comparable(wanted):
-            return
-        try:
-            self._call(
-                "update table",
-                self.client.update_table,
-                DatabaseName=self.database,
-                TableInput=wanted,
-            )
-        except _Expected as exc:
-            raise CatalogError(f"{self._where()}: update table {name!r}: {exc}") from exc
-        log.info("%s: updated table %s to %s", self._where(), name, table)
+            # Created meanwhile by another process: grown like any existing table.
+
+        def wanted(found: dict[str, Any]) -> dict[str, Any] | None:
+            grown = grown_columns(name, _definition(found).columns, columns)
+            table_input = _table_input(name, grown, table.location)
+            return None if _comparable(found) == _comparable(table_input) else table_input
+
+        if self._update_table(name, wanted):
+            log.info("%s: updated table %s to %s", self._where(), name, table)
+
+    def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
+        name = glue_name(table, "table")
+        wanted_columns = _glue_columns(columns)
+        added: list[Column] = []
+
+        def wanted(found: dict[str, Any]) -> dict[str, Any] | None:
+            held = _definition(found).columns
+            grown = grown_columns(name, held, wanted_columns)
+            added[:] = grown[len(held) :]
+            if not added:
+                return None
+            # Only the columns change: whatever else the table holds is written back as read.
+            table_input = self._as_table_input(found)
+            descriptor = dict(table_input.get("StorageDescriptor", {}))
+            descriptor["Columns"] = [
+                *descriptor.get("Columns", []),
+                *({"Name": c.name, "Type": c.type} for c in added),
+            ]
+            table_input["StorageDescriptor"] = descriptor
+            return table_input
+
+        if self._update_table(name, wanted):
+            log.info(
+                "%s: table %s gained columns %s",
+                self._where(), name, ", ".join(f"{c.name} {c.type}" for c in added),
+            )  # fmt: skip
+        return list(added)
+
+    def _update_table(
+        self, name: str, wanted: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> bool:
+        """Write `wanted(table)` (a TableInput; None: nothing to change) over the table as Glue
+        holds it now, conditional on its `VersionId`: when another writer updated it since it
+        was read (`ConcurrentModificationException`), read it again and decide again, at most
+        `MAX_TABLE_UPDATES` times. Returns whether it wrote. Raises `CatalogError` when the
+        table is missing or not leasehold's, what `wanted` raises, and `CatalogError` when
+        every round lost."""
+        for attempt in range(1, MAX_TABLE_UPDATES + 1):
+            found = self._get_table(name)
+            if found is None:
+                raise CatalogError(f"{self._where()} has no table {name!r}")
+            if not _managed(found):
+                raise CatalogError(
+                    f"{self._where()} already holds a table {name!r} that leasehold did not "
+                    f"create (no {MANAGED} parameter); leasehold will not take it over"
+                )
+            table_input = wanted(found)
+            if table_input is None:
+                return False
+            params: dict[str, Any] = {"DatabaseName": self.database, "TableInput": table_input}
+            if found.get("VersionId"):
+                params["VersionId"] = found["VersionId"]
+            try:
+                self._call(
+                    "update table",
+                    self.client.update_table,
+                    (CONCURRENT_MODIFICATION,),
+                    **params,
+                )
+                return True
+            except _Expected as exc:
+                if exc.code != CONCURRENT_MODIFICATION:
+                    raise CatalogError(f"{self._where()}: update table {name!r}: {exc}") from exc
+                log.info(
+                    "%s: table %s changed since version %s was read (round %d); reading again",
+                    self._where(), name, found.get("VersionId"), attempt,
+                )  # fmt: skip
+                self._sleep(self.retry.delay(attempt))
+        raise CatalogError(
+            f"{self._where()}: update table {name!r}: another writer changed it first "
+            f"{MAX_TABLE_UPDATES} times in a row"
+        )
+
+    def _as_table_input(self, found: dict[str, Any]) -> dict[str, Any]:
+        """A table as `GetTable` returns it, as the `TableInput` that writes it back unchanged
+        (the members `TableInput` takes; the read-only ones, like `VersionId`, left out)."""
+        members = self.client.meta.service_model.shape_for("TableInput").members
+        return {k: v for k, v in found.items() if k in members}
 
     def _ensure_database(self) -> None:
         try:
@@ -370,17 +458,22 @@ def _managed(table: dict[str, Any]) -> bool:
     return table.get("Parameters", {}).get(MANAGED) == "true"
 
 
-def _table_input(name: str, table: TableDefinition) -> dict[str, Any]:
+def _glue_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
+    """`columns` as Glue holds them: names lowercased (CatalogError for one it cannot hold)."""
+    return tuple(Column(glue_name(c.name, "column"), c.type) for c in columns)
+
+
+def _table_input(name: str, columns: Sequence[Column], location: str) -> dict[str, Any]:
+    """The TableInput of a leasehold table: `columns` (Glue names), partitioned by `dt`, read
+    through symlink manifests."""
     return {
         "Name": name,
         "TableType": "EXTERNAL_TABLE",
         "Parameters": dict(TABLE_PARAMETERS),
         "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "string"}],
         "StorageDescriptor": {
-            "Columns": [
-                {"Name": glue_name(c.name, "column"), "Type": c.type} for c in table.columns
-            ],
-            "Location": table.location,
+            "Columns": [{"Name": c.name, "Type": c.type} for c in columns],
+            "Location": location,
             "InputFormat": SYMLINK_INPUT_FORMAT,
             "OutputFormat": OUTPUT_FORMAT,
             "SerdeInfo": {"SerializationLibrary": PARQUET_SERDE, "Parameters": {}},

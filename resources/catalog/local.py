@@ -5,7 +5,9 @@ and fsynced temporary file beside it, so a reader sees the old catalog or the ne
 half of one, and a crash mid-write leaves one of the two. Writers serialize on an exclusive
 `fcntl` lock of a sibling lock file (not the catalog itself, which `os.replace` swaps under
 them) and read-modify-write under it, so `publish_partition`'s seq check and its write are one
-step across processes: a partition never moves to an older publication.
+step across processes: a partition never moves to an older publication; and `ensure_table` and
+`add_columns` grow the column list read under the same lock, so two processes adding columns
+at once both land.
 
 The file:
     {"format": 1, "tables": {NAME: {"columns": [{"name", "type"}], "location": URL,
@@ -19,7 +21,7 @@ import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from resources.catalog.base import (
     CatalogPartition,
     Column,
     TableDefinition,
+    grown_columns,
 )
 
 FORMAT = 1
@@ -89,20 +92,36 @@ class LocalCatalog(Catalog):
 
     def ensure_table(self, table: TableDefinition) -> None:
         def change(data: Data) -> bool:
-            wanted = {
-                "columns": [{"name": c.name, "type": c.type} for c in table.columns],
-                "location": table.location,
-            }
             current = data["tables"].get(table.name)
             if current is None:
-                data["tables"][table.name] = {**wanted, "partitions": {}}
+                data["tables"][table.name] = {
+                    "columns": _column_entries(table.columns),
+                    "location": table.location,
+                    "partitions": {},
+                }
                 return True
+            grown = grown_columns(table.name, _columns(current), table.columns)
+            wanted = {"columns": _column_entries(grown), "location": table.location}
             if all(current[k] == v for k, v in wanted.items()):
                 return False
             current.update(wanted)
             return True
 
         self._mutate(change)
+
+    def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
+        added: list[Column] = []
+
+        def change(data: Data) -> bool:
+            entry = self._table(data, table)
+            existing = _columns(entry)
+            grown = grown_columns(table, existing, columns)
+            added[:] = grown[len(existing) :]
+            entry["columns"] = _column_entries(grown)
+            return bool(added)
+
+        self._mutate(change)
+        return added
 
     def publish_partition(self, table: str, dt: str, location: str, seq: int) -> bool:
         def change(data: Data) -> bool:
@@ -166,9 +185,16 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def _columns(entry: Data) -> tuple[Column, ...]:
+    return tuple(Column(c["name"], c["type"]) for c in entry["columns"])
+
+
+def _column_entries(columns: Sequence[Column]) -> list[Data]:
+    return [{"name": c.name, "type": c.type} for c in columns]
+
+
 def _definition(name: str, entry: Data) -> TableDefinition:
-    columns = tuple(Column(c["name"], c["type"]) for c in entry["columns"])
-    return TableDefinition(name=name, columns=columns, location=entry["location"])
+    return TableDefinition(name=name, columns=_columns(entry), location=entry["location"])
 
 
 def _partition(table: str, dt: str, entry: Data) -> CatalogPartition:

@@ -1,12 +1,33 @@
 """`MergeWriter`: the merge itself — exact ledger paths in, one sorted Parquet object out.
 
 A merge is one sort of at most `merge.max_bytes` of Parquet, inputs that ingestion wrote on this
-machine. When their rows fit `arrow_max_bytes` in memory and every input holds the stream's
-columns, pyarrow reads, sorts and writes them in this process: 2.5x faster than the Spark job
-below (3 dates of 700 objects, 1.19 M rows each, merged on 2 threads: 2.7-3.0 s against 7.3 s
-warm, BENCHMARKS.md "Merges in pyarrow"), and no SparkSession is started for it. Otherwise
-(an input lacking a column the stream gained since, or rows that would not fit) Spark does it,
-spilling to disk as it sorts.
+machine. When their rows fit `arrow_max_bytes` in memory, pyarrow reads, sorts and writes them
+in this process: 2.5x faster than the Spark job below (3 dates of 700 objects, 1.19 M rows each,
+merged on 2 threads: 2.7-3.0 s against 7.3 s warm, BENCHMARKS.md "Merges in pyarrow"), and no
+SparkSession is started for it. Otherwise (rows that would not fit) Spark does it, spilling to
+disk as it sorts.
+
+Schema versions (docs/schema-evolution.md). Each `write` asks `follow` for the stream's latest
+version once its inputs are decided (the runner decided them from the ledger before calling),
+so no input holds a column the merge would not write. The version is the call's own: it is
+passed down, never stored on the writer, which the runner's merge threads share. Both paths
+read every input by column name against that version's columns — a column an older input lacks
+is null, never a reason to start Spark:
+* pyarrow: `resources.schema.arrow.read_by_name` per input. An input holding one of the
+  columns with another type (which no version ever does: columns are never retyped, so it was
+  not written by leasehold, or its version history was lost) fails the merge with a
+  `MergeWriteError` naming the input and the column: Spark would either refuse it too or cast
+  it silently, and a merge must not change a value.
+* Spark: the version's columns as the reader's schema (below), which reads by name.
+The merged object carries `leasehold.schema_version` = the version merged to, on both paths.
+pyarrow writes it as the table's key-value metadata. Spark cannot write key-value metadata of
+its own (no write option or Hadoop setting reaches its footer), so its part file's footer is
+patched before the file is renamed onto the target (`parquet_footer.set_key_value`): the footer
+alone is decoded and rewritten, the data pages are not read — about a millisecond, where
+rewriting the object with pyarrow to add the key would cost a second pass over all of it
+(BENCHMARKS.md, "Merges across schema versions"). Leaving it absent was not an option: an object
+without the key reads as version 1 (`parquet_meta.read_version`), and the ledger does not record
+the version of a merged object.
 
 The Spark path uses the DataFrame API only (no RDD, no SparkContext), so the same code runs over
 Spark Connect. Facts it relies on (ARCHITECTURE §8, BENCHMARKS.md "Compaction"):
@@ -14,7 +35,7 @@ Spark Connect. Facts it relies on (ARCHITECTURE §8, BENCHMARKS.md "Compaction")
   unless `spark.sql.sources.parallelPartitionDiscovery.threshold` is above the path count: the
   writer raises it, so 2,000 inputs are stat'ed on the driver instead. Paths are handed over
   one by one, never a directory: a prefix also holds orphans of failed attempts.
-* The schema is the stream's, given to the reader: no footer-reading job to infer it, columns
+* The schema is the version's, given to the reader: no footer-reading job to infer it, columns
   in the stream's order, and a column an older object lacks is read as nulls.
 * Spark writes timestamps as INT96 by default; the small objects (pyarrow) hold
   `timestamp[us, UTC]` (INT64 TIMESTAMP_MICROS, adjusted to UTC). The writer makes Spark write
@@ -44,7 +65,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from resources.compaction.parquet_footer import FooterPatchError, set_key_value
 from resources.errors import LeaseholdError
+from resources.schema.arrow import RetypedColumnError, read_by_name
+from resources.schema.parquet_meta import version_metadata
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -98,9 +122,11 @@ class MergeWriter:
         follow: Callable[[], StreamConfig] | None = None,
     ) -> None:
         """`spark`: a SparkSession, or a callable that starts one, called only when a merge
-        needs Spark (most do not). `follow`: the stream's config at its latest schema version
+        needs Spark (most do not). `config`: the stream, at the schema version merged to when
+        there is no `follow`. `follow`: the stream's config at its latest schema version
         (`resources.stores.stream_schema.followed_config`), asked at each merge: the merge's
-        inputs are decided by then, so none holds a column the merge would not write."""
+        inputs are decided by then, so none holds a column the merge would not write. Nothing
+        on the writer changes after this: merges on several threads may share it."""
         self.follow = follow
         self._spark = spark
         self._session_lock = threading.Lock()
@@ -108,7 +134,6 @@ class MergeWriter:
         self.row_group_bytes = row_group_bytes
         self.arrow_max_bytes = arrow_max_bytes
         self.sort_by = config.merge.sort_by or config.event_time
-        self.schema = table_schema(config)
         if not callable(spark):
             self._configure(spark)
 
@@ -127,55 +152,61 @@ class MergeWriter:
         for key, value in SESSION_CONF.items():
             session.conf.set(key, value)
 
+    def merged_config(self) -> StreamConfig:
+        """The stream at the schema version a merge starting now writes: `follow()`'s, or the
+        writer's own config without one. Raises what `follow` raises (the store unreadable)."""
+        return self.config if self.follow is None else self.follow()
+
     def write(self, inputs: Sequence[str], target: Path) -> WrittenObject:
         """Read exactly `inputs` (local paths or file:// URLs of Parquet objects, as the ledger
-        names them: never list a directory), sort rows by `config.merge.sort_by`, write
-        exactly one Parquet object at `target` (a local path; its parent may not exist yet)."""
+        names them: never list a directory), each by column name against the columns of the
+        stream's latest schema version (`merged_config`; a column an input lacks is null),
+        sort rows by `config.merge.sort_by`, write exactly one Parquet object at `target` (a
+        local path; its parent may not exist yet) carrying that version in its
+        `leasehold.schema_version` metadata. Raises `ValueError` for no inputs or a remote
+        one, `MergeWriteError` when an input is missing, unreadable or holds a column with
+        another type than the version's; nothing is left at `target` then."""
         if not inputs:
             raise ValueError("a merge needs at least one input object")
-        if self.follow is not None:
-            latest = self.follow()
-            if latest.schema_version != self.config.schema_version:
-                self.config, self.schema = latest, table_schema(latest)
+        config = self.merged_config()
         target = Path(target).absolute()
         target.parent.mkdir(parents=True, exist_ok=True)
-        rows = self._arrow_rows([local_path(p) for p in inputs])
+        rows = self._arrow_rows([local_path(p) for p in inputs], config)
         if rows is not None:
-            self._arrow_write(rows, target)
+            self._arrow_write(rows, target, config.schema_version)
         else:
-            self._spark_merge(inputs, target)
+            self._spark_merge(inputs, target, config)
         return WrittenObject(
             path=target,
             content_length=target.stat().st_size,
             row_count=pq.read_metadata(target).num_rows,
         )
 
-    def _arrow_rows(self, paths: list[str]) -> pa.Table | None:
-        """Every input's rows in the stream's columns, or None when Spark must merge: an input
-        lacks one of the columns or holds other types than the first (a column the stream
-        gained, or changed, since it was written), or the rows outgrow `arrow_max_bytes`.
-        Reading stops at the first reason, so a merge handed to Spark costs little here."""
-        columns = self.config.column_names
+    def _arrow_rows(self, paths: list[str], config: StreamConfig) -> pa.Table | None:
+        """Every input's rows as `config`'s columns, read by name (`read_by_name`: a column an
+        input lacks is null), or None when Spark must merge: the rows outgrow
+        `arrow_max_bytes`. Reading stops there, so a merge handed to Spark costs little here.
+        Raises `MergeWriteError` for an input missing, unreadable, or holding one of the
+        columns with another type (never cast: see the module's docstring)."""
+        columns = list(config.columns)
         tables: list[pa.Table] = []
         held = 0
         for path in paths:
             try:
-                with pq.ParquetFile(path) as file:
-                    if not set(columns) <= set(file.schema_arrow.names):
-                        log.info("%s lacks some of the stream's columns; Spark merges", path)
-                        return None
-                    table = file.read(columns=columns)
+                table = read_by_name(path, columns)
             except FileNotFoundError as exc:  # the ledger names it, so a merge must not skip it
                 raise MergeWriteError(
                     f"the merge of {len(paths)} objects failed: {path} not found"
+                ) from exc
+            except RetypedColumnError as exc:
+                raise MergeWriteError(
+                    f"the merge of {len(paths)} objects failed: {path}: {exc} (schema version "
+                    f"{config.schema_version}; a merge never casts a value)"
                 ) from exc
             except (OSError, pa.ArrowInvalid) as exc:
                 raise MergeWriteError(
                     f"the merge of {len(paths)} objects failed: {path}: {exc}"
                 ) from exc
-            if tables and table.schema != tables[0].schema:
-                log.info("%s holds other column types than the merge's first; Spark merges", path)
-                return None
             held += table.nbytes
             if held > self.arrow_max_bytes:
                 log.info(
@@ -185,11 +216,12 @@ class MergeWriter:
             tables.append(table)
         return pa.concat_tables(tables)
 
-    def _arrow_write(self, rows: pa.Table, target: Path) -> None:
+    def _arrow_write(self, rows: pa.Table, target: Path, version: int) -> None:
         """Sorted as Spark sorts (ascending, nulls first), cut into row groups of about
-        `row_group_bytes` as Arrow, written next to the target and renamed onto it."""
+        `row_group_bytes` as Arrow, `version` in its metadata, written next to the target and
+        renamed onto it."""
         order = pc.sort_indices(rows, [(self.sort_by, "ascending", "at_start")])
-        rows = rows.take(order)
+        rows = rows.take(order).replace_schema_metadata(version_metadata(version))
         per_row = max(1, rows.nbytes // max(1, rows.num_rows))
         partial = target.parent / f".{target.name}.{uuid.uuid4().hex}.arrow"
         try:
@@ -198,26 +230,34 @@ class MergeWriter:
         finally:
             partial.unlink(missing_ok=True)
 
-    def _spark_merge(self, inputs: Sequence[str], target: Path) -> None:
-        # Spark writes a directory: next to the target, so the part file is moved by a rename.
+    def _spark_merge(self, inputs: Sequence[str], target: Path, config: StreamConfig) -> None:
+        # Spark writes a directory: next to the target, so the part file is moved by a rename,
+        # its footer given the schema version first (nothing reads it before the rename).
         out = target.parent / f".{target.name}.{uuid.uuid4().hex}.spark"
         try:
-            self._spark_write([spark_path(p) for p in inputs], spark_path(str(out)))
+            self._spark_write(
+                [spark_path(p) for p in inputs], spark_path(str(out)), table_schema(config)
+            )
             parts = sorted(out.glob("part-*.parquet"))
             if len(parts) != 1:
                 raise MergeWriteError(
                     f"Spark wrote {len(parts)} part files for {target.name}, expected one"
                 )
+            ((key, value),) = version_metadata(config.schema_version).items()
+            try:
+                set_key_value(parts[0], key, value)
+            except FooterPatchError as exc:
+                raise MergeWriteError(f"the Spark merge's {target.name}: {exc}") from exc
             os.replace(parts[0], target)
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
-    def _spark_write(self, inputs: list[str], out: str) -> None:
+    def _spark_write(self, inputs: list[str], out: str, schema: str) -> None:
         from pyspark.errors import PySparkException
 
         try:
             (
-                self.spark.read.schema(self.schema)
+                self.spark.read.schema(schema)
                 .parquet(*inputs)
                 .coalesce(1)
                 .sortWithinPartitions(self.sort_by)

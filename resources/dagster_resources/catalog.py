@@ -29,6 +29,7 @@ from resources.dagster_resources.spark import SparkResource
 from resources.publication.garbage import GarbageCollector
 from resources.publication.publisher import Publisher
 from resources.publication.settings import PublicationSettings
+from resources.stores.stream_schema import followed_config
 
 
 class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
@@ -79,9 +80,11 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
         owner: str,
     ) -> list[RollupRunner]:
         """One runner per rollup the stream declares, each publishing its table; Spark starts
-        only for a big input (`SizedPartials`)."""
-        config = lake.stream(stream)
-        engines = SizedPartials(spark.session)
+        only for a big input (`SizedPartials`). Both read the rollup's columns by name with the
+        types of the stream's latest schema version, so objects written before a column was
+        added read it as nulls."""
+        config = followed_config(coordination.store, lake.stream(stream))
+        engines = SizedPartials(spark.session, config.columns)
         runners = []
         for spec in config.rollups:
             table = RollupTable(

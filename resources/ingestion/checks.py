@@ -160,7 +160,8 @@ class DuplicateReport:
 
 
 ReadColumn = Callable[[Sequence[str], str], pa.ChunkedArray]
-"""(object URLs, column) -> the column's values across those objects."""
+"""(object URLs, column) -> the column's values across those objects, by name: nulls for the
+rows of an object that lacks the column (`ObjectStore.read_column`)."""
 
 
 def find_duplicate_ids(
@@ -173,7 +174,9 @@ def find_duplicate_ids(
     """No record id twice in a table partition, over exactly the files that hold its committed
     rows once each (`current_data_files`: the merged objects and the small objects above the
     chain), never the small objects a merge replaced: garbage collection deletes those once a
-    published merge covers them. Only the partitions `scope` says changed are read."""
+    published merge covers them. Only the partitions `scope` says changed are read. The files
+    may span schema versions: `read_column` reads the id by name, and a null id (a file
+    written before the column was added) is counted as a row but is no id."""
     scope = scope or CheckScope.everything()
     report = DuplicateReport()
     for tp in scope.changed(store.table_partitions(table)):
@@ -185,7 +188,9 @@ def find_duplicate_ids(
         ids = read_column([f.url for f in files], record_id)
         report.partitions_checked += 1
         report.rows_checked += len(ids)
-        counts = pc.value_counts(ids)
+        # A row without an id (an object written before the record id column was added reads
+        # it as null) is no record id, so two of them are no duplicate.
+        counts = pc.value_counts(ids.drop_null())
         repeated = [
             str(i)
             for i in counts.field("values")

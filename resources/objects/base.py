@@ -92,15 +92,25 @@ class ObjectStore(ABC):
     def read_column(self, urls: list[str], column: str) -> pa.ChunkedArray:
         """One column across Parquet objects named by URL (the ledger's names), as Arrow: a
         check counts millions of record ids, which as Python objects cost seconds (BENCHMARKS.md,
-        "The whole main job")."""
-        chunks: list[pa.Array] = []
+        "The whole main job"). Read by name: an object that lacks the column (written with a
+        schema version before it was added) gives a null per row, typed as the objects that
+        hold it (`pa.null()` when none does). Raises `ObjectStoreError` for an object that
+        cannot be fetched, `pa.ArrowException` for one that is not Parquet."""
+        read: list[pa.Array | int] = []  # an object's chunks, or its row count if it lacks it
         for url in urls:
-            table = pq.read_table(io.BytesIO(self.get_bytes(self.key_of(url))), columns=[column])
-            chunks.extend(table.column(column).chunks)
-        if not chunks:
-            return pa.chunked_array([], pa.null())
-        first = chunks[0].type  # a merged object (Spark) and a small one (pyarrow) may differ
-        return pa.chunked_array([c if c.type == first else c.cast(first) for c in chunks])
+            with pq.ParquetFile(io.BytesIO(self.get_bytes(self.key_of(url)))) as file:
+                if column in file.schema_arrow.names:
+                    read.extend(file.read(columns=[column]).column(column).chunks)
+                else:
+                    read.append(file.metadata.num_rows)
+        held = [c for c in read if not isinstance(c, int)]
+        # a merged object (Spark) and a small one (pyarrow) may differ in type
+        first = held[0].type if held else pa.null()
+        chunks = [
+            pa.nulls(c, first) if isinstance(c, int) else c if c.type == first else c.cast(first)
+            for c in read
+        ]
+        return pa.chunked_array(chunks, first)
 
 
 PARQUET_MAGIC = b"PAR1"

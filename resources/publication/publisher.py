@@ -10,8 +10,9 @@ One publication of one table partition, in the order that keeps every reader saf
 3. Record it in the ledger (`Ledger.record_publication`, one conditional write): it becomes
    current only if it is newer than the current one, so two publishers racing, or a slow one,
    never move a partition back. The loser's directory is an orphan for garbage collection.
-4. Point the catalog partition at the version's `symlink/` directory with the publication's
-   `seq`; the catalog refuses a lower `seq` too.
+4. Give the catalog table the columns of the stream's latest schema version (only ever
+   adding: `Catalog.add_columns`), then point the catalog partition at the version's
+   `symlink/` directory with the publication's `seq`; the catalog refuses a lower `seq` too.
 
 A crash between 3 and 4 leaves the catalog behind the ledger: the next run sees the catalog's
 `seq` below the partition's `publication_seq` and points it at the ledger's current publication
@@ -139,13 +140,16 @@ class Publisher:
         # ("written" | "recorded" | "cataloged", dt): where a crash matters; the crash tests
         # stop there.
         self.on_step = on_step or (lambda step, dt: None)
-        self._table_ensured = False
+        self._cataloged_version: int | None = None
+        """The schema version whose columns this publisher last gave the catalog (None: it
+        has not ensured the table yet)."""
 
-    def table_definition(self) -> TableDefinition:
-        """The stream's columns in its order (`dt` is the partition key, not a column) and the
-        table's root URL."""
-        columns = tuple(Column(c.name, HIVE_TYPES[c.type]) for c in self.config.columns)
-        return TableDefinition(self.table, columns, self.config.table)
+    def table_definition(self, config: StreamConfig | None = None) -> TableDefinition:
+        """The columns of `config` (default: the publisher's own), in their order (`dt` is
+        the partition key, not a column), and the table's root URL."""
+        config = config or self.config
+        columns = tuple(Column(c.name, HIVE_TYPES[c.type]) for c in config.columns)
+        return TableDefinition(self.table, columns, config.table)
 
     # -- what is due ---------------------------------------------------------------------------
 
@@ -275,18 +279,27 @@ class Publisher:
         return PublicationOutcome(tp.dt, CATALOG_REPAIRED, f"the catalog had {was}", current, False)
 
     def _table_exists(self) -> bool:
-        return self._table_ensured or self.catalog.table(self.table) is not None
+        return self._cataloged_version is not None or self.catalog.table(self.table) is not None
 
     def _catalog(self, publication: Publication) -> None:
         """Point the catalog at `publication`, its columns first: the stream's latest schema
         version, read after the publication's files were decided, holds every column they do,
-        so an engine never meets a file column its table does not declare."""
+        so an engine never meets a file column its table does not declare. The first time,
+        `ensure_table` (creates the table, or grows an existing one: never removes a column);
+        after that, when the version moved, `add_columns` appends the columns it added. Both
+        only ever add, so a publisher that followed an older version and writes after a newer
+        one cannot take a column away. Raises `CatalogError`, `LeaseStoreError`."""
         latest = followed_config(self.store, self.config)
-        if latest.schema_version != self.config.schema_version:
-            self.config, self._table_ensured = latest, False
-        if not self._table_ensured:
-            self.catalog.ensure_table(self.table_definition())
-            self._table_ensured = True
+        if self._cataloged_version is None:
+            self.catalog.ensure_table(self.table_definition(latest))
+        elif latest.schema_version > self._cataloged_version:
+            added = self.catalog.add_columns(self.table, self.table_definition(latest).columns)
+            if added:
+                log.info(
+                    "%s: the catalog table gained %s (schema version %d)",
+                    self.table, ", ".join(c.name for c in added), latest.schema_version,
+                )  # fmt: skip
+        self._cataloged_version = max(self._cataloged_version or 0, latest.schema_version)
         self.catalog.publish_partition(
             self.table, publication.dt, catalog_location(publication.location), publication.seq
         )

@@ -10,6 +10,8 @@ file a manifest does not name (an orphan of a failed attempt) is never read.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +20,8 @@ from resources.catalog.base import Catalog, CatalogPartition
 from resources.errors import LeaseholdError
 from resources.objects.base import ObjectStore, ObjectStoreError, object_store_for
 from resources.publication.manifest import parse_symlink_text
+from resources.schema.arrow import RetypedColumnError, read_by_name
+from resources.schema.columns import ColumnSpec
 
 HIDDEN_PREFIXES = (".", "_")
 """Files Hadoop's input formats skip when they list a directory."""
@@ -83,12 +87,17 @@ def read_partition(
     dt: str,
     *,
     limit: int | None = None,
+    columns: Sequence[ColumnSpec] | None = None,
     s3_endpoint_url: str | None = None,
     region: str | None = None,
 ) -> pa.Table:
     """Partition `dt`'s rows from the files its manifest names (at most `limit` rows; files
     past the limit are not read). Local files are read in place, S3 objects through the
-    object store."""
+    object store. The files may hold different schema versions: without `columns`, every
+    column any file holds, null where a file lacks it; with `columns`, only those, each file
+    read by name (`read_by_name`: a column a file lacks is null, one it holds with another
+    type a `PublishedReadError`). Raises `PublishedReadError` (and its subclasses for a
+    table or partition never published) when a file cannot be resolved or read."""
     urls = partition_files(catalog, table, dt, s3_endpoint_url=s3_endpoint_url, region=region)
     stores: dict[str, ObjectStore] = {}
     tables: list[pa.Table] = []
@@ -97,8 +106,8 @@ def read_partition(
         if limit is not None and rows >= limit:
             break
         try:
-            data = _read(url, stores, s3_endpoint_url, region)
-        except (ObjectStoreError, OSError, pa.ArrowException) as exc:
+            data = _read(url, stores, s3_endpoint_url, region, columns)
+        except (ObjectStoreError, OSError, pa.ArrowException, RetypedColumnError) as exc:
             raise PublishedReadError(f"{table} dt={dt}: cannot read {url}: {exc}") from exc
         tables.append(data)
         rows += data.num_rows
@@ -109,14 +118,22 @@ def read_partition(
 
 
 def _read(
-    url: str, stores: dict[str, ObjectStore], endpoint_url: str | None, region: str | None
+    url: str,
+    stores: dict[str, ObjectStore],
+    endpoint_url: str | None,
+    region: str | None,
+    columns: Sequence[ColumnSpec] | None,
 ) -> pa.Table:
     """One data file: an `s3://` object through the object store, else a local file (a
-    `file://` URL or a plain path, as an engine takes both)."""
+    `file://` URL or a plain path, as an engine takes both); all of it, or `columns` by
+    name."""
+    source: Any
     if url.startswith("s3://"):
         bucket, _, key = url[len("s3://") :].partition("/")
         root = f"s3://{bucket}"
         if root not in stores:
             stores[root] = object_store_for(root, endpoint_url=endpoint_url, region=region)
-        return pq.read_table(io.BytesIO(stores[root].get_bytes(key)))
-    return pq.read_table(url[len("file://") :] if url.startswith("file://") else url)
+        source = io.BytesIO(stores[root].get_bytes(key))
+    else:
+        source = url[len("file://") :] if url.startswith("file://") else url
+    return pq.read_table(source) if columns is None else read_by_name(source, columns)

@@ -45,6 +45,18 @@ def followed_config(store: CoordinationStore, config: StreamConfig) -> StreamCon
     return config.following(latest)
 
 
+def latest_columns(store: CoordinationStore, config: StreamConfig) -> list[ColumnSpec]:
+    """The columns a reader of the stream's table reads its objects as, without writing
+    anything: the latest recorded version's, then the ones the file declares that no version
+    holds yet (no object holds those: they read as nulls); the declared ones when no version
+    is recorded. For read-only consumers (the checks); writers follow (`followed_config`).
+    Raises `LeaseStoreError` when the store cannot be read."""
+    history = store.schema_versions(config.name)
+    held = list(history[-1].columns) if history else []
+    names = {c.name for c in held}
+    return held + [c for c in declared_columns(config) if c.name not in names]
+
+
 def _warn_once(
     config: StreamConfig, history: list[SchemaVersion], declared: list[ColumnSpec]
 ) -> None:

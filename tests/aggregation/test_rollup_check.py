@@ -51,7 +51,7 @@ def rolled(ingested: PipelineEnv) -> PipelineEnv:  # noqa: F811 - the imported f
         object_store_for(config.table),
         STREAM,
         config.rollups[0],
-        lambda input_bytes: ArrowPartials(),
+        lambda input_bytes: ArrowPartials(config.columns),
         owner="test",
         timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
         work_dir=ingested.root / "scratch",

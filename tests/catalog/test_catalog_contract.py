@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from resources.catalog.base import (
     CatalogError,
     CatalogPartition,
     Column,
+    ColumnTypeConflictError,
     TableDefinition,
 )
 from resources.catalog.glue import MANAGED, SEQ, GlueCatalog
@@ -45,7 +47,8 @@ def loc(dt: str, seq: int) -> str:
 
 @pytest.fixture(scope="module")
 def glue_proxy(aws_server: LocalAwsServer) -> Iterator[GlueProxy]:
-    with GlueProxy(aws_server.endpoint_url, page_size=50) as proxy:
+    # Checking UpdateTable's VersionId as AWS does: the loopback server alone ignores it.
+    with GlueProxy(aws_server.endpoint_url, page_size=50, check_table_versions=True) as proxy:
         yield proxy
 
 
@@ -102,6 +105,111 @@ def test_ensure_table_is_idempotent_and_updates(make_catalog: Callable[[], Catal
     assert again.partition("events", "2024-01-01") == CatalogPartition(
         "events", "2024-01-01", loc("2024-01-01", 1), 1
     )
+
+
+def test_ensure_table_never_removes_a_column(make_catalog: Callable[[], Catalog]) -> None:
+    """A publisher holding an older schema version ensures the table after a newer one grew
+    it: the newer columns stay. Columns are merged by name: the table's own, in its order,
+    then the definition's it lacks."""
+    wider = TableDefinition("events", (*EVENTS.columns, Column("country", "string")), "s3://b/e/")
+    make_catalog().ensure_table(wider)
+    make_catalog().ensure_table(EVENTS)  # the older definition, written last
+    assert make_catalog().table("events") == TableDefinition(
+        "events", wider.columns, EVENTS.location
+    )
+
+    reordered = TableDefinition(
+        "events", (Column("n", "bigint"), Column("device", "string"), Column("id", "string")), "x/"
+    )
+    make_catalog().ensure_table(reordered)
+    assert make_catalog().table("events") == TableDefinition(
+        "events", (*wider.columns, Column("device", "string")), "x/"
+    )
+
+
+def test_add_columns_appends_only_what_the_table_lacks(
+    make_catalog: Callable[[], Catalog],
+) -> None:
+    catalog = make_catalog()
+    catalog.ensure_table(EVENTS)
+    assert catalog.publish_partition("events", "2024-01-01", loc("2024-01-01", 1), 1)
+    asked = [Column("country", "string"), Column("id", "string"), Column("device", "string")]
+
+    added = catalog.add_columns("events", asked)
+
+    assert added == [Column("country", "string"), Column("device", "string")]
+    grown = (*EVENTS.columns, Column("country", "string"), Column("device", "string"))
+    assert make_catalog().table("events") == TableDefinition("events", grown, EVENTS.location)
+    # Idempotent: nothing more to add, nothing written; a subset adds nothing either.
+    assert make_catalog().add_columns("events", asked) == []
+    assert make_catalog().add_columns("events", [Column("ts", "timestamp")]) == []
+    assert make_catalog().add_columns("events", []) == []
+    assert make_catalog().table("events") == TableDefinition("events", grown, EVENTS.location)
+    assert make_catalog().partitions("events") == [
+        CatalogPartition("events", "2024-01-01", loc("2024-01-01", 1), 1)
+    ]
+
+
+def test_a_column_held_with_another_type_is_never_retyped(
+    make_catalog: Callable[[], Catalog],
+) -> None:
+    catalog = make_catalog()
+    catalog.ensure_table(EVENTS)
+    with pytest.raises(ColumnTypeConflictError, match=r"'n' as bigint, not string"):
+        catalog.add_columns("events", [Column("extra", "int"), Column("n", "string")])
+    with pytest.raises(ColumnTypeConflictError, match=r"'ts' as timestamp, not date"):
+        catalog.ensure_table(
+            TableDefinition("events", (Column("ts", "date"), Column("more", "int")), "s3://x/")
+        )
+    assert make_catalog().table("events") == EVENTS  # nothing written by either
+
+
+def test_add_columns_to_a_missing_table_raises(catalog: Catalog) -> None:
+    with pytest.raises(CatalogError, match="events"):
+        catalog.add_columns("events", [Column("country", "string")])
+    catalog.ensure_table(EVENTS)
+    with pytest.raises(CatalogError, match="clicks"):
+        catalog.add_columns("clicks", [Column("country", "string")])
+
+
+def test_writers_growing_the_table_at_once_lose_no_column(
+    make_catalog: Callable[[], Catalog],
+) -> None:
+    """Several writers, each its own catalog client, add a column each while another ensures
+    the table with its first definition over and over: every column lands, none is lost to a
+    write decided on what another writer has since replaced."""
+    make_catalog().ensure_table(EVENTS)
+    names = [f"c{i}" for i in range(6)]
+    go = threading.Barrier(len(names) + 1, timeout=60)
+    errors: list[BaseException] = []
+
+    def add(name: str) -> None:
+        try:
+            catalog = make_catalog()
+            go.wait()
+            catalog.add_columns("events", [Column(name, "string")])  # once: nothing repairs
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def ensure() -> None:
+        try:
+            catalog = make_catalog()
+            go.wait()
+            for _ in range(5):
+                catalog.ensure_table(EVENTS)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in names]
+    threads.append(threading.Thread(target=ensure))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    columns = make_catalog().table("events").columns  # type: ignore[union-attr]
+    assert columns[:3] == EVENTS.columns
+    assert sorted(c.name for c in columns[3:]) == names
 
 
 def test_tables_are_sorted_and_separate(catalog: Catalog) -> None:
@@ -382,3 +490,93 @@ def test_glue_create_race_keeps_the_higher_seq(glue_proxy: GlueProxy) -> None:
     calls.clear()
     assert catalog.publish_partition("events", "2024-01-02", loc("2024-01-02", 12), 12) is True
     assert other.partition("events", "2024-01-02").seq == 12
+
+
+def test_glue_a_table_changed_between_read_and_write_is_read_again(
+    glue_proxy: GlueProxy,
+) -> None:
+    """Another writer adds a column between our read of the table and our write: Glue refuses
+    our write (its VersionId is no longer current) and ours is decided again on the table as it
+    is now, so both columns stay."""
+    catalog = glue_catalog(glue_proxy)
+    catalog.ensure_table(EVENTS)
+    other = glue_catalog(glue_proxy, catalog.database)
+    real_get = catalog._get_table
+    reads = []
+
+    def get_then_race(name: str) -> dict | None:
+        found = real_get(name)
+        if not reads:  # the other writer lands right after our first read
+            other.add_columns("events", [Column("theirs", "string")])
+        reads.append(found)
+        return found
+
+    catalog._get_table = get_then_race  # type: ignore[method-assign]
+    stale_before = glue_proxy.stale_updates
+
+    assert catalog.add_columns("events", [Column("ours", "int")]) == [Column("ours", "int")]
+
+    assert glue_proxy.stale_updates == stale_before + 1
+    assert len(reads) == 2
+    columns = other.table("events").columns  # type: ignore[union-attr]
+    assert columns == (*EVENTS.columns, Column("theirs", "string"), Column("ours", "int"))
+
+
+def test_the_loopback_server_alone_ignores_version_id(aws_server: LocalAwsServer) -> None:
+    """Why the proxy checks `VersionId` itself: moto takes an update naming a version that is
+    no longer current (AWS refuses it with ConcurrentModificationException). If this starts
+    failing, moto enforces it now and the proxy's check is redundant."""
+    client = boto3.client("glue", region_name="us-east-1", endpoint_url=aws_server.endpoint_url)
+    database = f"db_{uuid.uuid4().hex[:12]}"
+    client.create_database(DatabaseInput={"Name": database})
+    client.create_table(DatabaseName=database, TableInput={"Name": "t"})
+    read = client.get_table(DatabaseName=database, Name="t")["Table"]["VersionId"]
+    client.update_table(DatabaseName=database, TableInput={"Name": "t"}, VersionId=read)
+    client.update_table(DatabaseName=database, TableInput={"Name": "t", "Description": "stale"},
+                        VersionId=read)  # fmt: skip
+    assert client.get_table(DatabaseName=database, Name="t")["Table"]["Description"] == "stale"
+
+
+def test_glue_add_columns_keeps_what_else_the_table_holds(glue_proxy: GlueProxy) -> None:
+    """Only the column list changes: a parameter someone else set on the table stays (Glue's
+    UpdateTable replaces the whole table, so add_columns writes back what it read)."""
+    catalog = glue_catalog(glue_proxy)
+    catalog.ensure_table(EVENTS)
+    client = glue_client(glue_proxy)
+    table = client.get_table(DatabaseName=catalog.database, Name="events")["Table"]
+    client.update_table(
+        DatabaseName=catalog.database,
+        TableInput={
+            "Name": "events",
+            "TableType": table["TableType"],
+            "PartitionKeys": table["PartitionKeys"],
+            "StorageDescriptor": table["StorageDescriptor"],
+            "Parameters": {**table["Parameters"], "projection.enabled": "false"},
+            "Description": "theirs",
+        },
+    )
+
+    assert catalog.add_columns("Events", [Column("Country", "string")]) == [
+        Column("country", "string")
+    ]
+
+    after = client.get_table(DatabaseName=catalog.database, Name="events")["Table"]
+    assert after["Parameters"]["projection.enabled"] == "false"
+    assert after["Parameters"][MANAGED] == "true"
+    assert after["Description"] == "theirs"
+    assert after["StorageDescriptor"]["Columns"][-1] == {"Name": "country", "Type": "string"}
+    assert after["StorageDescriptor"]["SerdeInfo"]["SerializationLibrary"] == PARQUET_SERDE
+
+
+def test_glue_add_columns_refuses_a_table_it_did_not_create(glue_proxy: GlueProxy) -> None:
+    catalog = glue_catalog(glue_proxy)
+    client = glue_client(glue_proxy)
+    client.create_database(DatabaseInput={"Name": catalog.database})
+    client.create_table(
+        DatabaseName=catalog.database,
+        TableInput={"Name": "events", "StorageDescriptor": {"Location": "s3://theirs/"}},
+    )
+    with pytest.raises(CatalogError, match="did not create"):
+        catalog.add_columns("events", [Column("country", "string")])
+    theirs = client.get_table(DatabaseName=catalog.database, Name="events")["Table"]
+    assert theirs["StorageDescriptor"].get("Columns", []) == []

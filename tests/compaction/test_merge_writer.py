@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,6 +25,9 @@ from resources.compaction.merge_writer import (
     table_schema,
 )
 from resources.ingestion.table_objects import dictionary_columns, write_table_object
+from resources.schema.columns import ColumnSpec
+from resources.schema.parquet_meta import read_version
+from resources.schema.versions import SchemaVersion
 from resources.streams import StreamConfig, load_streams
 
 DT = "2026-01-01"
@@ -217,11 +222,11 @@ def test_an_empty_merge_is_refused(spark: Any, config: StreamConfig, tmp_path: P
         MergeWriter(spark, config).write([], tmp_path / "part.parquet")
 
 
-def test_inputs_lacking_a_stream_column_are_merged_by_spark_with_nulls(
+def test_inputs_lacking_a_stream_column_are_merged_by_pyarrow_with_nulls(
     spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
 ) -> None:
     """A column the stream gained after some objects were written: those objects read it as
-    nulls. pyarrow would need the column's type from the stream; Spark has it (its DDL)."""
+    nulls, by name, in pyarrow: an older input is no reason to start Spark."""
     older = objects.write(2, 50)
     pq.write_table(pq.read_table(older[0]).drop_columns(["amount"]), older[0])
     started: list[bool] = []
@@ -232,10 +237,11 @@ def test_inputs_lacking_a_stream_column_are_merged_by_spark_with_nulls(
 
     written = MergeWriter(session, config).write(older, tmp_path / "part.parquet")
 
-    assert started == [True]  # Spark started for this merge only
+    assert started == []
     amounts = pq.read_table(written.path).column("amount").to_pylist()
     assert amounts.count(None) >= 50
     assert written.row_count == 100
+    assert pq.read_schema(written.path).names == config.column_names
 
 
 def test_rows_over_the_arrow_budget_are_merged_by_spark_and_spark_starts_only_then(
@@ -256,3 +262,182 @@ def test_rows_over_the_arrow_budget_are_merged_by_spark_and_spark_starts_only_th
     )
     assert started == [True]
     assert rows_of([str(over.path)]) == rows_of([str(within.path)]) == rows_of(inputs)
+
+
+# -- schema versions ----------------------------------------------------------------------------
+
+V2_ADDED = (ColumnSpec("country", "string"), ColumnSpec("device", "string"))
+"""Version 2's columns: a plain one and a nested object kept as its JSON text (as the reader
+keeps a nested field: docs/schema-evolution.md)."""
+
+
+def at_version(config: StreamConfig, version: int) -> StreamConfig:
+    """`config` at schema version 1 (its own columns) or 2 (plus `V2_ADDED`)."""
+    if version == 1:
+        return config
+    columns = (*config.columns, *V2_ADDED)
+    added = tuple(c.name for c in V2_ADDED)
+    return config.following(SchemaVersion(2, columns, added))
+
+
+def write_version_2(directory: Path, config: StreamConfig, count: int, rows: int) -> list[str]:
+    """Small objects of version 2: the 4 columns of version 1, then `country` and `device`
+    (null in some rows), written as the reader writes them, version 2 in their metadata."""
+    v2 = at_version(config, 2)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for n in range(count):
+        ids = range(n * rows, (n + 1) * rows)
+        table = pa.table(
+            {
+                "event_id": [f"v2-{i:06d}" for i in ids],
+                "user_id": [f"u{i % 5}" for i in ids],
+                "amount": [None if i % 4 == 0 else i * 1.5 for i in ids],
+                "event_time": pa.array(
+                    [DAY + timedelta(seconds=(i * 7919) % 86_400) for i in ids],
+                    pa.timestamp("us", tz="UTC"),
+                ),
+                "country": [None if i % 3 == 0 else ("DE", "FR")[i % 2] for i in ids],
+                "device": [
+                    None if i % 5 == 0 else f'{{"os": "ios", "model": {{"name": "m{i % 3}"}}}}'
+                    for i in ids
+                ],
+            }
+        )
+        target = directory / f"v2-{n}-{DT}-0.parquet"
+        write_table_object(table, DT, target, v2.column_names, dictionary_columns(v2), 2)
+        paths.append(str(target))
+    return paths
+
+
+def rows_as(paths: list[str], names: list[str]) -> Counter[tuple[Any, ...]]:
+    """Each object's rows as `names`, a column the object lacks as None."""
+    rows: Counter[tuple[Any, ...]] = Counter()
+    for path in paths:
+        for row in pq.read_table(path).to_pylist():
+            rows[tuple(row.get(n) for n in names)] += 1
+    return rows
+
+
+def test_objects_of_two_schema_versions_merge_by_name_into_the_latest(
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
+) -> None:
+    """Version 1 objects (4 columns) and version 2 ones (6, one a nested object's JSON text),
+    a merge that follows version 2: every row exactly once, version 1's rows null in the new
+    columns, the columns in version 2's order and types, and version 2 in the object's
+    metadata, on both paths (Spark: its footer patched)."""
+    v1_inputs = objects.write(3, 40)
+    v2_inputs = write_version_2(tmp_path / "v2", config, 2, 30)
+    v2 = at_version(config, 2)
+    followed: list[int] = []
+
+    def follow() -> StreamConfig:
+        followed.append(2)
+        return v2
+
+    inputs = [v2_inputs[0], *v1_inputs, v2_inputs[1]]  # the first input is of the later version
+    written = writer(config, follow=follow).write(inputs, tmp_path / "out" / "part.parquet")
+
+    assert followed == [2]  # asked once, at the merge
+    merged = pq.read_table(written.path)
+    assert merged.column_names == v2.column_names
+    assert rows_as([str(written.path)], v2.column_names) == rows_as(inputs, v2.column_names)
+    v1_rows = [r for r in merged.to_pylist() if not r["event_id"].startswith("v2-")]
+    assert len(v1_rows) == 120
+    assert all(r["country"] is None and r["device"] is None for r in v1_rows)
+    v2_rows = [r for r in merged.to_pylist() if r["event_id"].startswith("v2-")]
+    assert len(v2_rows) == 60
+    assert sum(r["device"] is not None for r in v2_rows) == 48
+    assert {r["device"] for r in v2_rows} == {
+        None,
+        *(f'{{"os": "ios", "model": {{"name": "m{n}"}}}}' for n in range(3)),
+    }  # the nested object's JSON text, as written
+    times = merged.column("event_time").to_pylist()
+    assert times == sorted(times)
+    assert parquet_columns(str(written.path)) == parquet_columns(v2_inputs[0])
+    assert read_version(pq.read_schema(written.path)) == 2
+    assert read_version(pq.read_metadata(written.path)) == 2
+    assert written.row_count == 180
+
+
+def test_a_merged_object_of_version_2_merges_again_keeping_its_version(
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
+) -> None:
+    """The open range rewritten after the stream moved to version 2: the earlier merged object
+    (version 1) with version 2's small objects; then that object again with version 1's."""
+    v2 = at_version(config, 2)
+    first = writer(config).write(objects.write(2, 20), tmp_path / "a" / "part.parquet")
+    assert read_version(pq.read_schema(first.path)) == 1
+    later = write_version_2(tmp_path / "v2", config, 1, 10)
+    merge = writer(config, follow=lambda: v2)
+
+    second = merge.write([str(first.path), *later], tmp_path / "b" / "part.parquet")
+    third = merge.write([str(second.path), *objects.write(1, 5)], tmp_path / "c" / "part.parquet")
+
+    assert read_version(pq.read_schema(second.path)) == 2
+    assert read_version(pq.read_schema(third.path)) == 2
+    assert pq.read_table(third.path).num_rows == 55
+    assert pq.read_schema(third.path).names == v2.column_names
+
+
+def test_a_column_held_with_another_type_fails_the_merge_naming_it(
+    spark: Any, config: StreamConfig, objects: Objects, tmp_path: Path
+) -> None:
+    """Never a version's doing (columns are never retyped): refused, not cast."""
+    inputs = objects.write(2, 10)
+    retyped = pq.read_table(inputs[1])
+    amount = retyped.schema.get_field_index("amount")
+    retyped = retyped.set_column(amount, "amount", pc.cast(retyped["amount"], pa.string()))
+    pq.write_table(retyped, inputs[1])
+    target = tmp_path / "out" / "part.parquet"
+
+    with pytest.raises(MergeWriteError, match=r"(?s)amount \(string, not double\).*never casts"):
+        MergeWriter(spark, config).write(inputs, target)
+    assert not target.exists()
+
+
+def test_merges_on_two_threads_each_write_the_version_they_followed(
+    writer: Callable[..., MergeWriter], config: StreamConfig, objects: Objects, tmp_path: Path
+) -> None:
+    """One writer shared by the runner's merge threads: one merge followed version 1, another
+    version 2 at the same moment (both followed before either read its inputs); each object
+    holds its own version's columns and metadata, and the writer itself is unchanged."""
+    v1_inputs = objects.write(2, 25)
+    v2_inputs = write_version_2(tmp_path / "v2", config, 2, 25)
+    versions = {"old": at_version(config, 1), "new": at_version(config, 2)}
+    both_followed = threading.Barrier(2, timeout=60)
+
+    def follow() -> StreamConfig:
+        chosen = versions[threading.current_thread().name]
+        both_followed.wait()
+        return chosen
+
+    merge = writer(config, follow=follow)
+    results: dict[str, WrittenObject | BaseException] = {}
+
+    def run(name: str, inputs: list[str]) -> None:
+        try:
+            results[name] = merge.write(inputs, tmp_path / name / "part.parquet")
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            results[name] = exc
+
+    threads = [
+        threading.Thread(target=run, name="old", args=("old", v1_inputs)),
+        threading.Thread(target=run, name="new", args=("new", [*v1_inputs, *v2_inputs])),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    old, new = results["old"], results["new"]
+    assert isinstance(old, WrittenObject) and isinstance(new, WrittenObject), results
+
+    assert pq.read_schema(old.path).names == config.column_names
+    assert read_version(pq.read_schema(old.path)) == 1
+    assert old.row_count == 50
+    assert pq.read_schema(new.path).names == versions["new"].column_names
+    assert read_version(pq.read_schema(new.path)) == 2
+    assert new.row_count == 100
+    names = versions["new"].column_names
+    assert rows_as([str(new.path)], names) == rows_as([*v1_inputs, *v2_inputs], names)
+    assert merge.config is config and merge.config.schema_version == 1

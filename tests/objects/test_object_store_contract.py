@@ -77,6 +77,28 @@ def test_move_file_publishes_and_urls_map_back(objects: ObjectStore, tmp_path: P
     assert table.num_rows == 2
 
 
+def test_read_column_reads_by_name_across_schema_versions(
+    objects: ObjectStore, tmp_path: Path
+) -> None:
+    """Objects of several schema versions: one lacking the column gives a null per row, typed
+    as the others hold it; a column no object holds is all nulls; a dictionary-encoded one
+    reads as its values."""
+    older, newer, encoded = tmp_path / "v1.parquet", tmp_path / "v2.parquet", tmp_path / "d"
+    pq.write_table(pa.table({"n": [1, 2, 3]}), older)
+    pq.write_table(pa.table({"n": [4], "id": ["a"]}), newer)
+    pq.write_table(pa.table({"id": pa.array(["b", "b"]).dictionary_encode()}), encoded)
+    urls = [
+        objects.move_file(older, "dt=2026-01-01/v1.parquet"),
+        objects.move_file(newer, "dt=2026-01-01/v2.parquet"),
+        objects.move_file(encoded, "dt=2026-01-01/d.parquet"),
+    ]
+    ids = objects.read_column(urls, "id")
+    assert ids.type == pa.string()
+    assert ids.to_pylist() == [None, None, None, "a", "b", "b"]
+    assert objects.read_column(urls[:1], "id").to_pylist() == [None, None, None]
+    assert objects.read_column([], "id").to_pylist() == []
+
+
 def test_local_copy_and_delete(objects: ObjectStore, tmp_path: Path) -> None:
     objects.put_bytes("k.json", b"{}")
     assert objects.local_copy("k.json", tmp_path / "scratch").read_bytes() == b"{}"

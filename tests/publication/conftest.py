@@ -1,5 +1,6 @@
 """A table to publish, in one process: small objects committed through the real fenced commit,
-merged by the real Spark `MergeWriter`, published to the local catalog file, on the
+merged by the real Spark `MergeWriter` (following the stream's schema version, as the lake's
+merges do), published to the local catalog file, on the
 parametrized store backend (the store's clock is the fake one)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from resources.objects.base import ObjectStore
 from resources.publication.publisher import PublicationOutcome, Publisher
 from resources.publication.reader import read_partition
 from resources.stores.base import CoordinationStore
+from resources.stores.stream_schema import followed_config
 from resources.streams import StreamConfig
 from tests.support.merge_child import TABLE, Lake, commit_source, event_ids, write_small
 
@@ -54,7 +56,9 @@ class World:
         runner = MergeRunner(
             config=self.config, table=TABLE, store=self.store, objects=self.objects,
             owner="merger", timing=self.lake.timing(),
-            write=MergeWriter(self.spark, self.config).write,
+            write=MergeWriter(
+                self.spark, self.config, follow=lambda: followed_config(self.store, self.config)
+            ).write,
             work_dir=Path(self.lake.root) / "work",
         )  # fmt: skip
         outcomes = list(runner.merge([dt]))

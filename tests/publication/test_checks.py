@@ -7,9 +7,11 @@ it still works once garbage collection deleted the small objects a published mer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -157,6 +159,22 @@ def test_duplicate_ids_are_checked_over_the_files_gc_keeps(good: World) -> None:
     assert report.rows_checked == sum(good.expected(DT).values()) + sum(
         good.expected(LIVE_DT).values()
     )
+
+
+def test_rows_without_a_record_id_are_no_duplicates(good: World) -> None:
+    """A record id column added after some objects were written: those objects read it as
+    null (`read_column` by name), and nulls are no ids, so they are never duplicates; repeated
+    ids still are."""
+
+    def read_column(urls: Sequence[str], column: str) -> pa.ChunkedArray:
+        ids = good.objects.read_column(list(urls), column)
+        return pa.chunked_array([pa.nulls(4, pa.string()), *ids.chunks, ids.chunks[0][:1]])
+
+    report = find_duplicate_ids(good.store, TABLE, "event_id", read_column)
+    assert set(report.duplicates) == {DT, LIVE_DT}
+    assert all(len(ids) == 1 and ids != ["None"] for ids in report.duplicates.values())
+    expected = sum(good.expected(DT).values()) + sum(good.expected(LIVE_DT).values())
+    assert report.rows_checked == expected + 2 * 5
 
 
 def test_rows_unpublished_past_their_interval_fail_publication_lag(

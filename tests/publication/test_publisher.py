@@ -6,13 +6,19 @@ and judged by the publication checks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from resources.catalog.base import Column, TableDefinition
 from resources.catalog.local import LocalCatalog
+from resources.ledger.model import SmallObject
 from resources.publication import checks
+from resources.publication import publisher as publisher_module
 from resources.publication.manifest import catalog_location, read_spectrum
 from resources.publication.publisher import (
     CATALOG_REPAIRED,
@@ -27,8 +33,11 @@ from resources.publication.reader import (
     partition_files,
     read_partition,
 )
+from resources.schema.columns import ColumnSpec
+from resources.schema.parquet_meta import read_version, version_metadata
+from resources.schema.versions import SchemaOrigin
 from tests.publication.conftest import DT, World
-from tests.support.merge_child import TABLE
+from tests.support.merge_child import TABLE, commit_source, epoch_us, event_ids
 
 
 class Crash(Exception):
@@ -317,4 +326,118 @@ def test_a_publisher_that_wrote_an_older_version_over_a_newer_one_puts_the_newer
     assert outcome.publication.seq == 1
     partition = world.catalog.partition(TABLE, DT)
     assert partition is not None and partition.seq == 2  # put forward after the lost update
+    assert_serves_exactly_what_was_committed(world)
+
+
+# -- schema versions ----------------------------------------------------------------------------
+
+V2_ADDED = (ColumnSpec("country", "string"), ColumnSpec("device", "string"))
+
+
+class RecordingCatalog(LocalCatalog):
+    """The local catalog, noting each write and the table's columns when it was made."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.calls: list[tuple[str, int | None, list[str]]] = []
+
+    def _columns(self) -> list[str]:
+        table = self.table(TABLE)
+        return [] if table is None else [c.name for c in table.columns]
+
+    def ensure_table(self, table: TableDefinition) -> None:
+        super().ensure_table(table)
+        self.calls.append(("ensure_table", None, self._columns()))
+
+    def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
+        added = super().add_columns(table, columns)
+        self.calls.append(("add_columns", None, self._columns()))
+        return added
+
+    def publish_partition(self, table: str, dt: str, location: str, seq: int) -> bool:
+        self.calls.append(("publish_partition", seq, self._columns()))  # before it lands
+        return super().publish_partition(table, dt, location, seq)
+
+
+def ingest_version_2(world: World, count: int) -> None:
+    """`count` source objects written with schema version 2 (the 4 columns, then `country`
+    and a nested `device` as JSON text), each committed on its own."""
+    for _ in range(count):
+        key, rows = f"src/{world.n:04d}", world.rng.randint(2, 5)
+        world.n += 1
+        ids = event_ids(key, DT, rows)
+        table = pa.table(
+            {
+                "event_id": ids,
+                "user_id": [f"user-{world.rng.randrange(50)}" for _ in ids],
+                "amount": [1.5] * rows,
+                "event_time": pa.array(
+                    [epoch_us(DT) + n for n in range(rows)], pa.timestamp("us", tz="UTC")
+                ),
+                "country": ["DE"] * rows,
+                "device": ['{"os": "ios", "model": {"name": "x"}}'] * rows,
+            }
+        )
+        path = world.lake.table_dir / f"dt={DT}" / f"{key.replace('/', '-')}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.replace_schema_metadata(version_metadata(2)), path)
+        small = SmallObject(TABLE, DT, f"file://{path}", path.stat().st_size, rows)
+        (o,) = commit_source(world.store, key, [small], merge_after_s=600.0)
+        world.committed[(DT, o.object_id)] = ids
+
+
+def test_new_columns_reach_the_catalog_before_the_files_holding_them_and_stay(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 1 objects published; the stream gains `country` and `device` (version 2) and
+    objects holding them are published: the catalog table has the new columns before the
+    partition names those files. A publisher that followed version 1 and writes after does not
+    take them away; the switch to the merged object (version 2, read by name) keeps them."""
+    catalog = RecordingCatalog(world.catalog.path)
+    publisher = Publisher(world.config, world.store, world.objects, catalog)
+    v1_names = world.config.column_names
+    world.ingest(2)
+    assert publisher.publish_one(DT).outcome == PUBLISHED  # seq 1: version 1's columns
+    assert catalog.calls == [("ensure_table", None, v1_names), ("publish_partition", 1, v1_names)]
+
+    v2_names = [*v1_names, "country", "device"]
+    world.store.record_schema(
+        TABLE, [*world.config.columns, *V2_ADDED], SchemaOrigin(object_key="src/0002")
+    )
+    ingest_version_2(world, 2)
+    catalog.calls.clear()
+    second = publisher.publish_one(DT)
+    assert second.outcome == PUBLISHED and second.publication is not None
+    assert catalog.calls == [("add_columns", None, v2_names), ("publish_partition", 2, v2_names)]
+    for url in partition_files(world.catalog, TABLE, DT):  # every file's columns declared
+        assert set(pq.read_schema(url[len("file://") :]).names) <= set(v2_names)
+    table = world.catalog.table(TABLE)
+    assert table is not None and [(c.name, c.type) for c in table.columns[-2:]] == [
+        ("country", "string"),
+        ("device", "string"),
+    ]
+
+    # A publisher that followed the stream before version 2 was recorded writes last.
+    v1_config = world.config
+    monkeypatch.setattr(publisher_module, "followed_config", lambda store, config: v1_config)
+    older = Publisher(world.config, world.store, world.objects, catalog)
+    world.ingest(1)
+    catalog.calls.clear()
+    assert older.publish_one(DT).outcome == PUBLISHED  # seq 3, after its ensure_table
+    assert catalog.calls[0][0] == "ensure_table"
+    assert [c.name for c in world.catalog.table(TABLE).columns] == v2_names  # type: ignore[union-attr]
+    monkeypatch.undo()
+
+    world.close()
+    world.merge()
+    switched = publisher.publish_one(DT)
+    assert switched.outcome == PUBLISHED and switched.switched_now
+    (merged,) = partition_files(world.catalog, TABLE, DT)
+    assert read_version(pq.read_schema(merged[len("file://") :])) == 2
+    rows = read_partition(world.catalog, TABLE, DT)
+    assert rows.column_names == v2_names
+    by_country = Counter(rows.column("country").to_pylist())
+    v2_rows = sum(len(ids) for (_, i), ids in world.committed.items() if i in (3, 4))
+    assert by_country == Counter({"DE": v2_rows, None: rows.num_rows - v2_rows})
+    assert [c.name for c in world.catalog.table(TABLE).columns] == v2_names  # type: ignore[union-attr]
     assert_serves_exactly_what_was_committed(world)

@@ -26,13 +26,13 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from resources.catalog.base import Catalog, CatalogPartition, TableDefinition
+from resources.catalog.base import Catalog, CatalogPartition, Column, TableDefinition
 from resources.catalog.glue import GlueCatalog
 from resources.catalog.local import LocalCatalog
 from resources.publication.publisher import PublicationOutcome, Publisher
@@ -80,6 +80,9 @@ class OneLookup(Catalog):
         self.seen: CatalogPartition | None = None
 
     def ensure_table(self, table: TableDefinition) -> None:
+        raise AssertionError("a reader never writes the catalog")
+
+    def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
         raise AssertionError("a reader never writes the catalog")
 
     def table(self, name: str) -> TableDefinition | None:

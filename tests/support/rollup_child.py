@@ -51,7 +51,7 @@ def runner(
         lake.objects(),
         TABLE,
         per_user(mode),
-        lambda input_bytes: ArrowPartials(),
+        lambda input_bytes: ArrowPartials(lake.config().columns),
         owner=owner,
         timing=lake.timing(),
         work_dir=Path(lake.root) / "work" / owner,
