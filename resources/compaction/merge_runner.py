@@ -272,7 +272,8 @@ class MergeRunner:
             url,
             written.content_length,
             written.row_count,
-            plan.schema_version,
+            # The columns it holds: the merge's version, at least its inputs' newest.
+            max(plan.schema_version, written.schema_version),
         )
 
     def _local(self, url: str, scratch: Path) -> str:

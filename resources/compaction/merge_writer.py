@@ -109,6 +109,8 @@ class WrittenObject:
     content_length: int
     row_count: int
     """From the file's footer: what was written, not what was meant to be."""
+    schema_version: int = 1
+    """The version whose columns it holds (the latest when the merge began)."""
 
 
 class MergeWriter:
@@ -180,6 +182,7 @@ class MergeWriter:
             path=target,
             content_length=target.stat().st_size,
             row_count=pq.read_metadata(target).num_rows,
+            schema_version=config.schema_version,
         )
 
     def _arrow_rows(self, paths: list[str], config: StreamConfig) -> pa.Table | None:

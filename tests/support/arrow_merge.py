@@ -29,6 +29,7 @@ class ArrowWritten:
     path: Path
     content_length: int
     row_count: int
+    schema_version: int = 1  # it reads version 1's columns only
 
 
 class ArrowMergeWriter:
