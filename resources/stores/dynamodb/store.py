@@ -39,6 +39,13 @@ METRICS_SID = "__leasehold__|metrics"
 
 
 class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
+    # TEMP stub, drop before merge: another branch implements the schema registry.
+    def schema_versions(self, stream: str) -> list:  # type: ignore[type-arg]
+        return []
+
+    def _put_schema_version(self, stream: str, version: object) -> None:
+        raise NotImplementedError
+
     backend = "dynamodb"
 
     def __init__(

@@ -34,6 +34,13 @@ T = TypeVar("T")
 
 
 class SqliteLeaseStore(SqliteLedger, CoordinationStore):
+    # TEMP stub, drop before merge: another branch implements the schema registry.
+    def schema_versions(self, stream: str) -> list:  # type: ignore[type-arg]
+        return []
+
+    def _put_schema_version(self, stream: str, version: object) -> None:
+        raise NotImplementedError
+
     backend = "sqlite"
 
     def __init__(
