@@ -34,6 +34,9 @@ from resources.settings import (
 FORMATS = ("jsonl", "csv")
 CSV_FIELDS = ("header", "delimiter", "quote", "escape")
 DEFAULT_PATH = "streams.yaml"
+RESERVED_PREFIX = "__leasehold"
+"""Names leasehold keeps for itself (what a CSV record carries as staged for Spark,
+`resources/ingestion/csv_records.py`): no schema column may start with it."""
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +169,10 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "schema", "must map column names to types")
     columns = []
     for col, typ in schema.items():
+        if str(col).startswith(RESERVED_PREFIX):
+            raise StreamConfigError(
+                name, f"schema.{col}", f"names starting with {RESERVED_PREFIX} are reserved"
+            )
         if typ not in TYPES:
             raise StreamConfigError(
                 name, f"schema.{col}", f"{typ!r} is not one of {', '.join(TYPES)}"

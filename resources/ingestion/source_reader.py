@@ -3,7 +3,8 @@
 One read covers every object of the batch: a run ingests many partitions, and a Spark job per
 object would cost more than the data. Per `MAX_READ_BYTES` of source text, ONE Spark job reads
 the staged objects (`source_files`) with the expressions of `read_plan` (Spark's JSON reader
-with the declared types, a text parse only of the lines it rejects; CSV as text), and its rows
+with the declared types, a text parse only of the lines it rejects; CSV parsed in Python and
+staged as JSON lines, `csv_records`), and its rows
 come to the driver as Arrow: good rows with their date, bad rows with a reason and no date. A
 writer thread cuts them into one Parquet object per (work unit, date) (`table_objects`) and
 writes the bad ones to one quarantine object per unit (`quarantine`); every count comes from
@@ -15,10 +16,10 @@ write them first (pyarrow would only decode its Parquet again): both were measur
 (BENCHMARKS.md, "Spark read of one chunk" and "Ingestion"). An object too big for the driver
 goes through local Parquet, one task's output at a time.
 
-A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
-found in Python before Spark sees it, and reported in its unit's `failed`: the caller commits
-the unit's other objects and closes the unit with backoff for that one, instead of losing the
-batch to one bad file.
+A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip, a CSV
+header naming no usable columns) is found in Python before Spark sees it, and reported in its
+unit's `failed`: the caller commits the unit's other objects and closes the unit with backoff
+for that one, instead of losing the batch to one bad file.
 
 DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Connect.
 """
@@ -35,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from resources.ingestion.csv_records import CsvHeaderError, stage_csv
 from resources.ingestion.quarantine import BadRows, write_quarantine
 from resources.ingestion.read_plan import ReadPlan, json_schema, read_plan
 from resources.ingestion.runner import SourceBatchResult
@@ -61,7 +63,7 @@ class SourceReader:
         self.spark = spark
         self.config = config
         self.max_read_bytes = max_read_bytes
-        self._skip_header = config.format == "csv" and config.csv_header
+        self._csv = config.format == "csv"
         self._dictionary = dictionary_columns(config)
         self._plan: ReadPlan | None = None
         self._writing: Future[Any] | None = None  # the latest read's writes, maybe still going
@@ -117,10 +119,16 @@ class SourceReader:
                 inputs = staging / f"in-{n}"
                 inputs.mkdir(parents=True, exist_ok=True)
                 for i in read:
-                    path = files[index[i]]
-                    gz = ".gz" if path.name.endswith(".gz") and not self._skip_header else ""
-                    target = inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}"
-                    stage_input(path, target, self._skip_header)
+                    key = index[i]
+                    path = files[key]
+                    if self._csv:
+                        target = inputs / f"{i:0{INPUT_DIGITS}d}.txt"
+                        problem = self._stage_csv(path, target, (line_offsets or {}).get(key, 0))
+                        if problem is not None:
+                            results[groups[key]].failed[key] = problem
+                        continue
+                    gz = ".gz" if path.name.endswith(".gz") else ""
+                    stage_input(path, inputs / f"{i:0{INPUT_DIGITS}d}.txt{gz}")
                 rows = self._rows(inputs)
                 read_bytes = sum(sizes[i] for i in read)
                 with read_splits(self.spark, read_bytes, len(read)):
@@ -166,12 +174,15 @@ class SourceReader:
         """One object per (group, date) of each table's rows, the group's sources in their
         order; bad rows to quarantine."""
         bad: BadRows = defaultdict(lambda: ([], []))
+        known_lines: dict[int, list[int]] = defaultdict(list)  # CSV: each bad row carries its line
         for table in tables:  # one at a time: a spilled object's tables don't all fit at once
             runs: dict[tuple[str, str], list[pa.Table]] = defaultdict(list)
             for src, dt, run in runs_by_source_and_date(iter([table])):
                 if dt is None:
                     bad[src][0].extend(run.column("_reason").to_pylist())
                     bad[src][1].extend(run.column("_raw").to_pylist())
+                    if self._csv:
+                        known_lines[src].extend(run.column("_line").to_pylist())
                 else:
                     runs[(groups[index[src]], dt)].append(run)
             for (group, dt), parts in runs.items():
@@ -191,12 +202,25 @@ class SourceReader:
             inputs,
             out,
             attempt,
-            self._skip_header,
+            known_lines,
             groups,
             line_offsets,
         )
         for group, staged_file in quarantined:
             results[group].quarantine_files.append(staged_file)
+
+    def _stage_csv(self, path: Path, target: Path, shift: int) -> str | None:
+        """Stage a CSV object as JSON lines, numbered as its object numbers them (`shift`: a
+        chunk's), or say why it cannot be read."""
+        try:
+            stage_csv(path, target, self.config, first_line=1 + shift)
+        except CsvHeaderError as exc:
+            target.unlink(missing_ok=True)
+            return str(exc)
+        except OSError as exc:
+            target.unlink(missing_ok=True)
+            return f"cannot read: {exc.strerror or exc}"
+        return None
 
     def _rows(self, inputs: Path) -> Any:
         """`source_rows` with this reader's plan, built once."""
@@ -209,16 +233,15 @@ def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path) 
     """(src, dt, columns..., _reason, _raw) of every object under `inputs`: a table row has its
     date (in the table's time zone) and no reason; a bad row has a reason, its text if known,
     and no date. Unsorted: `runs_by_source_and_date` groups them. Public so that `leasehold
-    init` tries an inferred stream on its sample with exactly the runtime's reading."""
-    if config.format == "jsonl":
-        schema, options = json_schema(config)
-        lines = spark.read.schema(schema).options(**options).json(str(inputs))
-    else:
-        lines = spark.read.text(str(inputs))
+    init` tries an inferred stream on its sample with exactly the runtime's reading. A CSV
+    stream's rows also have `_line`, a bad row's line number in its object."""
+    schema, options = json_schema(config)
+    lines = spark.read.schema(schema).options(**options).json(str(inputs))
     lines = lines.select(*plan.lines)
-    if plan.keep is not None:
-        lines = lines.where(plan.keep)
-    return lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
+    rows = lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
+    if plan.final is not None:  # CSV
+        rows = rows.withColumns(plan.final).drop(*plan.dropped)
+    return rows
 
 
 def _counted(

@@ -16,6 +16,7 @@ import pytest
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
+from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.runner import COMMITTED, FAILED, IngestionRunner, quarantine_table
 from resources.ingestion.source_files import cut_chunk
 from resources.ingestion.source_reader import SourceReader
@@ -34,7 +35,7 @@ def test_chunks_end_at_line_ends_and_count_lines(tmp_path: Path) -> None:
         source.write_bytes(data)
         got, offset, line, last, cuts = b"", 0, 1, False, []
         while not last:
-            cut = cut_chunk(source, offset, line, 40, tmp_path / "c" / name, header=False)
+            cut = cut_chunk(source, offset, line, 40, tmp_path / "c" / name)
             chunk = cut.path.read_bytes()
             assert chunk.endswith(b"\n") and chunk.startswith(b"line %03d" % line)
             assert cut.first_line == line
@@ -47,10 +48,11 @@ def test_chunks_end_at_line_ends_and_count_lines(tmp_path: Path) -> None:
 def test_a_csv_chunk_after_the_first_gets_the_header_again(tmp_path: Path) -> None:
     source = tmp_path / "t.csv"
     source.write_bytes(b"id,at\n" + b"".join(b"%d,x\n" % i for i in range(10)))
-    first = cut_chunk(source, 0, 1, 10, tmp_path / "a.csv", header=True)
+    first = cut_chunk(source, 0, 1, 10, tmp_path / "a.csv", CsvFormat())
     assert first.path.read_bytes() == b"id,at\n0,x\n" and first.line == 3
-    second = cut_chunk(source, first.offset, first.line, 5, tmp_path / "b.csv", header=True)
+    second = cut_chunk(source, first.offset, first.line, 5, tmp_path / "b.csv", CsvFormat())
     assert second.path.read_bytes() == b"id,at\n1,x\n2,x\n" and second.first_line == 3
+    assert (first.header_lines, second.header_lines) == (0, 1)
 
 
 def record(i: int) -> str:

@@ -157,7 +157,10 @@ streams:
     reasons = sorted(
         r["reason"] for r in pq.read_table(result.quarantine_files[0].local_path).to_pylist()
     )
-    assert reasons == ["CSV line does not have 3 fields", "wrong type for n: expected long"]
+    assert reasons == [
+        "CSV record has 2 fields, the header has 3",
+        "wrong type for n: expected long",
+    ]
 
 
 def test_inspect_source_names_unreadable_objects_and_counts_text(tmp_path: Path) -> None:
