@@ -33,6 +33,7 @@ import csv
 import gzip
 import io
 import json
+import re
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -52,6 +53,17 @@ MAX_RECORD_CHARS = 16 << 20
 an unclosed quote: what one record may hold in memory, and how far a chunk's cut may look."""
 
 UNCLOSED = "unclosed quote"
+quoted = json.encoder.encode_basestring  # a JSON string of the text (C; non-ASCII as is)
+
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)").fullmatch
+JSON_LITERALS = {
+    "long": _INTEGER,
+    "int": _INTEGER,
+    "double": re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?").fullmatch,
+    "boolean": {"true", "false"}.__contains__,
+}
+"""Column type -> whether a field's text is a JSON literal Spark's JSON reader reads as that
+type, to the value `try_cast` gives the text (a long out of range fails both ways)."""
 BOM = "\ufeff"
 
 # The csv module's own limit per field is 128 KiB (a process-wide setting); records are bounded
@@ -149,8 +161,19 @@ def split_records(
     exactly those pulled while it was parsed."""
     feed = _Lines(iter(lines), limit)
     reader = csv.reader(feed, **fmt.reader_options())
+    quote, escape, delimiter = fmt.quote, fmt.escape or fmt.quote, fmt.delimiter
     while True:
         feed.taken, feed.chars, feed.ended = [], 0, False
+        # A line holding no quote (nor escape) at a record's start is that record, its fields
+        # split at the delimiter: what the csv module makes of it, without it (most lines).
+        line = feed.back.popleft() if feed.back else next(feed.source, None)
+        if line is None:
+            return
+        if quote not in line and escape not in line:
+            text = line.rstrip("\r\n")  # one line, one line break
+            yield CsvRecord([line], text.split(delimiter) if text else [])
+            continue
+        feed.back.appendleft(line)
         problem: str | None
         try:
             fields = next(reader)
@@ -252,15 +275,17 @@ class CsvRecords:
     def __iter__(self) -> Iterator[CsvRow]:
         width = len(self.header)
         what = self.what
-        for record in self._records:
+        for lines, fields, problem in self._records:
             line = self.next_line
-            self.next_line += len(record.lines)
-            if is_blank(record):
-                continue
-            raw = without_line_break("".join(record.lines))
-            fields = record.fields
+            self.next_line += len(lines)
+            if len(lines) == 1:
+                raw = lines[0].rstrip("\r\n")
+                if not raw.strip():
+                    continue
+            else:
+                raw = without_line_break("".join(lines))
             if fields is None:
-                error = record.problem
+                error = problem
             elif not _is_valid(raw):
                 error = "invalid UTF-8"
             elif len(fields) != width:
@@ -314,24 +339,41 @@ def stage_csv(source: Path, target: Path, config: StreamConfig, first_line: int 
     """Write `source`'s CSV records to `target` as JSON lines (module docstring), numbering
     `source`'s first line `first_line` (a chunk of a large object, the object's header put
     before its own lines, passes its first line's number in the object minus the header's
-    lines). Raises `CsvHeaderError` when the header is unusable."""
+    lines). Raises `CsvHeaderError` when the header is unusable.
+
+    A field of a long, int, double or boolean column whose text is already that JSON literal
+    (`JSON_LITERALS`) is written as it, any other text as a JSON string: Spark's JSON reader
+    then types most records in its typed parse, where a string for such a column would send
+    every record through the text parse (~12x slower, BENCHMARKS.md "CSV staging"); the text
+    parse `try_cast`s whatever is left, as before. A record's JSON is a %-template of its keys
+    filled with json's C string encoder: a third of the time of a dict through `json.dumps`."""
     fmt = CsvFormat.of(config)
     with open_text(source) as text:
         rows = CsvRecords(text, fmt, config.column_names, first_line)
         header = rows.header
-        dumps = json.JSONEncoder(ensure_ascii=False).encode
+        types = {c.name: c.type for c in config.columns}
+        literal = [JSON_LITERALS.get(types.get(name, "string")) for name in header]
+        carried = f"{quoted(LINE_KEY)}:%d,{quoted(RAW_KEY)}:%s}}\n"
+        good = "{" + "".join(f"{quoted(name).replace('%', '%%')}:%s," for name in header) + carried
+        bad = f"{{{quoted(ERROR_KEY)}:%s," + carried
         records = malformed = 0
+        batch: list[str] = []
         with target.open("w", encoding="utf-8") as out:
-            for row in rows:
+            for line, raw, values, error in rows:
                 records += 1
-                if row.values is None:
+                if values is None:
                     malformed += 1
-                    record: dict[str, Any] = {ERROR_KEY: row.error}
+                    batch.append(bad % (quoted(error or ""), line, quoted(raw)))
                 else:
-                    values = zip(header, row.values, strict=True)
-                    record = {name: value or None for name, value in values}
-                record[LINE_KEY] = row.line
-                record[RAW_KEY] = row.raw
-                out.write(dumps(record))
-                out.write("\n")
+                    fields = [
+                        (value if is_literal and is_literal(value) else quoted(value))
+                        if value
+                        else "null"
+                        for value, is_literal in zip(values, literal, strict=True)
+                    ]
+                    batch.append(good % (*fields, line, quoted(raw)))
+                if len(batch) == 1024:
+                    out.writelines(batch)
+                    batch.clear()
+            out.writelines(batch)
     return CsvStaging(header, records, malformed)
