@@ -151,14 +151,15 @@ class _Lines:
 
 
 def split_records(
-    lines: Iterable[str], fmt: CsvFormat, limit: int = MAX_RECORD_CHARS
+    lines: Iterable[str], fmt: CsvFormat, limit: int | None = None
 ) -> Iterator[CsvRecord]:
     """The records of `lines` (each line with its line break, as a file opened with
     `newline=""` gives them), blank ones included, every line in exactly one record. A record
     whose quotes do not close (before the end, or within `limit` characters once it spans
     lines) is its first line alone, malformed; the lines after it are read again as records.
     The csv module reads one line at a time and never ahead, so the lines a record took are
-    exactly those pulled while it was parsed."""
+    exactly those pulled while it was parsed. `limit`: `MAX_RECORD_CHARS` by default."""
+    limit = limit or MAX_RECORD_CHARS
     feed = _Lines(iter(lines), limit)
     reader = csv.reader(feed, **fmt.reader_options())
     quote, escape, delimiter = fmt.quote, fmt.escape or fmt.quote, fmt.delimiter
