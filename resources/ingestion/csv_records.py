@@ -205,6 +205,18 @@ def strip_bom(lines: Iterable[str]) -> tuple[Iterator[str], bool]:
     return chain([first.removeprefix(BOM)], source), first.startswith(BOM)
 
 
+def complete_records(text: str, fmt: CsvFormat) -> str:
+    """The head of `text` up to the first record whose quotes are still open at its end: of
+    an object's first bytes cut at a line end, what holds whole records only (the cut may fall
+    inside a quoted line break)."""
+    kept = 0
+    for record in split_records(io.StringIO(text, newline=""), fmt):
+        if record.problem == UNCLOSED:
+            break
+        kept += sum(map(len, record.lines))
+    return text[:kept]
+
+
 def is_blank(record: CsvRecord) -> bool:
     return len(record.lines) == 1 and not record.lines[0].strip()
 
