@@ -89,8 +89,9 @@ class SourceReader:
     ) -> Future[dict[str, SourceBatchResult]]:
         """Read `files` (source key -> local path) and stage their table and quarantine rows,
         cut per group: `groups` maps each source key to its work unit's key (default: each
-        source on its own). `line_offsets` shifts a file's quarantine line numbers: a chunk of
-        a large object numbers its lines as the object does.
+        source on its own). `line_offsets` shifts a file's line numbers: a chunk of a large
+        object numbers its lines as the object does (a CSV chunk's records are numbered so when
+        staged, a JSON chunk's quarantined lines when found).
 
         The Spark jobs run on this thread, one per `max_read_bytes` of (uncompressed) source
         text; writing what each returns happens on a writer thread, so the caller can start its
