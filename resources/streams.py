@@ -35,6 +35,9 @@ from resources.settings import (
 FORMATS = ("jsonl", "csv")
 CSV_FIELDS = ("header", "delimiter", "quote", "escape")
 DEFAULT_PATH = "streams.yaml"
+RESERVED_PREFIX = "__leasehold"
+"""Names leasehold keeps for itself (what a CSV record carries as staged for Spark,
+`resources/ingestion/csv_records.py`): no schema column may start with it."""
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +177,10 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "schema", "must map column names to types")
     columns = []
     for col, typ in schema.items():
+        if str(col).startswith(RESERVED_PREFIX):
+            raise StreamConfigError(
+                name, f"schema.{col}", f"names starting with {RESERVED_PREFIX} are reserved"
+            )
         if typ not in TYPES:
             raise StreamConfigError(
                 name, f"schema.{col}", f"{typ!r} is not one of {', '.join(TYPES)}"
@@ -217,6 +224,12 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
     if evolution not in MODES:
         raise StreamConfigError(
             name, "schema_evolution", f"{evolution!r} is not one of {', '.join(MODES)}"
+        )
+    if evolution == RESCUE and fmt != "jsonl":
+        raise StreamConfigError(
+            name,
+            "schema_evolution",
+            "rescue reads JSON lines; a CSV stream takes add, fail or ignore",
         )
     if evolution == RESCUE and RESCUED in names:
         raise StreamConfigError(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.stream_inference import (
     InferenceChoiceError,
     ObjectFormat,
@@ -40,7 +41,7 @@ from resources.ingestion.stream_inference import (
     sniff_delimiter,
     stream_name,
 )
-from resources.schema.modes import DEFAULT_MODE
+from resources.schema.modes import ADD
 from resources.settings import default_data_dir
 from resources.streams import DEFAULT_PATH, LakeSettings, StreamConfig, load_streams
 
@@ -69,6 +70,7 @@ class Inferred:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from resources.cli.main import quiet_spark
     from resources.ingestion.stream_sampling import sample_lines, sample_source, stage_sample
     from resources.objects.base import object_store_for
     from resources.spark.session import build_spark_session
@@ -106,9 +108,10 @@ def cmd_init(args: argparse.Namespace) -> int:
             f"{streams_file} already has a stream {name!r}",
         )
     with tempfile.TemporaryDirectory(prefix="leasehold-init-") as scratch:
-        staged = stage_sample(sample.sampled, Path(scratch) / "sample", fmt.format == "csv")
+        staged = stage_sample(sample.sampled, Path(scratch) / "sample")
+        quiet_spark(args.verbose)  # Java's and Spark's start-up lines to the log, as `run`
         spark = build_spark_session(app_name="leasehold-init")
-        lines = sample_lines(spark, staged)
+        lines = sample_lines(spark, staged) if fmt.format != "csv" else {}
         inferred = infer_entry(args, source, name, fmt, sample, lines, streams_file.parent)
         text = write_entry(
             streams_file, inferred, replace=name in existing, spark=spark, staged=staged
@@ -185,26 +188,19 @@ def infer_entry(
     lines: dict[int, list[str]],
     base: Path,
 ) -> Inferred:
-    """The entry from the sampled lines (`lines`: by sampled object's index); local URLs it
-    derives are written relative to `base` (the streams file's directory) when under it."""
+    """The entry from the sampled lines (`lines`: JSON lines by sampled object's index; CSV
+    is parsed from the sampled texts as the runtime parses it); local URLs it derives are
+    written relative to `base` (the streams file's directory) when under it."""
     records: SampleRecords
     fmt_name = fmt.format or "jsonl"
+    csv_format = CsvFormat(fmt.delimiter)
     if fmt_name == "csv":
-        headers = Counter(o.header for o in sample.sampled if o.text)
-        if len(headers) > 1:
-            shown = "; ".join(f"{h!r} ({n} objects)" for h, n in headers.most_common(3))
-            raise SourceInferenceError(
-                f"the sampled CSV objects have different header lines ({shown}): a stream's "
-                "objects share one schema"
-            )
-        header = next(iter(headers), None) or ""
-        body = [line for i in sorted(lines) for line in lines[i]]
-        records = parse_csv(header, body, fmt.delimiter)
+        records = parse_csv({o.key: o.text for o in sample.sampled if o.text}, csv_format)
     else:
         records = parse_jsonl(line for i in sorted(lines) for line in lines[i])
     if records.records == 0:
         examples = "; ".join(repr(e) for e in records.malformed_examples)
-        what = "JSON lines" if fmt_name == "jsonl" else "CSV lines under its header"
+        what = "JSON lines" if fmt_name == "jsonl" else "CSV records under its header"
         raise SourceInferenceError(
             f"no record in the sample parses as {what} ({records.malformed} lines, e.g. "
             f"{examples}); --format says which format it is"
@@ -227,7 +223,7 @@ def infer_entry(
         )
     if records.malformed:
         notes.append(
-            f"{records.malformed} sampled lines are malformed (they go to quarantine), e.g. "
+            f"{records.malformed} sampled records are malformed (they go to quarantine), e.g. "
             f"{records.malformed_examples[0]!r}"
         )
     table = f"file://{default_data_dir() / 'lake' / name}"
@@ -235,19 +231,26 @@ def infer_entry(
     entry: dict[str, Any] = {
         "source": relative_url(source, base) if local else source,
         "format": fmt_name,
-        "schema": schema,
     }
-    if fmt_name == "csv" and fmt.delimiter != ",":
-        entry["csv"] = {"header": True, "delimiter": fmt.delimiter}
+    if fmt_name == "csv":  # what the sample was read with, written out: the user can see it
+        entry["csv"] = {
+            "header": csv_format.header,
+            "delimiter": csv_format.delimiter,
+            "quote": csv_format.quote,
+            "escape": csv_format.escape,
+        }
+    entry.update(
+        schema=schema,
+        # Written out, not left to the default: a field the sample did not hold becomes a new
+        # column when it comes; the user sees the choice and can change it.
+        schema_evolution=ADD,
+    )
     entry.update(
         event_time=event.name,
         timezone=args.timezone,
         **({"record_id": record_id.name} if record_id is not None else {}),
         table=args.table or relative_url(table, base),
         quarantine=args.quarantine or relative_url(table + "_quarantine", base),
-        # Explicit: a sample is a sample, and a field it did not show is a new column when a
-        # run meets it (docs/schema-evolution.md).
-        schema_evolution=DEFAULT_MODE,
     )
     gz = ", gzip" if fmt.gzip else ""
     listed = f"{len(sample.listed)}{'' if sample.complete else '+'}"
@@ -361,8 +364,8 @@ def write_entry(
 
 
 def check_trial(config: StreamConfig, reasons: Counter[str | None], inferred: Inferred) -> None:
-    """Refuse an entry none of whose sampled records reaches the table; note what a run would
-    quarantine."""
+    """Refuse an entry under which most sampled records (more than half) would go to
+    quarantine, with why; note what a run would quarantine."""
     total = sum(reasons.values())
     good = reasons.get(None, 0)
     bad = ", ".join(f"{why}: {n}" for why, n in reasons.most_common() if why is not None)
@@ -370,6 +373,11 @@ def check_trial(config: StreamConfig, reasons: Counter[str | None], inferred: In
         raise SourceInferenceError(
             f"read as the inferred stream, none of the {total} sampled records reaches the "
             f"table ({bad}); --format, --event-time or the data itself must change"
+        )
+    if 2 * (total - good) > total:
+        raise SourceInferenceError(
+            f"read as the inferred stream, {total - good} of the {total} sampled records would "
+            f"go to quarantine ({bad}); --format, --event-time or the data itself must change"
         )
     line = f"trial read of the sample: {good} of {total} records to the table"
     inferred.notes.append(line + (f", the rest to quarantine ({bad})" if bad else ""))

@@ -20,6 +20,7 @@ from resources.compaction.merge_runner import MergeRunner
 from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.env import settings_resource
+from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
 from resources.ingestion.source_listing import source_lister
@@ -119,7 +120,7 @@ class LakeResource(settings_resource(LakeSettings)):
             on_step=on_step,
             merge_after_s=config.merge.interval_s,
             commit_every_bytes=config.partition.commit_every_bytes,
-            csv_header=config.format == "csv" and config.csv_header,
+            csv=CsvFormat.of(config) if config.format == "csv" else None,
             delayed_merge_after_s=config.merge.delayed_interval_s,
         )
 

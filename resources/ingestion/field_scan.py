@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from resources.ingestion.csv_records import LINE_KEY
 from resources.ingestion.source_files import open_lines
 from resources.schema.field_types import json_value_type, widen
 
@@ -198,7 +199,7 @@ def _first_lines(path: Path, names: set[str], first_line: int) -> dict[str, int]
                 if isinstance(record, dict):
                     for name in wanted:
                         if name not in lines and record.get(name) is not None:
-                            lines[name] = n
+                            lines[name] = record.get(LINE_KEY, n)  # CSV: its object's line
             if len(lines) == len(wanted):
                 break
     return lines
@@ -218,7 +219,7 @@ def _scan_lines(path: Path, known: set[str], first_line: int) -> ObjectFields:
                 continue
             for record in parsed if isinstance(parsed, list) else [parsed]:
                 if isinstance(record, dict):
-                    _note(found, record, known, n)
+                    _note(found, record, known, record.get(LINE_KEY, n))
     return found
 
 

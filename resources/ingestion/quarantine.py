@@ -5,7 +5,8 @@ source key, line number, reason and text. A line-mode read does not know two of 
 are found afterwards, for the few bad records only: the text of a line that parsed but fails a
 check (no event time, no record id) — a second, text read of just the sources that have such
 lines (`lines_failing_checks`) — and the line numbers of bad records, by scanning their (local)
-source object in Python (`line_numbers`).
+source object in Python (`line_numbers`). A CSV record knows both: it carries its text and line
+number from its staging (`csv_records`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def write_quarantine(
     inputs: Path,
     out: Path,
     attempt: str,
-    header_skipped: bool,
+    known_lines: dict[int, list[int]],
     groups: dict[str, str],
     line_offsets: dict[str, int],
 ) -> Iterator[tuple[str, StagedFile]]:
@@ -49,7 +50,9 @@ def write_quarantine(
     reason, text per record — as (group, staged file). One object per unit rather than per
     source object keeps a unit's commit within one store transaction however many of its
     objects hold a bad line. The raw line of a JSON record that parsed but failed a check is not
-    known yet (None) and is looked up here."""
+    known yet (None) and is looked up here, and a JSON record's line number found in its
+    object, shifted by `line_offsets` (a chunk's); a CSV record carries both, its line number
+    in `known_lines` (src -> the bad rows' numbers, as the object numbers them)."""
     unseen = sorted(src for src, (_, raws) in bad.items() if None in raws)
     if unseen:
         again = [next(inputs.glob(f"{src:0{INPUT_DIGITS}d}.*")) for src in unseen]
@@ -62,10 +65,11 @@ def write_quarantine(
     by_group: dict[str, list[pa.Table]] = defaultdict(list)
     for src, (reasons, raws) in sorted(bad.items()):
         key = index[src]
-        shift = line_offsets.get(key, 0)
-        lines = [
-            n if n is None else n + shift for n in line_numbers(files[key], raws, header_skipped)
-        ]
+        if src in known_lines:
+            lines: list[int | None] = list(known_lines[src])
+        else:
+            shift = line_offsets.get(key, 0)
+            lines = [n if n is None else n + shift for n in line_numbers(files[key], raws)]
         table = {
             "source_key": pa.array([key] * len(raws), pa.string()),
             "line": pa.array(lines, pa.int64()),
@@ -113,7 +117,7 @@ def lines_failing_checks(
     return found
 
 
-def line_numbers(path: Path, raws: list[str | None], header_skipped: bool) -> list[int | None]:
+def line_numbers(path: Path, raws: list[str | None]) -> list[int | None]:
     """Number the bad lines by finding them in the object (bad lines are rare; a line-mode read
     cannot number them itself). Equal lines are interchangeable, so the k-th occurrence of a
     text gets the k-th line holding it. Runs of U+FFFD are compared as one, since Java and
@@ -142,8 +146,6 @@ def line_numbers(path: Path, raws: list[str | None], header_skipped: bool) -> li
                 found = _found_by_lines(block, wanted)
             for text, offset_line in found:
                 number = before + offset_line
-                if header_skipped and number == 1:
-                    continue
                 slots = wanted[text]
                 if slots:
                     numbers[slots.popleft()] = number

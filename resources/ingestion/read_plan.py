@@ -4,9 +4,10 @@ JSON lines: Spark's JSON reader with the declared types, plus the corrupt-record
 keeps the text of a line it rejects; only such a line is parsed again as text and `try_cast`
 per column, to name the column at fault (Spark 4 runs ANSI casts, which would fail the job
 instead). As in any Spark JSON read, a line holding a JSON array yields one record per
-element, and invalid UTF-8 is rejected. CSV: every line takes the text parse. Then the checks
-(event time, record id) and the table date in the stream's time zone. DataFrame API only: the
-same expressions run over Spark Connect.
+element, and invalid UTF-8 is rejected. CSV is staged as JSON lines (`csv_records`) and read
+the same way, each record carrying its line number, its text and, when malformed, why
+(`csv_plan`). Then the checks (event time, record id) and the table date in the stream's time
+zone. DataFrame API only: the same expressions run over Spark Connect.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from resources.ingestion.csv_records import ERROR_KEY, LINE_KEY, RAW_KEY
 from resources.ingestion.source_files import INPUT_DIGITS
 from resources.schema.modes import RESCUE, RESCUED
 from resources.streams import StreamConfig
@@ -42,21 +44,12 @@ def text_reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[
     from pyspark.sql.types import StringType, StructField, StructType
 
     names = config.column_names
-    if config.format == "jsonl":
-        schema = StructType(
-            [StructField(n, StringType()) for n in names] + [StructField(CORRUPT, StringType())]
-        )
-        parsed = F.from_json(
-            line, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-        )
-        malformed = parsed.isNull() | parsed[CORRUPT].isNotNull()
-        malformed_reason = "invalid JSON (truncated or malformed)"
-    else:
-        ddl = ", ".join(f"`{n}` STRING" for n in names)
-        parsed = F.from_csv(line, ddl, {"sep": config.csv_delimiter, "mode": "PERMISSIVE"})
-        fields = F.size(F.split(line, f"\\{config.csv_delimiter}", -1))
-        malformed = parsed.isNull() | (fields != len(names))
-        malformed_reason = f"CSV line does not have {len(names)} fields"
+    schema = StructType(
+        [StructField(n, StringType()) for n in names] + [StructField(CORRUPT, StringType())]
+    )
+    parsed = F.from_json(line, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    malformed = parsed.isNull() | parsed[CORRUPT].isNotNull()
+    malformed_reason = "invalid JSON (truncated or malformed)"
     typed = {c.name: parsed[c.name].try_cast(spark_type(c.type)) for c in config.columns}
     reason = F.when(malformed, F.lit(malformed_reason))
     for c in config.columns:
@@ -75,12 +68,14 @@ def source_column() -> Any:
 
 
 def json_schema(config: StreamConfig) -> tuple[Any, dict[str, str]]:
-    """The declared types plus the corrupt-record column, and the options that fill it."""
+    """The declared types plus the corrupt-record column, and the options that fill it (a CSV
+    stream's staged records: plus what each carries, `csv_fields`)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType(
         [StructField(c.name, spark_type(c.type)) for c in config.columns]
         + [StructField(CORRUPT, StringType())]
+        + (csv_fields() if config.format == "csv" else [])
     )
     return schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 
@@ -158,48 +153,38 @@ class ReadPlan:
     costs a py4j round trip per call (BENCHMARKS.md), and a run reads many chunks with the same
     ones."""
 
-    lines: list[Any]  # from the file reader's rows: (src, raw) or (src, columns..., raw)
+    lines: list[Any]  # from the file reader's rows: (src, columns..., raw), or (src, raw)
     keep: Any  # which of those are records at all, or None
     records: list[Any] | None  # (src, raw, record) a record per row, or None: a line is one
     parsed: list[Any]  # (src, raw, columns..., _rejected)
     checked: list[Any]  # (src, raw, columns..., _reason)
     rows: list[Any]  # (src, dt, columns..., _reason, _raw)
+    final: dict[str, Any] | None = None  # CSV: columns replaced last (`csv_plan`)
+    dropped: tuple[str, ...] = ()  # and columns dropped then
 
 
 def read_plan(config: StreamConfig) -> ReadPlan:
-    """JSON lines: Spark's JSON reader parses with the declared types; `raw` is the text of a
-    line it rejects, else null, and only such a line goes through the text parse, which names
-    what is wrong (a line the typed parse rejects but the text parse accepts, a quoted number
-    say, keeps its text-cast values). CSV: every line goes through the text parse."""
+    """Spark's JSON reader parses with the declared types; `raw` is the text of a line it
+    rejects, else null, and only such a line goes through the text parse, which names what is
+    wrong (a line the typed parse rejects but the text parse accepts, a quoted number say,
+    keeps its text-cast values). CSV: the same over its staged records (`csv_plan`)."""
     from pyspark.sql import functions as F
 
     text_reason, text_typed = text_reason_and_columns(config, F.col("raw"))
-    if config.format == "jsonl":
-        lines = [source_column(), *config.column_names, F.col(CORRUPT).alias("raw")]
-        keep = None
-        rejected = F.col("raw").isNotNull()
-        parsed = [
-            "src",
-            "raw",
-            *(
-                F.when(rejected, text_typed[c]).otherwise(F.col(c)).alias(c)
-                for c in config.column_names
-            ),
-            F.when(rejected, text_reason).alias("_rejected"),
-        ]
-    else:
-        lines = [source_column(), F.col("value").alias("raw")]
-        keep = F.trim("raw") != ""
-        parsed = [
-            "src",
-            "raw",
-            *(col.alias(name) for name, col in text_typed.items()),
-            text_reason.alias("_rejected"),
-        ]
-    if config.schema_evolution == RESCUE and config.format == "jsonl":
+    lines = [source_column(), *config.column_names, F.col(CORRUPT).alias("raw")]
+    rejected = F.col("raw").isNotNull()
+    parsed = [
+        "src",
+        "raw",
+        *(
+            F.when(rejected, text_typed[c]).otherwise(F.col(c)).alias(c)
+            for c in config.column_names
+        ),
+        F.when(rejected, text_reason).alias("_rejected"),
+    ]
+    keep, records = None, None
+    if config.schema_evolution == RESCUE:  # JSON lines only (streams.py refuses it for CSV)
         lines, keep, records, parsed = rescue_parse(config)
-    else:
-        records = None
     reason = (
         F.when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
         .when(F.col("_rejected").isNotNull(), F.col("_rejected"))
@@ -207,7 +192,7 @@ def read_plan(config: StreamConfig) -> ReadPlan:
     )
     dt = F.to_date(F.from_utc_timestamp(event_time(config), config.timezone))
     ok = F.col("_reason").isNull()
-    return ReadPlan(
+    plan = ReadPlan(
         lines=lines,
         keep=keep,
         records=records,
@@ -220,4 +205,51 @@ def read_plan(config: StreamConfig) -> ReadPlan:
             "_reason",
             F.when(~ok, F.make_valid_utf8("raw")).alias("_raw"),
         ],
+    )
+    return csv_plan(plan) if config.format == "csv" else plan
+
+
+CSV_CARRIED = {
+    LINE_KEY: ("_line", "long"),
+    RAW_KEY: ("_csv_raw", "string"),
+    ERROR_KEY: ("_csv_error", "string"),
+}
+"""What each staged CSV record carries beside its columns: key -> (column, type)."""
+
+
+def csv_fields() -> list[Any]:
+    """The keys a staged CSV record carries, as fields of the JSON reader's schema."""
+    from pyspark.sql.types import StructField
+
+    return [StructField(key, spark_type(typ)) for key, (_, typ) in CSV_CARRIED.items()]
+
+
+def csv_plan(plan: ReadPlan) -> ReadPlan:
+    """A CSV stream's plan: the JSON plan over its staged records (`csv_records.stage_csv`),
+    carrying each record's line number, text and malformed reason through to the rows. A
+    record the typed parse rejects (a column's text that is not its type) has every field
+    null but its JSON text, so what it carries is read from that text. Last, a malformed
+    record is bad for its own reason, and a bad row's text is the CSV record as written (the
+    staged JSON is not the user's) and its line the exact one it carries."""
+    from pyspark.sql import functions as F
+
+    carried = [
+        F.coalesce(F.col(key), F.get_json_object(CORRUPT, f"$.{key}").cast(typ)).alias(name)
+        for key, (name, typ) in CSV_CARRIED.items()
+    ]
+    names = [name for name, _ in CSV_CARRIED.values()]
+    error = F.col("_csv_error")
+    bad = error.isNotNull() | F.col("_reason").isNotNull()
+    return ReadPlan(
+        lines=[*plan.lines, *carried],
+        parsed=[*plan.parsed, *names],
+        checked=[*plan.checked, *names],
+        rows=[*plan.rows, *names],
+        final={
+            "dt": F.when(error.isNull(), F.col("dt")),
+            "_reason": F.coalesce(error, F.col("_reason")),
+            "_raw": F.when(bad, F.col("_csv_raw")),
+            "_line": F.when(bad, F.col("_line")),
+        },
+        dropped=("_csv_raw", "_csv_error"),
     )

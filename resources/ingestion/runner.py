@@ -47,6 +47,7 @@ from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
+from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.source_files import ChunkReader
 from resources.ingestion.work_units import DONE, done_objects, unit_objects
 from resources.ledger.model import AlreadyCommittedError, SmallObject, fits_one_commit
@@ -301,7 +302,7 @@ class IngestionRunner:
         on_step: Callable[[str, str], None] | None = None,
         merge_after_s: float | None = None,
         commit_every_bytes: int | None = None,
-        csv_header: bool = False,
+        csv: CsvFormat | None = None,
         delayed_merge_after_s: float | None = None,
     ) -> None:
         self.stream = stream
@@ -317,7 +318,8 @@ class IngestionRunner:
         self.chunk_size = chunk_size
         # A one-object unit bigger than this is read and committed in chunks of this much.
         self.commit_every_bytes = commit_every_bytes
-        self.csv_header = csv_header
+        # A CSV object's chunks end at record boundaries and start with its header again.
+        self.csv = csv
         self.clock = clock
         # Observer of the protocol's steps, ("published" | "committed", source key): the two
         # moments a crash matters. Used for progress logging and by the crash tests.
@@ -680,9 +682,10 @@ class IngestionRunner:
 
     def _ingest_large(self, lease: Lease, key: str, scratch: Path) -> PartitionOutcome:
         """One object, chunk by chunk (KIP-618's connector-defined transaction boundary): each
-        chunk — `commit_every_bytes` of text, to the end of a line — is read like any object and
-        committed with the offset it reached in one fenced transaction that keeps the lease
-        (renewed in the background meanwhile); the last chunk completes the unit. A takeover
+        chunk — `commit_every_bytes` of text, to the end of a line (CSV: of a record) — is read
+        like any object and committed with the offset it reached in one fenced transaction that
+        keeps the lease (renewed in the background meanwhile); the last chunk completes the
+        unit. A takeover
         resumes at the committed offset: plain text by seeking to it, gzip by decompressing up
         to it again (gzip cannot seek)."""
         (obj,) = unit_objects(key, lease.progress)
@@ -695,9 +698,7 @@ class IngestionRunner:
             )
         reached = (lease.progress or {}).get(CHUNK) or {"offset": 0, "line": 1}
         try:
-            chunks = ChunkReader(
-                local, int(reached["offset"]), int(reached["line"]), self.csv_header
-            )
+            chunks = ChunkReader(local, int(reached["offset"]), int(reached["line"]), self.csv)
         except (OSError, EOFError, zlib.error) as exc:
             why = f"{obj.key}: cannot read at offset {reached['offset']}: {exc}"
             return self._close_unreadable(lease, key, why)
@@ -725,7 +726,7 @@ class IngestionRunner:
             except (OSError, EOFError, zlib.error) as exc:
                 why = f"{obj}: cannot read at offset {chunks.offset}: {exc}"
                 return self._close_unreadable(lease, key, why)
-            shift = cut.first_line - 1 - (1 if self.csv_header and cut.first_line > 1 else 0)
+            shift = cut.first_line - 1 - cut.header_lines  # the chunk file's line 1 in the object
             attempt = uuid.uuid4().hex[:12]
             results = self.read_batch(
                 {obj: cut.path},

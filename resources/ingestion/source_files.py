@@ -1,8 +1,9 @@
 """Local source objects as the reader meets them, before and beside Spark.
 
 Whether a whole object can be read at all (`inspect_source`), its lines as Spark's text reader
-sees them (`open_lines`), and staging it for Spark under a name its rows can be mapped back by
-(`stage_input`, `INPUT_DIGITS`). Plain Python: no Spark here.
+sees them (`open_lines`), staging it for Spark under a name its rows can be mapped back by
+(`stage_input`, `INPUT_DIGITS`; a CSV object: `csv_records.stage_csv`), and cutting a large
+object into chunks (`ChunkReader`). Plain Python: no Spark here.
 """
 
 from __future__ import annotations
@@ -12,13 +13,24 @@ import io
 import os
 import shutil
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from resources.ingestion.csv_records import (
+    CsvFormat,
+    CsvRecord,
+    is_blank,
+    open_text,
+    split_records,
+    strip_bom,
+)
+
 # Digits of a staged input's name, the batch index of its object: Spark's rows carry the name
 # (`_metadata.file_name`), so each row maps back to its source key whatever the key holds.
 INPUT_DIGITS = 7
+BOM = b"\xef\xbb\xbf"
 
 
 def inspect_source(path: Path) -> tuple[str | None, int]:
@@ -51,14 +63,9 @@ def open_lines(path: Path) -> IO[str]:
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
 
 
-def stage_input(path: Path, link: Path, skip_header: bool) -> None:
+def stage_input(path: Path, link: Path) -> None:
     """Give Spark a name we can map back (keys may hold any character); no copy if possible.
-    A CSV header is dropped here, where "first line of the object" still means something."""
-    if skip_header:
-        with open_lines(path) as lines, link.open("w", encoding="utf-8") as out:
-            lines.readline()
-            shutil.copyfileobj(lines, out)
-        return
+    (A CSV object is staged by `csv_records.stage_csv` instead.)"""
     try:
         os.link(path, link)
     except OSError:
@@ -70,7 +77,8 @@ def stage_input(path: Path, link: Path, skip_header: bool) -> None:
 
 @dataclass(frozen=True)
 class ChunkCut:
-    """One chunk of a large object, cut at a line boundary into a file of its own."""
+    """One chunk of a large object, cut at a line boundary (a CSV record's) into a file of its
+    own."""
 
     path: Path
     first_line: int
@@ -81,33 +89,53 @@ class ChunkCut:
     line: int
     """The object's line number the next chunk starts at."""
     last: bool
+    header_lines: int = 0
+    """Lines of the CSV header put before the chunk's own lines in `path`: the file's line n
+    is the object's line `first_line - header_lines + n - 1`."""
 
 
 class ChunkReader:
     """Cuts consecutive chunks of one object, keeping it open between them: a gzip object is
     decompressed once per attempt (up to the resume offset, then chunk after chunk), not again
-    from its start for every chunk."""
+    from its start for every chunk.
 
-    def __init__(self, source: Path, offset: int, line: int, header: bool) -> None:
+    JSON lines are cut at `\n` (and `\r\n`); a file ending lines with `\r` alone is cut by
+    bytes only at `\n`. CSV (`csv` given) is cut where `csv_records` ends a record — never at
+    a line break inside quotes — its lines ending at `\n`, `\r\n` or `\r` as the CSV staging
+    counts them; a chunk after the first gets the object's header record again, so the reader
+    handles every chunk alike."""
+
+    def __init__(self, source: Path, offset: int, line: int, csv: CsvFormat | None = None) -> None:
         gz = source.name.endswith(".gz")
         self._file = gzip.open(source, "rb") if gz else source.open("rb")
-        # A CSV chunk after the first gets the object's header line again, so the reader
-        # handles every chunk alike.
-        self._header = self._file.readline() if header else b""
+        self._header, self._header_lines = b"", 0
+        self._records: Iterator[CsvRecord] | None = None
+        self._next: CsvRecord | None = None
+        self._bom = b""  # the object's byte-order mark, left out of its first record's split
         self._file.seek(offset)
+        if csv is not None:
+            if csv.header:
+                self._header, self._header_lines = _csv_header(source, csv)
+            text: Iterator[str] = io.TextIOWrapper(
+                self._file, encoding="utf-8", errors="surrogateescape", newline=""
+            )
+            if offset == 0:
+                text, bom = strip_bom(text)
+                self._bom = BOM if bom else b""
+            self._records = split_records(text, csv)
+            self._next = next(self._records, None)
         self.offset, self.line = offset, line
 
     def next(self, max_bytes: int, target: Path) -> ChunkCut:
-        """The lines from where the last chunk ended up to `max_bytes` and on to the end of
-        the line that crosses it, into `target`. Lines end at `\n` (and `\r\n`); a file ending
-        lines with `\r` alone is cut by bytes only at `\n`."""
+        """The lines (CSV: records) from where the last chunk ended up to `max_bytes` and on to
+        the end of the line (record) that crosses it, into `target`."""
         target.parent.mkdir(parents=True, exist_ok=True)
+        if self._records is not None:
+            return self._next_records(max_bytes, target)
         block = self._file.read(max_bytes)
         if block and not block.endswith(b"\n"):
             block += self._file.readline()
         with target.open("wb") as out:
-            if self._header and self.line > 1:
-                out.write(self._header)
             out.write(block)
         first = self.line
         self.offset += len(block)
@@ -115,15 +143,50 @@ class ChunkReader:
         last = not self._file.peek(1)
         return ChunkCut(target, first, self.offset, self.line, last)
 
+    def _next_records(self, max_bytes: int, target: Path) -> ChunkCut:
+        assert self._records is not None
+        first = self.line
+        header = self._header_lines if self._header and self.offset > 0 else 0
+        written = 0
+        with target.open("wb") as out:
+            if header:
+                out.write(self._header)
+            while self._next is not None and written < max_bytes:
+                data = self._bom + "".join(self._next.lines).encode("utf-8", "surrogateescape")
+                self._bom = b""
+                out.write(data)
+                written += len(data)
+                self.offset += len(data)
+                self.line += len(self._next.lines)
+                self._next = next(self._records, None)
+        return ChunkCut(target, first, self.offset, self.line, self._next is None, header)
+
     def close(self) -> None:
         self._file.close()
 
 
+def _csv_header(source: Path, fmt: CsvFormat) -> tuple[bytes, int]:
+    """The object's header record as written (blank lines before it included, a byte-order
+    mark left out), and its lines: what a chunk after the first starts with."""
+    with open_text(source) as text:
+        lines: list[str] = []
+        for record in split_records(strip_bom(text)[0], fmt):
+            lines += record.lines
+            if not is_blank(record):
+                break
+    return "".join(lines).encode("utf-8", "surrogateescape"), len(lines)
+
+
 def cut_chunk(
-    source: Path, offset: int, line: int, max_bytes: int, target: Path, header: bool
+    source: Path,
+    offset: int,
+    line: int,
+    max_bytes: int,
+    target: Path,
+    csv: CsvFormat | None = None,
 ) -> ChunkCut:
     """One chunk of `source` from `offset` (the start of line `line`): `ChunkReader.next`."""
-    reader = ChunkReader(source, offset, line, header)
+    reader = ChunkReader(source, offset, line, csv)
     try:
         return reader.next(max_bytes, target)
     finally:

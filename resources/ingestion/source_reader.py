@@ -3,7 +3,8 @@
 One read covers every object of the batch: a run ingests many partitions, and a Spark job per
 object would cost more than the data. Per `MAX_READ_BYTES` of source text, ONE Spark job reads
 the staged objects (`source_files`) with the expressions of `read_plan` (Spark's JSON reader
-with the declared types, a text parse only of the lines it rejects; CSV as text), and its rows
+with the declared types, a text parse only of the lines it rejects; CSV parsed in Python and
+staged as JSON lines, `csv_records`), and its rows
 come to the driver as Arrow: good rows with their date, bad rows with a reason and no date. A
 writer thread cuts them into one Parquet object per (work unit, date) (`table_objects`) and
 writes the bad ones to one quarantine object per unit (`quarantine`); every count comes from
@@ -15,10 +16,10 @@ write them first (pyarrow would only decode its Parquet again): both were measur
 (BENCHMARKS.md, "Spark read of one chunk" and "Ingestion"). An object too big for the driver
 goes through local Parquet, one task's output at a time.
 
-A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip) is
-found in Python before Spark sees it, and reported in its unit's `failed`: the caller commits
-the unit's other objects and closes the unit with backoff for that one, instead of losing the
-batch to one bad file.
+A whole object that cannot be read (missing, not gzip though named `.gz`, corrupt gzip, a CSV
+header naming no usable columns) is found in Python before Spark sees it, and reported in its
+unit's `failed`: the caller commits the unit's other objects and closes the unit with backoff
+for that one, instead of losing the batch to one bad file.
 
 DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Connect.
 """
@@ -39,6 +40,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from resources.ingestion.csv_records import (
+    ERROR_KEY,
+    LINE_KEY,
+    RAW_KEY,
+    CsvHeaderError,
+    stage_csv,
+)
 from resources.ingestion.field_scan import (
     ObjectFields,
     holds_only_known,
@@ -66,6 +74,8 @@ log = logging.getLogger(__name__)
 RecordSchema = Callable[[list[ColumnSpec], SchemaOrigin], SchemaVersion]
 """(columns, where first seen) -> the stream's first schema version holding them."""
 ADD_ATTEMPTS = 3
+CSV_KEYS = {LINE_KEY, RAW_KEY, ERROR_KEY}
+"""What a staged CSV record carries beside its fields (`csv_records`)."""
 
 # Source text per Spark job whose rows come to the driver as Arrow: what one read may hold in
 # memory (as Arrow, plus Spark's copy of the task results until they are handed over).
@@ -92,7 +102,7 @@ class SourceReader:
         self.config = config
         self.max_read_bytes = max_read_bytes
         self.record_schema = record_schema
-        self._skip_header = config.format == "csv" and config.csv_header
+        self._csv = config.format == "csv"
         self._plan: ReadPlan | None = None
         self._plan_version = 0
         self._lock = threading.Lock()
@@ -148,15 +158,25 @@ class SourceReader:
             for n, read in enumerate(_group_reads(sizes, self.max_read_bytes)):
                 inputs = staging / f"in-{n}"
                 inputs.mkdir(parents=True, exist_ok=True)
+                staged_inputs: dict[int, Path] = {}
+                headers: dict[int, list[str]] = {}
                 for i in read:
-                    path = files[index[i]]
-                    stage_input(
-                        path, inputs / _input_name(i, path, self._skip_header), self._skip_header
-                    )
-                staged_inputs = {
-                    i: inputs / _input_name(i, files[index[i]], self._skip_header) for i in read
-                }
-                batch = _Batch(files, index, groups, line_offsets or {}, staged_inputs, results)
+                    key = index[i]
+                    path = files[key]
+                    target = inputs / _input_name(i, path, self._csv)
+                    if self._csv:
+                        shift = (line_offsets or {}).get(key, 0)
+                        staged = self._stage_csv(path, target, shift)
+                        if isinstance(staged, str):
+                            results[groups[key]].failed[key] = staged
+                            continue
+                        headers[i] = staged
+                    else:
+                        stage_input(path, target)
+                    staged_inputs[i] = target
+                batch = _Batch(
+                    files, index, groups, line_offsets or {}, staged_inputs, results, headers
+                )
                 read_bytes = sum(sizes[i] for i in read)
                 with read_splits(self.spark, read_bytes, len(read)):
                     if read_bytes <= self.max_read_bytes:
@@ -196,6 +216,7 @@ class SourceReader:
         files, index, groups, results = batch.files, batch.index, batch.groups, batch.results
         dictionary = dictionary_columns(config)
         bad: BadRows = defaultdict(lambda: ([], []))
+        known_lines: dict[int, list[int]] = defaultdict(list)  # CSV: each bad row carries its line
         for table in tables:  # one at a time: a spilled object's tables don't all fit at once
             runs: dict[tuple[str, str], list[pa.Table]] = defaultdict(list)
             for src, dt, run in runs_by_source_and_date(iter([table])):
@@ -204,6 +225,8 @@ class SourceReader:
                 if dt is None:
                     bad[src][0].extend(run.column("_reason").to_pylist())
                     bad[src][1].extend(run.column("_raw").to_pylist())
+                    if self._csv:
+                        known_lines[src].extend(run.column("_line").to_pylist())
                 else:
                     runs[(groups[index[src]], dt)].append(run)
             for (group, dt), parts in runs.items():
@@ -225,12 +248,24 @@ class SourceReader:
             inputs,
             out,
             attempt,
-            self._skip_header,
+            known_lines,
             groups,
             batch.line_offsets,
         )
         for group, staged_file in quarantined:
             results[group].quarantine_files.append(staged_file)
+
+    def _stage_csv(self, path: Path, target: Path, shift: int) -> list[str] | str:
+        """Stage a CSV object as JSON lines, numbered as its object numbers them (`shift`: a
+        chunk's): its header's names, or why it cannot be read."""
+        try:
+            return stage_csv(path, target, self.config, first_line=1 + shift).header
+        except CsvHeaderError as exc:
+            target.unlink(missing_ok=True)
+            return str(exc)
+        except OSError as exc:
+            target.unlink(missing_ok=True)
+            return f"cannot read: {exc.strerror or exc}"
 
     def _current(self) -> StreamConfig:
         with self._lock:
@@ -290,14 +325,18 @@ class SourceReader:
         the batch (of `only`, when given) holding any."""
         known = set(config.column_names)
         found: dict[int, ObjectFields] = {}
-        if config.format != "jsonl" or config.schema_evolution == RESCUE:
-            return found  # CSV: its header names the fields; rescue: the read itself keeps them
+        if config.schema_evolution == RESCUE:
+            return found  # the read itself keeps them, in `_rescued`
         for i, path in batch.staged.items():
             if only is not None and i not in only:
                 continue
-            if holds_only_known(path, expected.get(i)):
+            if self._csv:  # the staged records' keys are exactly the header's names
+                if set(batch.headers.get(i, ())) <= known:
+                    continue
+                known = known | CSV_KEYS
+            elif holds_only_known(path, expected.get(i)):
                 continue
-            shift = batch.line_offsets.get(batch.index[i], 0)
+            shift = 0 if self._csv else batch.line_offsets.get(batch.index[i], 0)
             fields = scan_fields(path, known, 1 + shift)
             if fields.fields:
                 found[i] = fields
@@ -389,16 +428,17 @@ def _typed(config: StreamConfig) -> list[tuple[str, str]]:
     return [(c.name, c.type) for c in config.columns]
 
 
-def _input_name(i: int, path: Path, skip_header: bool) -> str:
-    """A staged input's name: its batch index (rows map back by it), `.gz` kept for Spark."""
-    gz = ".gz" if path.name.endswith(".gz") and not skip_header else ""
+def _input_name(i: int, path: Path, csv: bool) -> str:
+    """A staged input's name: its batch index (rows map back by it), `.gz` kept for Spark (a
+    CSV object is staged as uncompressed JSON lines)."""
+    gz = ".gz" if path.name.endswith(".gz") and not csv else ""
     return f"{i:0{INPUT_DIGITS}d}.txt{gz}"
 
 
 @dataclass
 class _Batch:
     """One read's objects: source key by index, unit by source key, quarantine line shifts,
-    staged inputs by index, and the per-unit results being filled."""
+    staged inputs by index, the per-unit results being filled and (CSV) headers."""
 
     files: dict[str, Path]
     index: dict[int, str]
@@ -406,6 +446,8 @@ class _Batch:
     line_offsets: dict[str, int]
     staged: dict[int, Path]
     results: dict[str, SourceBatchResult]
+    headers: dict[int, list[str]]
+    """CSV: each staged object's header names."""
 
 
 def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path | list[Path]) -> Any:
@@ -413,9 +455,10 @@ def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path |
     list of staged objects): a table row has its date (in the table's time zone) and no reason;
     a bad row has a reason, its text if known, and no date. Unsorted: `runs_by_source_and_date`
     groups them. Public so that `leasehold init` tries an inferred stream on its sample with
-    exactly the runtime's reading."""
+    exactly the runtime's reading. A CSV stream's rows also have `_line`, a bad row's line
+    number in its object."""
     paths = [str(p) for p in inputs] if isinstance(inputs, list) else str(inputs)
-    if config.format == "jsonl" and plan.records is None:
+    if plan.records is None:
         schema, options = json_schema(config)
         lines = spark.read.schema(schema).options(**options).json(paths)
     else:
@@ -425,7 +468,10 @@ def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path |
         lines = lines.where(plan.keep)
     if plan.records is not None:
         lines = lines.select(*plan.records)
-    return lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
+    rows = lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
+    if plan.final is not None:  # CSV
+        rows = rows.withColumns(plan.final).drop(*plan.dropped)
+    return rows
 
 
 def _counted(

@@ -7,15 +7,15 @@ choice the data does not settle is refused with a message naming the flag that s
 (`InferenceChoiceError`) rather than guessed.
 
 The types are inferred the way the runtime will read them (`read_plan`): a JSON value's own
-type decides, a JSON string holding a number stays a string; a CSV field is text that must
-cast. Timestamps are what Spark's cast accepts (ISO-8601 dates with a time, `T` or a space,
-an optional fraction and offset): a column leasehold would fail to parse is never declared a
-timestamp.
+type decides, a JSON string holding a number stays a string; a CSV field (parsed as the
+runtime stages it, `csv_records`) is text that must cast. Timestamps are what Spark's cast
+accepts (ISO-8601 dates with a time, `T` or a space, an optional fraction and offset): a
+column leasehold would fail to parse is never declared a timestamp.
 """
 
 from __future__ import annotations
 
-import csv
+import io
 import json
 import re
 import unicodedata
@@ -26,6 +26,7 @@ from datetime import date, datetime
 from typing import Any
 
 from resources.errors import ConfigError, LeaseholdError
+from resources.ingestion.csv_records import CsvFormat, CsvHeaderError, CsvRecords
 
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff"
@@ -219,36 +220,35 @@ def parse_jsonl(lines: Iterable[str]) -> SampleRecords:
     return SampleRecords(columns, records, malformed, examples)
 
 
-def parse_csv(header: str, lines: Iterable[str], delimiter: str) -> SampleRecords:
-    """Records of CSV lines under `header`. A line whose field count differs is malformed, as
-    the runtime's reader counts it; an empty field is null (Spark's CSV default)."""
-    names = next(csv.reader([header.removeprefix(BOM)], delimiter=delimiter), [])
-    names = [n.strip() for n in names]
-    blank = [i + 1 for i, n in enumerate(names) if not n]
-    if blank or not names:
-        raise SourceInferenceError(
-            f"the CSV header {header.strip()[:120]!r} has unnamed columns (field {blank}); "
-            "leasehold needs a header line naming every column"
-        )
-    dup = sorted(n for n, c in Counter(names).items() if c > 1)
-    if dup:
-        raise SourceInferenceError(f"the CSV header names {dup} more than once")
-    values: list[list[Any]] = [[] for _ in names]
+def parse_csv(texts: dict[str, str], fmt: CsvFormat) -> SampleRecords:
+    """Records of CSV objects (key -> sampled text, header first) as the runtime stages them
+    (`csv_records`: RFC 4180, columns by header name, an empty field null): the columns are
+    every header's names in first-seen order, as a stream's objects may order their header
+    differently; a record whose quotes do not close or whose field count differs from its
+    header's is malformed. A header naming no usable columns is refused, naming the object."""
+    values: dict[str, list[Any]] = {}
     records = malformed = 0
     examples: list[str] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        fields = next(csv.reader([line], delimiter=delimiter), [])
-        if len(fields) != len(names) or line.count(delimiter) != len(names) - 1:
-            malformed += 1
-            if len(examples) < 3:
-                examples.append(line.strip()[:120])
-            continue
-        records += 1
-        for column, value in zip(values, fields, strict=True):
-            column.append(value if value != "" else None)
-    columns = [_column(n, v, json_values=False) for n, v in zip(names, values, strict=True)]
+    for key, text in texts.items():
+        try:
+            rows = CsvRecords(io.StringIO(text, newline=""), fmt)
+        except CsvHeaderError as exc:
+            raise SourceInferenceError(
+                f"{key}: {exc}; leasehold needs a header line naming every column once"
+            ) from None
+        for name in rows.header:
+            values.setdefault(name, [None] * records)
+        for row in rows:
+            if row.values is None:
+                malformed += 1
+                if len(examples) < 3:
+                    examples.append(row.raw.strip()[:120])
+                continue
+            record = dict(zip(rows.header, row.values, strict=True))
+            for name, column in values.items():
+                column.append(record.get(name) or None)
+            records += 1
+    columns = [_column(name, vals, json_values=False) for name, vals in values.items()]
     return SampleRecords(columns, records, malformed, examples)
 
 

@@ -1,12 +1,14 @@
 """Sample a source for `leasehold init`: a bounded head of a few objects, read with Spark.
 
 The sample is bounded twice — `sample_objects` objects spread over the first listing page,
-the first `sample_bytes` of each (decompressed, cut at a line end) — so inferring a stream
-costs the same on a prefix of ten objects or ten million. The heads are staged the way the
-runtime stages objects (`source_files`: named by batch index, a CSV header dropped), so Spark
-reads them here exactly as a run will: first as text lines for the inference
-(`sample_lines`), then with the inferred stream's real read plan (`trial_read`), which counts
-what would go to the table and what to quarantine before anything is written.
+the first `sample_bytes` of each (decompressed, cut at a line end; CSV at a record's end) — so
+inferring a stream costs the same on a prefix of ten objects or ten million. The heads are
+staged the way the runtime stages objects (named by batch index; a CSV head as
+`csv_records.stage_csv` stages it, once the stream is known), so Spark reads them here exactly
+as a run will: JSON lines first as text lines for the inference (`sample_lines`; CSV is
+inferred in Python from the same parse the runtime uses), then with the inferred stream's real
+read plan (`trial_read`), which counts what would go to the table and what to quarantine
+before anything is written.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from resources.ingestion.csv_records import (
+    CsvFormat,
+    CsvHeaderError,
+    complete_records,
+    stage_csv,
+)
 from resources.ingestion.read_plan import read_plan, source_column
 from resources.ingestion.source_files import INPUT_DIGITS
 from resources.ingestion.source_reader import source_rows
@@ -98,17 +106,19 @@ def _sample(store: ObjectStore, info: ObjectInfo, sample_bytes: int) -> SampledO
     if not whole:  # cut at the last line end: a partial last line is not a malformed record
         data = data[: data.rfind(b"\n") + 1]
     text = data.decode("utf-8", errors="replace").removeprefix(BOM)
-    return SampledObject(info.key, info.size, detect_format(info.key, head, text), text)
+    fmt = detect_format(info.key, head, text)
+    if fmt.format == "csv" and not whole:  # nor a record cut inside a quoted line break
+        text = complete_records(text, CsvFormat(fmt.delimiter))
+    return SampledObject(info.key, info.size, fmt, text)
 
 
-def stage_sample(sampled: list[SampledObject], directory: Path, csv_header: bool) -> Path:
+def stage_sample(sampled: list[SampledObject], directory: Path) -> Path:
     """Each sampled object's text as a file Spark reads and maps back to it by name (the
-    runtime's staging: `INPUT_DIGITS` digits of its index, keys may hold any character; a
-    CSV header dropped, as `source_files.stage_input` drops it)."""
+    runtime's staging: `INPUT_DIGITS` digits of its index, keys may hold any character). A
+    CSV head is staged as is: `trial_read` stages it for Spark once the stream is known."""
     directory.mkdir(parents=True, exist_ok=True)
     for i, obj in enumerate(sampled):
-        text = obj.text.partition("\n")[2] if csv_header else obj.text
-        (directory / f"{i:0{INPUT_DIGITS}d}.txt").write_text(text, encoding="utf-8")
+        (directory / f"{i:0{INPUT_DIGITS}d}.txt").write_text(obj.text, encoding="utf-8")
     return directory
 
 
@@ -124,7 +134,17 @@ def sample_lines(spark: Any, staged: Path) -> dict[int, list[str]]:
 
 def trial_read(spark: Any, config: StreamConfig, staged: Path) -> Counter[str | None]:
     """Records of the staged sample by why they would be quarantined (None: to the table),
-    read with the runtime's own plan for `config`."""
+    read with the runtime's own plan for `config` (CSV heads staged by the runtime's
+    `stage_csv` first)."""
+    if config.format == "csv":
+        as_json = staged.with_name(staged.name + "-csv")
+        as_json.mkdir(exist_ok=True)
+        for head in sorted(staged.iterdir()):
+            try:
+                stage_csv(head, as_json / head.name, config)
+            except CsvHeaderError as exc:
+                raise SourceInferenceError(str(exc)) from None
+        staged = as_json
     rows = source_rows(spark, config, read_plan(config), staged)
     counts = rows.groupBy("_reason").count().collect()
     return Counter({row["_reason"]: int(row["count"]) for row in counts})

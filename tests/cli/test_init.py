@@ -8,9 +8,12 @@ in the partition of its event time, nothing else.
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -22,8 +25,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from resources.cli.init import add_entry, render_entry
+from resources.cli.init import Inferred, add_entry, check_trial, render_entry
 from resources.cli.main import main
+from resources.ingestion.stream_inference import SourceInferenceError
+from resources.stores import build_store
+from resources.stores.settings import StoreSettings
 from resources.streams import load_streams
 
 REPO = Path(__file__).resolve().parents[2]
@@ -359,3 +365,175 @@ def test_a_format_the_objects_contradict_is_refused(tmp_path: Path, capsys) -> N
     assert exit_.value.code == 2 and "not a positive count" in capsys.readouterr().err
     code, _, err = run(capsys, "init", str(source), "--name", "2 bad")
     assert code == 2 and "'2 bad' is no stream name" in err and "--name NAME" in err
+
+
+PEOPLE = ["person_id", "name", "age", "score", "active", "joined_at"]
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def person(n: int, multiline: bool = False) -> list[str]:
+    names = ["Smith, John", 'O"Brien', "two\r\nlines (CRLF)", "a\nbare LF", "  spaced  ", "Zoë"]
+    name = f"{names[n % len(names)]} #{n}"
+    if multiline:  # every record of the big object spans lines: its chunks are cut mid-record
+        name = f"big {n}, first line\r\nsecond line"
+    at = START + timedelta(hours=n)
+    return [f"p{n:04d}", name, str(20 + n % 50), f"{n * 0.5:.1f}", "true" if n % 3 else "false",
+            at.strftime("%Y-%m-%dT%H:%M:%SZ")]  # fmt: skip
+
+
+def csv_object(rows: list[list[str]], order: list[int], terminator: str) -> tuple[str, list]:
+    """The text Python's csv module writes for a header and `rows` (columns in `order`), and
+    each row's (line, text as written)."""
+    text, records = "", []
+    for row in [PEOPLE, *rows]:
+        one = io.StringIO(newline="")
+        csv.writer(one, lineterminator=terminator).writerow([row[i] for i in order])
+        records.append((1 + len(LINE_BREAK.findall(text)), one.getvalue().removesuffix(terminator)))
+        text += one.getvalue()
+    return text, records[1:]
+
+
+def epoch(text: str) -> int:
+    return int(
+        datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    )
+
+
+def write_people(root: Path) -> tuple[dict[str, list[str]], dict[tuple[str, int], tuple]]:
+    """CSV as Python's csv module writes it: CRLF with a byte-order mark and two malformed
+    records, a header in another order with LF (gzip), and a big object read in chunks.
+    Returns the good rows by id and the bad ones by (key, line): (reason, text)."""
+    root.mkdir(parents=True)
+    good: dict[str, list[str]] = {}
+    bad: dict[tuple[str, int], tuple[str, str]] = {}
+
+    a = [person(n) for n in range(30)]
+    text, _ = csv_object(a, list(range(6)), "\r\n")
+    tail = ["p9998,too,many,1,1.0,true,x", 'p9999,"never closed,1,1.0,true,2026-03-01T00:00:00Z']
+    last = 1 + len(LINE_BREAK.findall(text))
+    bad[("a.csv", last)] = ("CSV record has 7 fields, the header has 6", tail[0])
+    bad[("a.csv", last + 1)] = ("unclosed quote", tail[1])
+    (root / "a.csv").write_bytes(("\ufeff" + text + "\r\n".join(tail) + "\r\n").encode())
+    good.update({r[0]: r for r in a})
+
+    order = [5, 3, 0, 1, 4, 2]
+    b = [person(n) for n in range(30, 60)]
+    b[4][5] = ""  # no join time: quarantined, with its text as written
+    text, records = csv_object(b, order, "\n")
+    bad[("b.csv.gz", records[4][0])] = ("missing event time", records[4][1])
+    (root / "b.csv.gz").write_bytes(gzip.compress(text.encode()))
+    good.update({r[0]: r for r in b if r[5]})
+
+    big = [person(n, multiline=True) for n in range(60, 300)]
+    big[150][5] = ""
+    text, records = csv_object(big, list(range(6)), "\r\n")
+    assert records[150][0] == 2 + 2 * 150  # numbered in the whole object, across chunks
+    bad[("c big.csv", records[150][0])] = ("missing event time", records[150][1])
+    (root / "c big.csv").write_bytes(text.encode())
+    good.update({r[0]: r for r in big if r[5]})
+    return good, bad
+
+
+def test_init_then_run_reads_csv_as_real_tools_write_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`leasehold init` on CSV as Python's csv module writes it, as quiet as `run`; then
+    `leasehold run` with the big object in chunks: the published table holds every good
+    record once with its values as written, quarantine the bad ones at their exact lines."""
+    import duckdb
+
+    good, bad = write_people(tmp_path / "people")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DAGSTER_"))}
+    env.update(
+        PYTHONPATH=str(REPO),
+        SPARK_LOCAL_IP="127.0.0.1",
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        LEASEHOLD_DATA_DIR=str(tmp_path / "data"),
+        LEASEHOLD_STREAMS=str(tmp_path / "streams.yaml"),
+        LEASEHOLD_SPARK_MASTER="local[2]",
+    )
+
+    def leasehold(*argv: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.support.cli_sequence", json.dumps([list(argv)])],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done
+
+    init = leasehold("init", "people")
+    assert init.stderr == ""  # no Java or Spark start-up lines: they went to the Spark log
+    assert "trial read of the sample: 298 of 302 records to the table" in init.stdout
+    entry = yaml.safe_load((tmp_path / "streams.yaml").read_text())["streams"]["people"]
+    assert entry["csv"] == {"header": True, "delimiter": ",", "quote": '"', "escape": None}
+    assert entry["schema_evolution"] == "add"
+    assert entry["schema"] == {
+        "person_id": "string",
+        "name": "string",
+        "age": "long",
+        "score": "double",
+        "active": "boolean",
+        "joined_at": "timestamp",
+    }
+    assert (entry["event_time"], entry["record_id"]) == ("joined_at", "person_id")
+    # Units of at most 8 kB: the big object (~17 kB) is a unit of its own, read in chunks of
+    # 3 kB whose byte budgets end inside quoted line breaks.
+    with (tmp_path / "streams.yaml").open("a") as f:
+        f.write("    partition: {max_bytes: 8000, commit_every_bytes: 3000}\n")
+    assert (tmp_path / "people" / "c big.csv").stat().st_size > 3 * 8000 // 2
+    run = leasehold("run", "--stream", "people")
+    assert "302 source records read - 4 quarantined = 298 rows committed" in run.stdout
+    store = build_store(StoreSettings.from_env())
+    try:  # the big object's unit was committed chunk by chunk, up to its end
+        (unit,) = [
+            json.loads(item.progress_state or "{}")
+            for item in store.iter_items(store.source_identifier("people"))
+            if "c big.csv" in item.partition_key
+        ]
+    finally:
+        store.close_store()
+    assert unit["chunk"]["offset"] == (tmp_path / "people" / "c big.csv").stat().st_size
+
+    dates = {r[5][:10] for r in good.values()}
+    files = []
+    for dt in sorted(dates):
+        assert main(["table", "files", "people", dt, "--json"]) == 0, capsys.readouterr().err
+        files += [
+            f["url"].removeprefix("file://") for f in json.loads(capsys.readouterr().out)["files"]
+        ]
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "SELECT person_id, name, age, score, active, CAST(epoch(joined_at) AS BIGINT)"
+            " FROM read_parquet($files, union_by_name = true)",
+            {"files": files},
+        ).fetchall()
+        quarantine = con.execute(
+            "SELECT source_key, line, reason, raw FROM read_parquet($glob)",
+            {"glob": str(tmp_path / "data" / "lake" / "people_quarantine" / "**" / "*.parquet")},
+        ).fetchall()
+    assert Counter(r[0] for r in rows).most_common(1)[0][1] == 1  # no record twice
+    assert {r[0]: list(r) for r in rows} == {
+        i: [r[0], r[1], int(r[2]), float(r[3]), r[4] == "true", epoch(r[5])]
+        for i, r in good.items()
+    }
+    assert {(k, n): (why, raw) for k, n, why, raw in quarantine} == bad
+
+
+def test_an_entry_that_would_quarantine_most_records_is_refused_with_why() -> None:
+    inferred = Inferred("x", {}, {}, [], "")
+    config: Any = None  # not read
+    with pytest.raises(SourceInferenceError) as refused:
+        check_trial(config, Counter({None: 2, "missing event time": 3}), inferred)
+    assert str(refused.value) == (
+        "read as the inferred stream, 3 of the 5 sampled records would go to quarantine "
+        "(missing event time: 3); --format, --event-time or the data itself must change"
+    )
+    check_trial(config, Counter({None: 3, "unclosed quote": 2}), inferred)  # half: accepted
+    assert inferred.notes == [
+        "trial read of the sample: 3 of 5 records to the table, the rest to quarantine "
+        "(unclosed quote: 2)"
+    ]

@@ -15,9 +15,7 @@ from resources.ingestion.quarantine import line_numbers
 from resources.ingestion.source_files import open_lines
 
 
-def numbered_line_by_line(
-    path: Path, raws: list[str | None], header_skipped: bool
-) -> list[int | None]:
+def numbered_line_by_line(path: Path, raws: list[str | None]) -> list[int | None]:
     """The reference: every line read in turn, the k-th line equal to a text gets its k-th
     occurrence (U+FFFD runs compared as one)."""
     wanted: dict[str, list[int]] = {}
@@ -27,8 +25,6 @@ def numbered_line_by_line(
     numbers: list[int | None] = [None] * len(raws)
     with open_lines(path) as lines:
         for number, line in enumerate(lines, start=1):
-            if header_skipped and number == 1:
-                continue
             slots = wanted.get(quarantine._normalized(line.rstrip("\n")))
             if slots:
                 numbers[slots.pop(0)] = number
@@ -51,7 +47,6 @@ LINES = st.lists(
         st.one_of(st.none(), st.sampled_from(["a", "ab", "b a", '{"x": 1', "\ufffd", "zz"])),
         max_size=12,
     ),
-    header_skipped=st.booleans(),
     block_chars=st.sampled_from([1, 2, 5, 64, 4 << 20]),
     max_find_texts=st.sampled_from([0, 1, 32]),
     gz=st.booleans(),
@@ -62,7 +57,6 @@ def test_bad_lines_are_numbered_as_a_pass_over_every_line_numbers_them(
     ending: str,
     final_newline: bool,
     asked: list[str | None],
-    header_skipped: bool,
     block_chars: int,
     max_find_texts: int,
     gz: bool,
@@ -74,11 +68,11 @@ def test_bad_lines_are_numbered_as_a_pass_over_every_line_numbers_them(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(quarantine, "BLOCK_CHARS", block_chars)
         patch.setattr(quarantine, "MAX_FIND_TEXTS", max_find_texts)
-        got = line_numbers(path, asked, header_skipped)
-    assert got == numbered_line_by_line(path, asked, header_skipped)
+        got = line_numbers(path, asked)
+    assert got == numbered_line_by_line(path, asked)
 
 
 def test_a_line_that_only_contains_a_bad_text_is_not_it(tmp_path: Path) -> None:
     path = tmp_path / "object.jsonl"
     path.write_text('{"x": 12}\n{"x": 1\nx{"x": 1\n{"x": 1\n')
-    assert line_numbers(path, ['{"x": 1', '{"x": 1', '{"x": 1'], False) == [2, 4, None]
+    assert line_numbers(path, ['{"x": 1', '{"x": 1', '{"x": 1']) == [2, 4, None]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -131,33 +133,97 @@ def test_bad_input_is_quarantined_with_reasons_and_counted(
             )
 
 
-def test_csv_with_header(spark, tmp_path: Path) -> None:
-    streams = tmp_path / "streams.yaml"
-    streams.write_text(
-        """
+def written(rows: list[list[str]], lineterminator: str = "\r\n") -> str:
+    """`rows` as Python's csv module writes them (RFC 4180: quoted as needed, CRLF)."""
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator=lineterminator).writerows(rows)
+    return out.getvalue()
+
+
+CSV_STREAM = """
 streams:
   c:
     source: file://src
     format: csv
-    schema: {id: string, n: long, at: timestamp}
+    schema: {id: string, name: string, n: long, amount: double, ok: boolean, at: timestamp}
     event_time: at
     record_id: id
     table: file://lake/c
 """
-    )
+CSV_HEADER = ["id", "name", "n", "amount", "ok", "at"]
+CSV_GOOD = [
+    ["x1", "Smith, John", "5", "1.25", "true", "2026-01-01T01:00:00Z"],
+    ["x2", 'O"Brien', "-7", "1e3", "false", "2026-01-01T11:00:00+02:00"],
+    ["x3", 'two\r\nlines, one "quoted"', "", "", "", "2026-01-02 03:04:05"],
+    ["x4", "ünï\nbare LF", "0", "0.5", "TRUE", "2026-01-02T00:00:00Z"],
+]
+CSV_WANT = {
+    "x1": ("Smith, John", 5, 1.25, True, "2026-01-01T01:00:00"),
+    "x2": ('O"Brien', -7, 1000.0, False, "2026-01-01T09:00:00"),
+    "x3": ('two\r\nlines, one "quoted"', None, None, None, "2026-01-02T03:04:05"),
+    "x4": ("ünï\nbare LF", 0, 0.5, True, "2026-01-02T00:00:00"),
+}
+
+
+@READS
+def test_csv_as_real_tools_write_it(spark, tmp_path: Path, max_read_bytes: int) -> None:
+    """Objects written by Python's csv module: every record once with its values as written
+    (quoted delimiters, doubled quotes, line breaks inside quotes), columns by name whatever
+    the header's order, bad records quarantined with their exact line and text."""
+    streams = tmp_path / "streams.yaml"
+    streams.write_text(CSV_STREAM)
     config = load_streams(streams)["c"]
     src = tmp_path / "src"
     src.mkdir()
-    (src / "a.csv").write_text(
-        "id,n,at\nx1,5,2026-01-01T01:00:00Z\nx2,notanumber,2026-01-01T02:00:00Z\nx3,7\n"
+    bad = [
+        ["b1", "wrong, type", "notanumber", "1", "true", "2026-01-01T00:00:00Z"],
+        ["b2", "no time", "1", "1", "true", ""],
+        ["", "no id", "1", "1", "true", "2026-01-01T00:00:00Z"],
+        ["b4", "not a boolean", "1", "1", "maybe", "2026-01-01T00:00:00Z"],
+    ]
+    text = written([CSV_HEADER, *CSV_GOOD[:2], bad[0], CSV_GOOD[2], *bad[1:]])
+    text += "b5,too,many,fields,1,true,2026-01-01T00:00:00Z\r\n"
+    text += '\r\nb6,"unclosed,1,1,true,2026-01-01T00:00:00Z\r\n'
+    (src / "a.csv").write_bytes(("\ufeff" + text).encode())
+    order = [5, 3, 0, 4, 1, 2]  # another header order, LF, gzip
+    (src / "b.csv.gz").write_bytes(
+        gzip.compress(
+            written([[row[i] for i in order] for row in (CSV_HEADER, CSV_GOOD[3])], "\n").encode()
+        )
     )
-    reader = SourceReader(spark, config)
-    (result,) = reader.read({"a.csv": src / "a.csv"}, tmp_path / "st", "b").values()
-    assert (result.rows_read, result.rows_quarantined) == (3, 2)
-    reasons = sorted(
-        r["reason"] for r in pq.read_table(result.quarantine_files[0].local_path).to_pylist()
-    )
-    assert reasons == ["CSV line does not have 3 fields", "wrong type for n: expected long"]
+    (src / "dup.csv").write_text("id,at,id\n1,2026-01-01T00:00:00Z,2\n")
+    (src / "empty.csv").write_text("")
+    files = {p.name: p for p in sorted(src.iterdir())}
+    results = SourceReader(spark, config, max_read_bytes).read(files, tmp_path / "st", "b")
+
+    rows = {
+        r["id"]: r
+        for result in results.values()
+        for f in result.table_files
+        for r in pq.read_table(f.local_path).to_pylist()
+    }
+    got = {
+        i: (r["name"], r["n"], r["amount"], r["ok"], r["at"].replace(tzinfo=None).isoformat())
+        for i, r in rows.items()
+    }
+    assert got == CSV_WANT
+    a = results["a.csv"]
+    assert (a.rows_read, a.rows_quarantined) == (9, 6)  # the blank line is no record
+    quarantined = pq.read_table(a.quarantine_files[0].local_path).to_pylist()
+    raw = [written([row]).removesuffix("\r\n") for row in bad]
+    lines = text.split("\r\n")  # x3's quoted CRLF makes lines 5 and 6
+    assert sorted((r["line"], r["reason"], r["raw"]) for r in quarantined) == [
+        (4, "wrong type for n: expected long", raw[0]),
+        (7, "missing event time", raw[1]),
+        (8, "missing record id", raw[2]),
+        (9, "wrong type for ok: expected boolean", raw[3]),
+        (10, "CSV record has 7 fields, the header has 6", lines[9]),
+        (12, "unclosed quote", lines[11]),
+    ]
+    assert {r["source_key"] for r in quarantined} == {"a.csv"}
+    assert results["b.csv.gz"].rows_read == 1
+    assert results["dup.csv"].unreadable == "the CSV header (line 1) names ['id'] more than once"
+    assert results["empty.csv"].rows_read == 0 and results["empty.csv"].unreadable is None
 
 
 def test_inspect_source_names_unreadable_objects_and_counts_text(tmp_path: Path) -> None:

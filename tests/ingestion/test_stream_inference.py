@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.stream_inference import (
     Column,
     InferenceChoiceError,
@@ -101,21 +102,35 @@ def test_jsonl_records_arrays_and_malformed_lines() -> None:
     ]
 
 
-def test_csv_records_by_header_and_field_count() -> None:
-    header = "\ufeffid,name,when"
-    lines = ["1,a,2026-01-01 00:00:00", '2,"b, c",2026-01-01 00:00:01', "3,,2026-01-02 00:00:00"]
-    sample = parse_csv(header, [*lines, "4,too,many,fields", ""], ",")
-    # A quoted delimiter is malformed: the runtime counts a CSV line's fields by delimiter.
-    assert sample.records == 2 and sample.malformed == 2
+def test_csv_records_as_the_runtime_parses_them() -> None:
+    """RFC 4180 as Python's csv module writes it: a quoted delimiter, doubled quotes and a
+    quoted line break are values; columns by header name, in first-seen order over objects
+    whose headers differ; a record with another field count or an unclosed quote malformed."""
+    first = (
+        "\ufeffid,name,when\r\n"
+        "1,a,2026-01-01 00:00:00\r\n"
+        '2,"b, c",2026-01-01 00:00:01\r\n'
+        '3,"said ""hi""\r\nand left",2026-01-02 00:00:00\r\n'
+        "4,too,many,fields\r\n"
+        "\r\n"
+        "5,,2026-01-02 00:00:00\r\n"
+    )
+    second = 'when,id,extra\n2026-01-03 00:00:00,6,7\n7,"never closed\n'
+    sample = parse_csv({"a.csv": first, "b.csv": second}, CsvFormat())
+    assert (sample.records, sample.malformed) == (5, 2)
     assert [(c.name, c.type, c.nulls) for c in sample.columns] == [
         ("id", "long", 0),
-        ("name", "string", 1),
+        ("name", "string", 2),  # empty in record 5, absent from b.csv
         ("when", "timestamp", 0),
+        ("extra", "long", 4),
     ]
-    with pytest.raises(SourceInferenceError, match="more than once"):
-        parse_csv("a,b,a", [], ",")
+    assert sample.malformed_examples == ["4,too,many,fields", '7,"never closed']
+    with pytest.raises(SourceInferenceError, match=r"a.csv: .*names \['a'\] more than once"):
+        parse_csv({"a.csv": "a,b,a\n"}, CsvFormat())
     with pytest.raises(SourceInferenceError, match="unnamed columns"):
-        parse_csv("a,,b", [], ",")
+        parse_csv({"a.csv": "a,,b\n"}, CsvFormat())
+    semicolons = parse_csv({"x": 'a;b\n"1;2";3\n'}, CsvFormat(";"))
+    assert (semicolons.records, semicolons.columns[0].values) == (1, ["1;2"])
 
 
 def col(name: str, typ: str, values: list | None = None, nulls: int = 0) -> Column:

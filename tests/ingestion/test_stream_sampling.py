@@ -10,7 +10,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from resources.ingestion.stream_inference import SourceInferenceError
+from resources.ingestion.csv_records import CsvFormat
+from resources.ingestion.stream_inference import SourceInferenceError, parse_csv
 from resources.ingestion.stream_sampling import sample_source, stage_sample
 from resources.objects.base import ObjectStore, object_store_for
 
@@ -48,7 +49,7 @@ def test_heads_are_bounded_and_cut_at_a_line_end(objects: ObjectStore, tmp_path:
         assert 0 < len(obj.text) <= 4096 and obj.text.endswith("\n")
         assert all(json.loads(line)["pad"] for line in obj.text.splitlines())
         assert obj.format.format == "jsonl" and obj.format.problem is None
-    staged = stage_sample(sample.sampled, tmp_path / "staged", csv_header=False)
+    staged = stage_sample(sample.sampled, tmp_path / "staged")
     assert sorted(p.name for p in staged.iterdir()) == [f"{i:07d}.txt" for i in range(4)]
 
 
@@ -61,3 +62,15 @@ def test_corrupt_gzip_and_empty_sources(objects: ObjectStore) -> None:
     objects.put_bytes("b.csv.gz", b"\x1f\x8b" + b"\x00" * 30)
     (obj,) = sample_source(objects, sample_objects=3).sampled
     assert (obj.key, (obj.format.problem or "")[:12]) == ("b.csv.gz", "corrupt gzip")
+
+
+def test_a_csv_head_ends_at_a_record_not_inside_a_quoted_line_break(
+    objects: ObjectStore,
+) -> None:
+    rows = "".join(f'{i},"line one\r\nline two",2026-01-01T00:00:00Z\r\n' for i in range(100))
+    data = ("id,text,at\r\n" + rows).encode()
+    objects.put_bytes("a.csv", data)
+    for cut in range(60, 140):  # every place the head's last line end can fall
+        (obj,) = sample_source(objects, sample_objects=1, sample_bytes=cut).sampled
+        sample = parse_csv({obj.key: obj.text}, CsvFormat())
+        assert sample.malformed == 0 and obj.text.endswith("Z\r\n"), cut
