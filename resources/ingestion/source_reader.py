@@ -3,8 +3,7 @@
 One read covers every object of the batch: a run ingests many partitions, and a Spark job per
 object would cost more than the data. Per `MAX_READ_BYTES` of source text, ONE Spark job reads
 the staged objects (`source_files`) with the expressions of `read_plan` (Spark's JSON reader
-with the declared types, a text parse only of the lines it rejects; CSV parsed in Python and
-staged as JSON lines, `csv_records`), and its rows
+with the declared types, a text parse only of the lines it rejects; CSV as JSON), and its rows
 come to the driver as Arrow: good rows with their date, bad rows with a reason and no date. A
 writer thread cuts them into one Parquet object per (work unit, date) (`table_objects`) and
 writes the bad ones to one quarantine object per unit (`quarantine`); every count comes from
