@@ -242,6 +242,8 @@ def csv_plan(plan: ReadPlan) -> ReadPlan:
     bad = error.isNotNull() | F.col("_reason").isNotNull()
     return ReadPlan(
         lines=[*plan.lines, *carried],
+        keep=None,
+        records=None,
         parsed=[*plan.parsed, *names],
         checked=[*plan.checked, *names],
         rows=[*plan.rows, *names],

@@ -22,6 +22,7 @@ from pathlib import Path
 from dagster import materialize
 
 from coordination_assets.ingestion import build_ingestion_asset
+from resources.dagster_resources.asset_metadata import COLUMN_SCHEMA
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
@@ -100,8 +101,8 @@ def main() -> None:
         for e in result.all_events
         if e.event_type_value == "STEP_FAILURE" and e.step_failure_data.error
     ]
-    materialized = [
-        {k: v.value for k, v in e.materialization.metadata.items()}
+    materialized = [  # the counts (the column schema is no JSON value)
+        {k: v.value for k, v in e.materialization.metadata.items() if k != COLUMN_SCHEMA}
         for e in result.get_asset_materialization_events()
     ]
     Path(args["marker"] + ".result").write_text(
