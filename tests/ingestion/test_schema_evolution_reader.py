@@ -78,6 +78,14 @@ def read(spark, store, config, files, tmp_path, max_read_bytes=MAX_READ_BYTES):
     return reader, reader.read(files, tmp_path / "stage", "a1", {k: "unit" for k in files})
 
 
+def read_drifting(spark, store, tmp_path: Path, mode: str, max_read_bytes=MAX_READ_BYTES):
+    """The drifting corpus read as one unit under `mode`: (reader, the unit's result)."""
+    files = drifting(tmp_path / "src")
+    reader, results = read(spark, store, stream(tmp_path, mode), files, tmp_path, max_read_bytes)
+    (result,) = results.values()
+    return reader, result
+
+
 def rows_of(result) -> list[dict]:
     rows = []
     for f in result.table_files:
@@ -89,10 +97,7 @@ def rows_of(result) -> list[dict]:
 def test_add_appends_new_fields_as_typed_columns_and_the_unit_commits_with_them(
     spark, sqlite_store, tmp_path: Path, max_read_bytes: int
 ) -> None:
-    config = stream(tmp_path, "add")
-    files = drifting(tmp_path / "src")
-    reader, results = read(spark, sqlite_store, config, files, tmp_path, max_read_bytes)
-    (result,) = results.values()
+    reader, result = read_drifting(spark, sqlite_store, tmp_path, "add", max_read_bytes)
     versions = sqlite_store.schema_versions("ev")
     assert [v.version for v in versions] == [1, 2]
     assert versions[1].added == ("country", "device", "score")
@@ -134,10 +139,7 @@ def test_a_new_value_type_for_an_added_column_is_quarantined_never_cast(
 def test_fail_keeps_objects_with_new_fields_out_naming_fields_lines_and_the_setting(
     spark, sqlite_store, tmp_path: Path
 ) -> None:
-    config = stream(tmp_path, "fail")
-    files = drifting(tmp_path / "src")
-    _, results = read(spark, sqlite_store, config, files, tmp_path)
-    (result,) = results.values()
+    _, result = read_drifting(spark, sqlite_store, tmp_path, "fail")
     assert [v.version for v in sqlite_store.schema_versions("ev")] == [1]
     assert [r["id"] for r in rows_of(result)] == ["r0", "r1", "r2"]  # a.jsonl only
     why = result.failed["b.jsonl"]
@@ -148,10 +150,7 @@ def test_fail_keeps_objects_with_new_fields_out_naming_fields_lines_and_the_sett
 def test_ignore_leaves_fields_out_and_counts_them_by_name(
     spark, sqlite_store, tmp_path: Path
 ) -> None:
-    config = stream(tmp_path, "ignore")
-    files = drifting(tmp_path / "src")
-    _, results = read(spark, sqlite_store, config, files, tmp_path)
-    (result,) = results.values()
+    _, result = read_drifting(spark, sqlite_store, tmp_path, "ignore")
     assert [v.version for v in sqlite_store.schema_versions("ev")] == [1]
     assert len(rows_of(result)) == 7 and "country" not in rows_of(result)[0]
     assert result.unknown_fields == {"country": 2, "device": 1, "score": 2}
