@@ -30,7 +30,7 @@ class RetryPolicy:
 
     def max_total_delay(self) -> float:
         return sum(
-            min(self.max_delay_s, self.base_delay_s * (2**a)) for a in range(self.max_attempts - 1)
+            min(self.max_delay_s, self.base_delay_s * 2.0**a) for a in range(self.max_attempts - 1)
         )
 
 

@@ -207,8 +207,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "csv", "must be a mapping of fields")
     for key in csv:
         if key not in CSV_FIELDS:
-            known = ", ".join(CSV_FIELDS)
-            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {known}")
+            fields = ", ".join(CSV_FIELDS)
+            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {fields}")
     delimiter, quote = csv.get("delimiter", ","), csv.get("quote", '"')
     escape = csv.get("escape")
     for key, value in (("delimiter", delimiter), ("quote", quote), ("escape", escape)):
@@ -250,8 +250,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
             raise StreamConfigError(name, f"merge.{key}", str(exc)) from None
     for key in merge_raw:
         if key not in MergeSettings.__annotations__:
-            known = ", ".join(MergeSettings.__annotations__)
-            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {known}")
+            fields = ", ".join(MergeSettings.__annotations__)
+            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {fields}")
     partition = _positive_ints(name, "partition", raw.get("partition"), PartitionSettings)
     if merge.sort_by is None:
         merge = replace(merge, sort_by=event_time)

@@ -41,7 +41,8 @@ def encode_key(values: Iterable[Any]) -> str:
 
 
 def decode_key(key: str) -> list[Any]:
-    return json.loads(key)
+    values: list[Any] = json.loads(key)
+    return values
 
 
 class PartialsEngine(Protocol):
@@ -188,7 +189,7 @@ class SparkPartials:
         out: dict[int, Partials] = {txid: {} for txid in batches}
         if not reads:
             return out
-        functions = {
+        functions: dict[Function, Callable[[Any], Any]] = {
             Function.COUNT: lambda c: F.count(F.lit(1)),
             Function.SUM: F.sum,
             Function.MIN: F.min,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from resources.aggregation.partials import EngineFor
+from resources.aggregation.partials import EngineFor, Partials
 from resources.aggregation.rollup_table import RollupTable
 from resources.coordination.errors import (
     LeaseStoreError,
@@ -178,7 +178,7 @@ class RollupRunner:
             for b in batches
         }
         lease.check()
-        order: StrictOrder[dict] = StrictOrder(batches)
+        order: StrictOrder[Partials] = StrictOrder(batches)
         generation = order.generation
         input_bytes = sum(o.content_length for o in objects if o.object_id <= batches[-1].upto)
         computed = self.engine_for(input_bytes).compute(self.spec, files)
@@ -220,7 +220,7 @@ class RollupRunner:
         lease: Lease,
         cursor: RollupCursor,
         batch: Batch,
-        partials: dict,
+        partials: Partials,
         earlier: tuple[int, ...],
     ) -> int:
         lease.check()

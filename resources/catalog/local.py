@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ class LocalCatalog(Catalog):
         except OSError as exc:
             raise CatalogError(f"catalog file {self.path}: cannot read it: {exc}") from exc
         try:
-            data = json.loads(text)
+            data: Data = json.loads(text)
         except ValueError as exc:
             raise CatalogError(f"catalog file {self.path} is corrupt (not JSON): {exc}") from exc
         problem = _shape_problem(data)
@@ -68,7 +68,7 @@ class LocalCatalog(Catalog):
         return data
 
     def _table(self, data: Data, name: str) -> Data:
-        entry = data["tables"].get(name)
+        entry: Data | None = data["tables"].get(name)
         if entry is None:
             raise CatalogError(f"catalog file {self.path} has no table {name!r}")
         return entry
@@ -182,7 +182,7 @@ class LocalCatalog(Catalog):
 
 
 def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _columns(entry: Data) -> tuple[Column, ...]:

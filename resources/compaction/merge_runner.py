@@ -55,9 +55,17 @@ MAX_MERGES_PER_PARTITION = 20
 
 
 class Written(Protocol):
-    path: Path
-    content_length: int
-    row_count: int
+    """What a merge wrote: the local file, its size and rows, and the schema version whose
+    columns it holds (read-only: a frozen dataclass is one)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def content_length(self) -> int: ...
+    @property
+    def row_count(self) -> int: ...
+    @property
+    def schema_version(self) -> int: ...
 
 
 WriteMerged = Callable[[Sequence[str], Path], Written]

@@ -32,7 +32,8 @@ from resources.publication.settings import PublicationSettings
 from resources.stores.stream_schema import followed_config
 
 
-class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
+# A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
+class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):  # type: ignore[misc]
     """The catalog (opened once per run, when first asked for) and publication settings.
 
     `from_env()` is the resource as Definitions binds it.
@@ -50,7 +51,8 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
         return self._catalog
 
     def publication_settings(self) -> PublicationSettings:
-        return self.settings_of(PublicationSettings)
+        settings: PublicationSettings = self.settings_of(PublicationSettings)
+        return settings
 
     def publisher(
         self, stream: str, coordination: CoordinationResource, lake: LakeResource

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dagster import DagsterInstance
 from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, EVENT_TYPE_TO_PIPELINE_RUN_STATUS
@@ -156,7 +157,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def _connect(self, shard: str) -> Iterator[Connection]:
         with self._db_lock:
             with self._engine(shard).connect() as conn:
-                sqlite = conn.connection.driver_connection
+                sqlite = cast(sqlite3.Connection, conn.connection.driver_connection)
                 changes = sqlite.total_changes
                 with conn.begin():
                     yield conn
@@ -178,7 +179,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             for insert in inserts:
                 conn.execute(insert)
         with self.index_transaction() as conn:
-            ids = [conn.execute(insert).inserted_primary_key[0] for insert in inserts]
+            ids = [_inserted_id(conn, insert) for insert in inserts]
             self._store_asset_event_tags(conn, events, ids)
             for entry, entry_id in _newest_per_asset_and_type(events, ids):
                 self._store_asset_event(conn, entry, entry_id)
@@ -230,7 +231,8 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                 if cached is None:  # closed since: the last close checkpoints by itself
                     continue
                 with cached[0].connect() as conn:
-                    conn.connection.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    driver = cast(sqlite3.Connection, conn.connection.driver_connection)
+                    driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _engine(self, shard: str) -> Engine:
         """The shard's engine; rebuilt if its file was deleted or replaced since it was opened,
@@ -363,3 +365,10 @@ def ensure_spark_pool(instance: DagsterInstance) -> int | None:
     if limit() is None and instance.global_op_concurrency_default_limit is not None:
         storage.initialize_concurrency_limit_to_default(SPARK_POOL)
     return limit()
+
+
+def _inserted_id(conn: Connection, insert: Any) -> Any:
+    """The primary key `insert` (one row, into a table with one) gave its row."""
+    key = conn.execute(insert).inserted_primary_key
+    assert key is not None  # an INSERT of one row always has one
+    return key[0]

@@ -24,7 +24,8 @@ from resources.spark.session import (
 )
 
 
-class SparkResource(settings_resource(SparkSettings)):
+# A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
+class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
     """`master` (default `local[*]`) or `remote` (a Spark Connect URL); loopback-only.
 
     Its fields are the settings `SparkSettings` declares; `from_env()` is the resource as

@@ -10,6 +10,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -104,7 +105,7 @@ class S3ObjectStore(ObjectStore):
         if start_after is not None:
             kwargs["StartAfter"] = start_after
         while True:
-            page = self._call("list", "", lambda kw=dict(kwargs): self.client.list_objects_v2(**kw))
+            page = self._call("list", "", partial(self.client.list_objects_v2, **kwargs))
             for obj in page.get("Contents", []):
                 modified = int(obj["LastModified"].timestamp() * 1000)
                 yield ObjectInfo(obj["Key"][len(base) :], obj["Size"], modified)
@@ -153,7 +154,8 @@ class S3ObjectStore(ObjectStore):
             )
 
         try:
-            return self._call("ranged get", key, get)["Body"].read()
+            body: bytes = self._call("ranged get", key, get)["Body"].read()
+            return body
         except ClientError as exc:
             raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 
@@ -198,7 +200,8 @@ class S3ObjectStore(ObjectStore):
             )
 
         try:
-            return self._call("ranged get", key, get)["Body"].read()
+            body: bytes = self._call("ranged get", key, get)["Body"].read()
+            return body
         except ClientError as exc:
             raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 
