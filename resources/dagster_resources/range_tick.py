@@ -54,6 +54,7 @@ def recorded_value(
         return None
     materialization = records[0].asset_materialization
     value = materialization.metadata.get(name) if materialization else None
+    # An int this tick recorded itself; Dagster types a metadata value's `.value` as any kind.
     return None if value is None else int(value.value)  # type: ignore[arg-type]
 
 

@@ -97,9 +97,9 @@ class Reconciliation:
             state = ReconcileState(None, state.last_finished_ms, in_pass=True)
         listed = []
         done = discovery_cursor is None  # nothing listed yet: nothing lies before the cursor
-        if not done:
+        if discovery_cursor is not None:
             page, _ = self.lister(state.after, self.max_objects)
-            listed = [o for o in page if o.key <= discovery_cursor]  # type: ignore[operator]
+            listed = [o for o in page if o.key <= discovery_cursor]
             done = len(page) < self.max_objects or len(listed) < len(page)
         created: list[str] = []
         coverage = UnitCoverage(self.store, self.sid, state.after, state.covering)

@@ -99,8 +99,8 @@ def is_retryable(exc: BaseException) -> bool:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if status >= 500:
             return True
-    if error_code(exc) == "TransactionCanceledException":
-        reasons = set(cancellation_reasons(exc)) - {"None"}  # type: ignore[arg-type]
+    if isinstance(exc, ClientError) and error_code(exc) == "TransactionCanceledException":
+        reasons = set(cancellation_reasons(exc)) - {"None"}
         return reasons == {"TransactionConflict"}
     return False
 
