@@ -86,6 +86,11 @@ class RollupOutcome:
 
 
 class RollupRunner:
+    """Rolls one table up by one `RollupSpec`, per date: under the date's rollup job lease
+    (`ItemType.ROLLUP_JOB`), applies the objects committed since its cursor in batches to the
+    rollup's state (`CoordinationStore.write_rollup_batch`, exactly once per batch), then
+    publishes the state for readers."""
+
     def __init__(
         self,
         store: CoordinationStore,
@@ -120,13 +125,20 @@ class RollupRunner:
         self.job_sid = store.source_identifier(self.rollup, ItemType.ROLLUP_JOB)
 
     def run(self, dts: Sequence[str]) -> list[RollupOutcome]:
-        """One outcome per date, in order; never raises for one date's failure."""
+        """One outcome per date, in order (`run_one` each); never raises for one date's
+        failure. Raises the store errors of creating the dates' job items (before any date),
+        and what `run_one` lets through."""
         if not dts:
             return []
         self.store.create_partitions(self.job_sid, list(dts))
         return [self.run_one(dt) for dt in dts]
 
     def run_one(self, dt: str) -> RollupOutcome:
+        """Roll date `dt` up, if its job lease is free: `ROLLED_UP`, `UP_TO_DATE`, `BUSY`
+        (another run holds the job), `LOST_LEASE` (fenced: the batches not yet committed
+        wrote nothing) or `FAILED` (a store, object store or engine error the project maps;
+        committed batches stay, the rest is replayed by the next run). Raises only what is
+        not a `LeaseholdError` (a bug, an unmapped engine error)."""
         outcome = RollupOutcome(self.rollup, dt, ROLLED_UP)
         try:
             item = self.store.acquire(self.job_sid, dt, self.owner, self.timing.ownership_timeout_s)

@@ -79,7 +79,13 @@ class CatalogPartition:
 
 
 class Catalog(ABC):
-    """Tables and their partitions' manifest locations. Every write is idempotent."""
+    """Tables and their partitions' manifest locations: a JSON file (`LocalCatalog`) or the
+    Glue Data Catalog (`GlueCatalog`). Every write is idempotent.
+
+    Errors, as each method's "Raises" names them: `CatalogError` names the catalog and what
+    failed — it cannot be read or written (Glue: still failing after the bounded retry; the
+    file: unreadable or corrupt), or a table the call needs does not exist —, and
+    `ColumnTypeConflictError` (a `CatalogError`) refuses to retype a column."""
 
     @abstractmethod
     def ensure_table(self, table: TableDefinition) -> None:
@@ -100,24 +106,35 @@ class Catalog(ABC):
         table does not exist or the catalog cannot be read or written."""
 
     @abstractmethod
-    def table(self, name: str) -> TableDefinition | None: ...
+    def table(self, name: str) -> TableDefinition | None:
+        """The table as the catalog holds it (location and columns, in order), None if there
+        is no such table. Read-only. Raises `CatalogError` when the catalog cannot be
+        read."""
 
     @abstractmethod
     def tables(self) -> list[str]:
-        """Table names, sorted."""
+        """Table names, sorted (Glue: the managed ones). Read-only. Raises `CatalogError`
+        when the catalog cannot be read."""
 
     @abstractmethod
     def publish_partition(self, table: str, dt: str, location: str, seq: int) -> bool:
         """Point partition `dt` of `table` (which must exist) at `location`, set from
         publication `seq`: create it if missing, replace it if its `seq` is lower. Returns True
-        if it changed; False (nothing written) if it already has `seq` or a higher one."""
+        if it changed; False (nothing written) if it already has `seq` or a higher one, so a
+        replayed or late publication never moves a partition back. Raises `CatalogError` when
+        the table does not exist or the catalog cannot be read or written."""
 
     @abstractmethod
-    def partition(self, table: str, dt: str) -> CatalogPartition | None: ...
+    def partition(self, table: str, dt: str) -> CatalogPartition | None:
+        """Partition `dt` of `table` (its location and the publication `seq` it was set
+        from), None if it has none. Read-only. Raises `CatalogError` when the table does not
+        exist (a missing table is an error, not a missing partition) or the catalog cannot be
+        read."""
 
     @abstractmethod
     def partitions(self, table: str) -> list[CatalogPartition]:
-        """Every partition of `table`, by dt."""
+        """Every partition of `table`, by dt. Read-only. Raises `CatalogError` when the table
+        does not exist or the catalog cannot be read."""
 
 
 def grown_columns(

@@ -129,6 +129,10 @@ class MergeOutcome:
 
 
 class MergeRunner:
+    """Merges one table's small objects, per date partition, into one sorted object under
+    the partition's merge job lease (`ItemType.MERGE_JOB`), and commits each merge to the
+    ledger's chain (`Ledger.commit_merge`): readers switch to it when it is published."""
+
     def __init__(
         self,
         *,
@@ -170,7 +174,10 @@ class MergeRunner:
         Up to `parallel` partitions are merged at once, each on its own thread with its own
         lease: a merge is one Spark task (one sorted file, no shuffle), so one at a time left
         all cores but one idle while a closed backlog waited (BENCHMARKS.md, "The whole main
-        job")."""
+        job").
+
+        Raises the store errors of creating the partitions' job items (before any merge),
+        and what `merge_one` lets through."""
         if not dts:
             return
         self.store.create_partitions(self.job_sid, list(dts))
@@ -192,6 +199,13 @@ class MergeRunner:
                 break
 
     def merge_one(self, dt: str) -> MergeOutcome:
+        """Merge partition `dt` once, if its job lease is free: `MERGED` (committed),
+        `NOTHING_TO_MERGE` (no plan: the job is handed back with its next due time), `BUSY`
+        (another merge holds the job), `LOST_LEASE` (fenced: nothing committed) or `FAILED` (a
+        store, object store, chain or row-count error: nothing committed; the job stays due).
+        Its scratch files are removed either way. Raises only what is not a
+        `LeaseholdError` (a bug, an error the merge writer does not map): then too nothing is
+        committed."""
         try:
             item = self.store.acquire(self.job_sid, dt, self.owner, self.timing.ownership_timeout_s)
         except PartitionUnavailableError as exc:
