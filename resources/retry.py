@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """A bounded retry: how many attempts and the jittered exponential delay between them."""
+
     max_attempts: int = 6
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 
 class StreamConfigError(ConfigError):
+    """Invalid configuration of one stream in streams.yaml, naming the stream and the field."""
+
     def __init__(self, stream: str, field_name: str, message: str) -> None:
         super().__init__(field_name, message, what=f"configuration of stream {stream!r}")
         self.stream = stream
@@ -112,6 +114,9 @@ class PartitionSettings:
 
 @dataclass(frozen=True)
 class StreamConfig:
+    """One stream as streams.yaml declares it: its source, format, schema, table and what is done
+    with it."""
+
     name: str
     source: str
     format: str
@@ -317,6 +322,8 @@ def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, Stream
 
 
 class LakeConfigError(ConfigError):
+    """Invalid lake configuration (`LakeSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="lake configuration")
 

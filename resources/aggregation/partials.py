@@ -46,6 +46,9 @@ def decode_key(key: str) -> list[Any]:
 
 
 class PartialsEngine(Protocol):
+    """What computes a rollup's partial results per batch of objects: `SparkPartials`,
+    `ArrowPartials`, `SizedPartials`."""
+
     def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
         """Each batch's partial results, by txid."""
         ...
@@ -80,6 +83,9 @@ def _normalized(function: Function, value: Any) -> Any:
 
 
 class ArrowPartials:
+    """Computes partials on this machine with pyarrow: for batches small enough that a Spark job
+    would cost more than the work."""
+
     def __init__(self, schema: Sequence[ColumnSpec]) -> None:
         """`schema`: the stream's columns at its latest version (what the rollup's columns
         are read as, by name)."""

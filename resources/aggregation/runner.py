@@ -62,6 +62,9 @@ LOST_LEASE = "lost lease"
 
 @dataclass
 class RollupOutcome:
+    """What rolling one date up did: the outcome, the batches applied and keys written, and why it
+    failed if it did."""
+
     rollup: str
     dt: str
     outcome: str

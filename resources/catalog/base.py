@@ -55,6 +55,8 @@ class ColumnTypeConflictError(CatalogError):
 
 @dataclass(frozen=True)
 class Column:
+    """A table column as the catalog holds it: its name and Hive type."""
+
     name: str
     type: str
     """A Hive type (`HIVE_TYPES` values)."""
@@ -62,6 +64,8 @@ class Column:
 
 @dataclass(frozen=True)
 class TableDefinition:
+    """A table as the catalog holds it: name, columns in order, root URL."""
+
     name: str
     columns: tuple[Column, ...]
     location: str
@@ -70,6 +74,9 @@ class TableDefinition:
 
 @dataclass(frozen=True)
 class CatalogPartition:
+    """A date partition in the catalog: where its manifest version is, and the publication it was
+    set from."""
+
     table: str
     dt: str
     location: str

@@ -41,6 +41,9 @@ Data = dict[str, Any]
 
 
 class LocalCatalog(Catalog):
+    """The catalog as one JSON file beside the lake, written under a file lock: the default, for a
+    single machine."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")

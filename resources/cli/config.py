@@ -38,6 +38,8 @@ FROM_ENV, FROM_DEFAULT = "environment", "default"
 
 @dataclass(frozen=True)
 class Setting:
+    """A declared setting as `leasehold config` shows it: its value and where that came from."""
+
     declaration: str
     field: str
     variable: str | None
@@ -51,6 +53,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class Configuration:
+    """Everything `leasehold config` prints: every setting, the streams, the data directory."""
+
     settings: list[Setting]
     streams: list[str]
     data_dir: str

@@ -23,6 +23,8 @@ from resources.stores.settings import StoreSettings
 
 @dataclass(frozen=True)
 class DemoResult:
+    """What the coordination demo's workers completed; partitions completed twice or never."""
+
     workers: int
     partitions: int
     completed_by_worker: dict[str, int]

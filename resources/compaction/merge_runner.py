@@ -74,6 +74,9 @@ WriteMerged = Callable[[Sequence[str], Path], Written]
 
 @dataclass
 class MergeOutcome:
+    """What merging one partition did: the outcome, the range merged, sizes, and why it failed if it
+    did."""
+
     dt: str
     outcome: str
     message: str = ""

@@ -7,10 +7,12 @@ from resources.errors import ConfigError, LeaseholdError
 
 
 class LeaseStoreError(LeaseholdError):
-    pass
+    """Base of every error the coordination store raises."""
 
 
 class PartitionNotFoundError(LeaseStoreError):
+    """No lease item for the named source partition."""
+
     def __init__(self, source_identifier: str, partition_key: str) -> None:
         super().__init__(f"no lease item for {source_identifier!r} / {partition_key!r}")
         self.source_identifier = source_identifier

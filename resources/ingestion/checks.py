@@ -33,6 +33,8 @@ from resources.stores.base import CoordinationStore
 
 @dataclass
 class ReconcileReport:
+    """The row reconciliation's verdict: units checked, mismatches, and how far the pass judged."""
+
     checked: int = 0
     mismatches: list[str] = field(default_factory=list)
     unverifiable: int = 0
@@ -147,6 +149,8 @@ def reconcile_rows(
 
 @dataclass
 class DuplicateReport:
+    """The duplicate record id check's verdict: what was read and each id found more than once."""
+
     partitions_checked: int = 0
     rows_checked: int = 0
     duplicates: dict[str, list[str]] = field(default_factory=dict)
@@ -222,6 +226,9 @@ NO_LIMIT = 2**62
 
 @dataclass
 class UnleasedReport:
+    """The completeness check's verdict: source objects no work unit holds, and where they lie
+    against discovery's cursor."""
+
     listed: int = 0
     unleased: int = 0
     behind_cursor: int = 0

@@ -246,6 +246,9 @@ def _is_valid(text: str) -> bool:
 
 
 class CsvRow(NamedTuple):
+    """One CSV record: where it starts, its text as written, and its fields (or why it is
+    malformed)."""
+
     line: int
     """The object's line number of the record's first line."""
     raw: str
@@ -342,6 +345,8 @@ def open_text(path: Path) -> IO[str]:
 
 @dataclass(frozen=True)
 class CsvStaging:
+    """What staging one CSV object as JSON lines found: its header, records and malformed ones."""
+
     header: list[str]
     """The object's column names (the schema's, without a header)."""
     records: int

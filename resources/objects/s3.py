@@ -34,6 +34,9 @@ FOOTER_GUESS = 64 * 1024
 
 
 class S3ObjectStore(ObjectStore):
+    """The object store as an S3 bucket and prefix (`s3://`), every call retried with bounded
+    backoff."""
+
     list_page_size = 1000
     """Keys per list request (S3's maximum); the contract tests lower it to cross pages."""
 

@@ -68,6 +68,8 @@ MAX_CATCH_UPS = 3
 
 @dataclass(frozen=True)
 class PublicationOutcome:
+    """What publishing one partition did: the outcome, why, and the publication recorded."""
+
     dt: str
     outcome: str
     """PUBLISHED, UP_TO_DATE, CATALOG_REPAIRED or FAILED (retried by the next run)."""

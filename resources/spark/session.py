@@ -46,6 +46,8 @@ LOOPBACK_CONF = {
 
 
 class SparkConfigError(ConfigError):
+    """Invalid Spark configuration (`SparkSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="Spark configuration")
 

@@ -40,6 +40,9 @@ METRICS_SID = "__leasehold__|metrics"
 
 
 class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
+    """The coordination store on one DynamoDB table: leases, ledger, rollup state and schema
+    versions."""
+
     backend = "dynamodb"
 
     def __init__(

@@ -38,6 +38,9 @@ T = TypeVar("T")
 
 
 class SqliteLeaseStore(SqliteLedger, CoordinationStore):
+    """The coordination store in one SQLite file (the embedded default): leases, ledger, rollup
+    state and schema versions."""
+
     backend = "sqlite"
 
     def __init__(
