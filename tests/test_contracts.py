@@ -47,6 +47,15 @@ UNDOCUMENTED_FOR_NOW = {
 
 RAISES = re.compile(r"\braises?\b", re.IGNORECASE)
 
+# TEMPORARY (issue 32): the modules left unchecked by the mypy override in pyproject.toml that
+# hold type ignores; their ignores are fixed with the override.
+UNCHECKED_FOR_NOW = {
+    "coordination_assets/main_job.py",
+    "resources/coordination/lease_store.py",
+    "resources/stores/dynamodb/ledger.py",
+}
+IGNORE = re.compile(r"# type: ignore(?P<codes>\[[a-z-]+(, [a-z-]+)*\])?(?P<rest>.*)$")
+
 
 def public_methods(cls: type) -> dict[str, str]:
     """Name -> docstring (inherited from the method it overrides when it has none of its own)
@@ -161,3 +170,42 @@ def test_the_class_scan_finds_an_undocumented_class(tmp_path: Path) -> None:
     )
     (tmp_path / "pkg" / "_private.py").write_text("class Hidden:\n    pass\n")
     assert undocumented_classes(tmp_path, tmp_path) == ["pkg/sample.py:Silent"]
+
+
+def unexplained_ignores(lines: list[str]) -> list[int]:
+    """Line numbers of the `# type: ignore`s in `lines` without an error code, or without a
+    reason: a comment after it on its line, or a comment line right above."""
+    found = []
+    for n, line in enumerate(lines, 1):
+        match = IGNORE.search(line)
+        if match is None:
+            continue
+        reason = match["rest"].strip().startswith("#") or (
+            n > 1 and lines[n - 2].lstrip().startswith("#")
+        )
+        if match["codes"] is None or not reason:
+            found.append(n)
+    return found
+
+
+def test_each_type_ignore_names_its_error_and_says_why() -> None:
+    found = []
+    for top in ("resources", "coordination_assets"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative in UNCHECKED_FOR_NOW:
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            found += [f"{relative}:{n}" for n in unexplained_ignores(lines)]
+    assert found == []
+
+
+def test_the_ignore_scan_finds_a_bare_and_an_unexplained_ignore() -> None:
+    lines = [
+        "x = f()  # type: ignore",
+        "y = g()  # type: ignore[arg-type]",
+        "z = h()  # type: ignore[arg-type]  # h is typed too narrowly",
+        "# h is typed too narrowly",
+        "w = h()  # type: ignore[arg-type]",
+    ]
+    assert unexplained_ignores(lines) == [1, 2]
