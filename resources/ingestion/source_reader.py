@@ -424,7 +424,7 @@ class SourceReader:
         key = batch.index[src]
         origin = SchemaOrigin(batch.groups[key], key, line)
         version = self.record_schema(columns, origin)
-        log.warning(
+        log.info(  # news, not a fault: the run's story line says it once, by name
             "%s: schema version %d adds %s, first seen in %s",
             config.name,
             version.version,
