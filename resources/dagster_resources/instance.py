@@ -9,23 +9,29 @@ Either storage reads what the other wrote. Why, and what it buys: docs/dagster-i
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from dagster import DagsterInstance
 
-from resources.dagster_resources.dagster_internals import (
-    SQLITE_RUN_STORAGE,
-    SQLITE_SCHEDULE_STORAGE,
-    PooledSqliteEventLogStorage,
-)
 from resources.dagster_resources.runs import GC_TAG, MERGE_TAG, PUBLISH_TAG
 from resources.errors import ConfigError
 
-# A `dagster.yaml` written before the storage moved to dagster_internals names it here: it must
-# keep loading (in a daemon or webserver started before `leasehold run` rewrites it).
-__all__ = ["PooledSqliteEventLogStorage"]
+# Imported only for the pooled event log: with `LEASEHOLD_EVENT_LOG=dagster`, a Dagster whose
+# internals moved (the module fails to import) still runs leasehold on its own storage.
+INTERNALS = "resources.dagster_resources.dagster_internals"
+
+
+def __getattr__(name: str) -> Any:
+    """A `dagster.yaml` written before the storage moved to dagster_internals names it here: it
+    must keep loading (in a daemon or webserver started before `leasehold run` rewrites it)."""
+    if name == "PooledSqliteEventLogStorage":
+        return importlib.import_module(INTERNALS).PooledSqliteEventLogStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 EVENT_LOG_VAR = "LEASEHOLD_EVENT_LOG"
 """Which event log storage the embedded instance uses: `pooled` (the default, leasehold's) or
@@ -115,14 +121,15 @@ def storage_yaml(home: Path, event_log: str) -> str:
 
     if event_log == "dagster":  # Dagster's own SQLite storage, by its public configuration
         return f"storage:\n  sqlite:\n    base_dir: {quoted('')}"
+    internals = importlib.import_module(INTERNALS)
     sections = (
-        ("run_storage", SQLITE_RUN_STORAGE, "history"),
+        ("run_storage", internals.SQLITE_RUN_STORAGE, "history"),
         (
             "event_log_storage",
-            (PooledSqliteEventLogStorage.__module__, PooledSqliteEventLogStorage.__name__),
+            (INTERNALS, internals.PooledSqliteEventLogStorage.__name__),
             "history/runs",
         ),
-        ("schedule_storage", SQLITE_SCHEDULE_STORAGE, "schedules"),
+        ("schedule_storage", internals.SQLITE_SCHEDULE_STORAGE, "schedules"),
     )
     return "\n".join(
         f"{section}:\n  module: {module}\n  class: {cls}\n  config:\n    base_dir: {quoted(sub)}"

@@ -16,6 +16,7 @@ import itertools
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -412,3 +413,39 @@ def test_with_the_setting_off_the_instance_names_no_private_dagster_module(
     monkeypatch.delenv(EVENT_LOG_VAR)
     config = yaml.safe_load(write_instance_yaml(tmp_path).read_text())
     assert config["event_log_storage"]["class"] == "PooledSqliteEventLogStorage"
+
+
+def test_with_the_setting_off_leasehold_does_not_import_the_internals_module(
+    tmp_path: Path,
+) -> None:
+    """The switch is the way out when a Dagster upgrade breaks the internals: with it off, the
+    module that names them is never imported, so a moved private name cannot stop a run."""
+    code = f"""
+import sys
+from pathlib import Path
+from dagster import DagsterInstance
+import coordination_assets.main_job
+from resources.dagster_resources.instance import write_instance_yaml
+home = Path({str(tmp_path)!r})
+write_instance_yaml(home)
+with DagsterInstance.from_config(str(home)) as instance:
+    instance.report_engine_event("hello", run_id="r1", job_name="job")
+    print(type(instance.event_log_storage).__name__)
+print("{dagster_internals.__name__}" in sys.modules)
+"""
+    env = {**os.environ, EVENT_LOG_VAR: "dagster", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["SqliteEventLogStorage", "False"], done.stdout
+
+
+def test_an_instance_written_before_the_storage_moved_still_loads(tmp_path: Path) -> None:
+    path = write_instance_yaml(tmp_path, "pooled")
+    text = path.read_text().replace(
+        f"module: {dagster_internals.__name__}", "module: resources.dagster_resources.instance"
+    )
+    path.write_text(text)
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert type(instance.event_log_storage) is PooledSqliteEventLogStorage
