@@ -9,11 +9,14 @@ leasehold's metadata per partition and doing no other work. Measured in the same
   - on Dagster's default SQLite instance (one planned event per partition),
   - the same with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true` (one planned event per
     run; Dagster then no longer marks those partitions failed when the run fails), and
-  - on leasehold's embedded default instance (`resources/dagster_resources/instance.py`: the
-    same SQLite storage with the event log's engines and connections kept open, and a run's
-    planned events stored in one transaction per shard), as `leasehold run` uses it, and
+  - on leasehold's embedded default instance (`resources/dagster_resources/instance.py`, its
+    event log in `dagster_internals.py`: the same SQLite storage with the event log's engines
+    and connections kept open, and a run's planned events stored in one transaction per
+    shard), as `leasehold run` uses it, and
   - the same with planned events stored one by one (`DAGSTER_EVENT_BATCH_SIZE=0`).
-The baseline is the same asset yielding nothing per partition over a 1-partition range.
+The baseline is the same asset yielding nothing per partition over a 1-partition range. With
+`--repeat N` every variant runs N times, alternated, and the best counts (a shared machine).
+`bench/event_log_main_job.py` compares the two storages on `leasehold run` itself.
 """
 
 import argparse
