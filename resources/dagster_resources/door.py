@@ -15,6 +15,7 @@ storage did not answer.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,6 +24,8 @@ from dagster import DagsterError, DagsterInstance
 from resources.errors import ComponentUnreachableError, LeaseholdError, causes
 
 PG_RETRY_LOG = "Retrying failed database connection"
+PG_CONNECT_TIMEOUT_S = "5"
+"""libpq's connect timeout (`PGCONNECT_TIMEOUT`) when the environment sets none."""
 
 
 class LeaseholdRunError(DagsterError):
@@ -54,7 +57,11 @@ class _DropPgRetries(logging.Filter):
 def open_instance(home: str) -> Iterator[DagsterInstance]:
     """`DagsterInstance.get()` (the instance at `home`, `DAGSTER_HOME`), its storage's failure
     to answer raised as `DagsterStorageUnreachableError` naming `home` and the driver's cause
-    (host and port; never the URL, which may hold a password)."""
+    (host and port; never the URL, which may hold a password). Each connection attempt is
+    bounded (`PG_CONNECT_TIMEOUT_S` unless PGCONNECT_TIMEOUT is set)."""
+    # libpq waits for a server that accepts but never answers (or a dropped SYN) as long as
+    # the OS lets it, minutes, and dagster-postgres tries six times: bound each attempt.
+    os.environ.setdefault("PGCONNECT_TIMEOUT", PG_CONNECT_TIMEOUT_S)
     quiet = _DropPgRetries()
     root = logging.getLogger()
     root.addFilter(quiet)
