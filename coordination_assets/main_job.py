@@ -77,6 +77,7 @@ from coordination_assets.rollups import (
     rollup_asset_key,
     rollup_cursor_key,
 )
+from resources.dagster_resources.door import open_instance
 from resources.dagster_resources.instance import (
     ensure_spark_pool,
     write_instance_yaml,
@@ -804,7 +805,7 @@ def run_main_job(
         write_instance_yaml(home)
     defs = build_definitions()
     reports = []
-    with DagsterInstance.get() as instance:
+    with open_instance(str(home)) as instance:
         ensure_spark_pool(instance)  # for the runs `dagster dev` queues on this instance later
         for name in streams:
             report = run_stream(defs, instance, name, log=log, progress=progress)

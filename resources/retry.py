@@ -36,6 +36,11 @@ class RetryPolicy:
         )
 
 
+RETRY_RECORD = "leasehold_retry"
+"""Set on the log records `log_retries` makes: the CLI sends them to its log file rather than
+the terminal, where the error after the last attempt says how many there were."""
+
+
 def log_retries(
     logger: logging.Logger, level: int, what: str, policy: RetryPolicy
 ) -> Callable[[BaseException, int, float], None]:
@@ -50,6 +55,7 @@ def log_retries(
             policy.max_attempts,
             delay,
             exc,
+            extra={RETRY_RECORD: True},
         )
 
     return on_retry

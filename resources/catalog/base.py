@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from resources.errors import LeaseholdError
+from resources.errors import ComponentUnreachableError, LeaseholdError
 
 PARTITION_KEY = "dt"
 
@@ -47,6 +47,13 @@ HIVE_TYPES = {
 
 class CatalogError(LeaseholdError):
     """The catalog could not be read or written (after bounded retries), or refused a value."""
+
+
+class CatalogUnreachableError(CatalogError, ComponentUnreachableError):
+    """A catalog call failed after its bounded retries (endpoint down, throttling): the message
+    names the database, where it is, and the call."""
+
+    component = "the catalog"
 
 
 class ColumnTypeConflictError(CatalogError):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from resources.cli.config import configuration_text, effective_configuration
 from resources.cli.doctor import DOCTOR_HELP, add_doctor_command
+from resources.cli.faults import door_hint, leasehold_error_in, retries_to_log_file
 from resources.cli.gc import cmd_gc
 from resources.cli.init import add_init_parser
 from resources.cli.redrive import add_redrive_parser
@@ -29,7 +30,7 @@ from resources.cli.schema import add_schema_parser
 from resources.cli.table import cmd_table_files, cmd_table_ls, cmd_table_read, date_arg
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.status import status_json, status_text  # noqa: E402
-from resources.errors import ConfigError, LeaseholdError
+from resources.errors import ConfigError
 from resources.ledger.model import TablePartition
 from resources.settings import default_data_dir
 from resources.stores import CoordinationStore, build_store, open_existing_store
@@ -113,6 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         quiet_dagster_warnings,
         run_main_job,
     )
+    from resources.cli.door import check_door
     from resources.cli.story import TerminalProgress, audit_line, stream_table
     from resources.ingestion.sample_data import write_story_sources
     from resources.objects.base import object_store_for
@@ -125,6 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--stream", f"{args.stream!r} is not a stream; the streams file has {sorted(streams)}"
         )
     names = [args.stream] if args.stream else sorted(streams)
+    check_door(names)  # Spark and Glue: once here, not in every run
     quiet_spark(args.verbose)
     for name in names:
         config = streams[name]
@@ -518,11 +521,13 @@ def one_line(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. A `LeaseholdError` ends it with one line on stderr and exit code 2
+    """Run one command. A `LeaseholdError` (also one Dagster wrapped) ends it with one line on
+    stderr — two for a component that could not be used (`door_hint`) — and exit code 2
     (`ConfigError`) or 1; any other error is a bug and propagates with its traceback."""
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
     quiet_libraries(args.verbose)
+    quiet_retries = retries_to_log_file(args.verbose or args.debug)
     try:
         return args.fn(args)
     except BrokenPipeError:
@@ -530,11 +535,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # advice: point stdout at devnull, so flushing it at exit raises nothing more.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except LeaseholdError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"leasehold: {one_line(exc)}", file=sys.stderr)
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+    except Exception as exc:
+        error = leasehold_error_in(exc)  # Dagster wraps what a resource or a sensor raises
+        if error is None:
+            raise
+        shown = args.debug or args.verbose
+        if shown:
+            traceback.print_exception(exc)
+        print(f"leasehold: {one_line(error)}", file=sys.stderr)
+        hint = door_hint(error, exc, shown=shown, argv=sys.argv[1:] if argv is None else argv)
+        if hint:
+            print(f"leasehold: {hint}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(error, ConfigError) else EXIT_FAILURE
+    finally:
+        quiet_retries()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pydantic import PrivateAttr
 from resources.coordination.health import LeaseHealthReport, lease_health_report
 from resources.coordination.items import ItemType
 from resources.coordination.lease import Lease, LeaseTiming, TimingSettings, new_owner_id
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.dagster_resources.runs import tag_run_process
 from resources.stores import CoordinationStore, build_store
@@ -44,12 +45,14 @@ class CoordinationResource(settings_resource(StoreSettings, TimingSettings)):  #
         return timing.lease_timing()
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        # Fail fast: invalid configuration stops the run before any step does work.
-        self.validate_settings()
-        if context.run is not None and context.instance is not None:
-            # First thing in a run: from here on a tick can tell if this process dies.
-            tag_run_process(context.instance, context.run)
-        self.store  # noqa: B018 - builds the store
+        # Fail fast: invalid configuration, or a store that does not answer, stops the run
+        # before any step does work, with leasehold's message on top (`failing_the_run`).
+        with failing_the_run():
+            self.validate_settings()
+            if context.run is not None and context.instance is not None:
+                # First thing in a run: from here on a tick can tell if this process dies.
+                tag_run_process(context.instance, context.run)
+            self.store  # noqa: B018 - builds the store
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._store is not None:

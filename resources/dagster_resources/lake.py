@@ -19,6 +19,7 @@ from pydantic import PrivateAttr
 from resources.compaction.merge_runner import MergeRunner
 from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.discovery import Lister
@@ -50,8 +51,9 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
     _streams: dict[str, StreamConfig] | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self.validate_settings()
-        self.streams()  # invalid stream configuration fails before any work
+        with failing_the_run():
+            self.validate_settings()
+            self.streams()  # invalid stream configuration fails before any work
 
     def streams(self) -> dict[str, StreamConfig]:
         if self._streams is None:

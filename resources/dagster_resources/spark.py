@@ -15,7 +15,9 @@ from typing import Any
 from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
+from resources.spark.reachable import require_reachable
 from resources.spark.session import (
     SparkSettings,
     build_spark_session,
@@ -36,7 +38,11 @@ class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
     _owned: bool = PrivateAttr(default=False)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self.validate_settings()
+        with failing_the_run():
+            self.validate_settings()
+            # A master or Connect server that is not listening fails the run here, in a second,
+            # not in its first step after a minute of Spark's own attempts.
+            require_reachable(self.master, self.remote)
 
     def session(self) -> Any:
         if self._session is None:

@@ -17,11 +17,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resources.errors import LeaseholdError
+from resources.errors import ComponentUnreachableError, LeaseholdError
 
 
 class ObjectStoreError(LeaseholdError):
     pass
+
+
+class ObjectStoreUnreachableError(ObjectStoreError, ComponentUnreachableError):
+    """An object store call failed after its bounded retries (endpoint down, throttling, no
+    credentials): the message names the call and the object or prefix."""
+
+    component = "an object store"
 
 
 @dataclass(frozen=True)

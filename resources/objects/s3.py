@@ -20,6 +20,7 @@ from resources.objects.base import (
     ObjectInfo,
     ObjectStore,
     ObjectStoreError,
+    ObjectStoreUnreachableError,
     parquet_footer,
     parquet_footer_length,
 )
@@ -77,7 +78,7 @@ class S3ObjectStore(ObjectStore):
             return isinstance(exc, BotoCoreError)
 
         def give_up(exc: BaseException, attempts: int) -> BaseException:
-            return ObjectStoreError(
+            return ObjectStoreUnreachableError(
                 f"S3 {action} of s3://{self.bucket}/{self._key(key)} failed after "
                 f"{attempts} attempts: {exc}"
             )

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, cast
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from resources.coordination.errors import StoreRefusedError
 from resources.coordination.items import (
     ATTR,
     Clock,
@@ -67,12 +68,17 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         self.dynamodb = DynamoDbClient(settings, retry=retry, sleep=sleep)
         self.client = self.dynamodb.client
         self._call = self.dynamodb.call
-        if opening is not Opening.CREATE:
-            require_table(self.dynamodb, settings)
-        elif settings.skip_table_creation:
-            check_table(self.dynamodb, settings)
-        else:
-            create_table(self.dynamodb, settings)
+        try:
+            if opening is not Opening.CREATE:
+                require_table(self.dynamodb, settings)
+            elif settings.skip_table_creation:
+                check_table(self.dynamodb, settings)
+            else:
+                create_table(self.dynamodb, settings)
+        except (ClientError, BotoCoreError) as exc:
+            # What no retry changes — no credentials, access denied — said as the store's
+            # error, naming the table and where it is, like an endpoint that never answered.
+            raise StoreRefusedError(f"{settings.location()}: {exc}") from exc
 
     @property
     def retry(self) -> RetryPolicy:
