@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 from resources.catalog.settings import CatalogSettings
 from resources.cli.config import effective_configuration
 from resources.errors import ConfigError
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.retry import RetryPolicy
 from resources.settings import default_data_dir
 from resources.spark.session import SparkSettings

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from resources.errors import ConfigError, LeaseholdError
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.publication.settings import PublicationSettings
 from resources.stores import open_existing_store
 from resources.stores.settings import settings_from_env

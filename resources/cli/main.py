@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from resources.cli.door import check_door
     from resources.cli.story import TerminalProgress, audit_line, stream_table
     from resources.ingestion.sample_data import write_story_sources
-    from resources.objects.base import object_store_for
+    from resources.objects.factory import object_store_for
 
     settings = settings_from_env()  # fail fast on bad store configuration
     lake = LakeSettings.from_env()
@@ -250,7 +250,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from resources.coordination.lease import TimingSettings
     from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
-    from resources.objects.base import ObjectStore, object_store_for
+    from resources.objects.base import ObjectStore
+    from resources.objects.factory import object_store_for
     from resources.publication import checks as publication_checks
 
     settings = settings_from_env()

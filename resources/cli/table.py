@@ -29,7 +29,7 @@ from resources.catalog.base import Catalog, CatalogPartition
 from resources.catalog.settings import CatalogSettings
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.publication.manifest import read_spectrum, version_url_of
 from resources.publication.reader import partition_files, read_partition
 from resources.settings import DATA_DIR_ENV

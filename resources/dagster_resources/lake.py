@@ -25,7 +25,8 @@ from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner, Publish
 from resources.ingestion.source_listing import source_lister
-from resources.objects.base import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore
+from resources.objects.factory import object_store_for
 from resources.stores.stream_schema import followed_config
 from resources.streams import LakeSettings, StreamConfig
 

@@ -177,19 +177,3 @@ def parquet_footer_length(tail: bytes, url: str) -> int:
     if len(tail) < 12 or tail[-4:] != PARQUET_MAGIC:
         raise ObjectStoreError(f"{url} is not a Parquet object (no trailing {PARQUET_MAGIC!r})")
     return int.from_bytes(tail[-8:-4], "little")
-
-
-def object_store_for(
-    url: str, *, endpoint_url: str | None = None, region: str | None = None
-) -> ObjectStore:
-    """The store at `url`: `file://` a local directory, `s3://` a bucket and prefix. (The
-    backends are imported here, not at the top: each of them imports this module.)"""
-    from resources.objects.local import LocalObjectStore
-    from resources.objects.s3 import S3ObjectStore
-
-    if url.startswith("file://"):
-        return LocalObjectStore(Path(url[len("file://") :]))
-    if url.startswith("s3://"):
-        bucket, _, prefix = url[len("s3://") :].partition("/")
-        return S3ObjectStore(bucket, prefix, endpoint_url=endpoint_url, region=region)
-    raise ObjectStoreError(f"{url!r}: only file:// and s3:// URLs are supported")

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 
 from resources.catalog.base import Catalog, CatalogPartition
 from resources.errors import LeaseholdError
-from resources.objects.base import ObjectStore, ObjectStoreError, object_store_for
+from resources.objects.base import ObjectStore, ObjectStoreError
+from resources.objects.factory import object_store_for
 from resources.publication.manifest import parse_symlink_text
 from resources.schema.arrow import RetypedColumnError, read_by_name
 from resources.schema.columns import ColumnSpec

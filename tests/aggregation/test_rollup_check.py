@@ -16,7 +16,7 @@ from resources.catalog.local import LocalCatalog
 from resources.cli.main import EXIT_CHECK_FAILED, main
 from resources.coordination.items import ItemType
 from resources.coordination.lease import LeaseTiming
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.rollup.cursor import RollupCursor, rollup_id
 from resources.stores import build_store
 from resources.streams import load_streams

@@ -22,7 +22,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from resources.objects.base import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore
+from resources.objects.factory import object_store_for
 from resources.publication.garbage import GarbageCollector
 from resources.publication.manifest import read_spectrum
 from resources.stores import build_store

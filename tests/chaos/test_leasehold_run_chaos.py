@@ -43,7 +43,7 @@ from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.partition_keys import to_partition_key
 from resources.ingestion.runner import quarantine_table
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.streams import load_streams
 from tests.support.cli_project import CliProject, cli_project, kill_group
 from tests.support.pipeline_env import STREAM, source_ids

@@ -25,7 +25,7 @@ import pytest
 from resources.coordination.items import PartitionStatus
 from resources.ingestion.checks import find_unleased_objects
 from resources.ingestion.source_listing import source_lister
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.objects.local import LocalObjectStore
 from resources.streams import load_streams
 from tests.chaos.test_leasehold_run_chaos import LEASE_TIMEOUT_S, chaos, malformed_lines

@@ -22,7 +22,8 @@ from resources.catalog.local import LocalCatalog
 from resources.cli.main import EXIT_CONFIG, EXIT_FAILURE, main
 from resources.ledger.merge import MergedObject, merged_object_name
 from resources.ledger.model import SmallObject
-from resources.objects.base import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore
+from resources.objects.factory import object_store_for
 from resources.publication.publisher import CATALOG_REPAIRED, PUBLISHED, Publisher
 from resources.stores import CoordinationStore, build_store
 from resources.stores.settings import StoreSettings

@@ -41,7 +41,7 @@ from resources.dagster_resources.runs import (
     RANGE_START,
 )
 from resources.ingestion.sample_data import write_sample_sources
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.publication.checks import CHECKS
 from resources.publication.manifest import parse_spectrum_json
 from resources.publication.publisher import FAILED, PublicationOutcome, Publisher

@@ -13,7 +13,8 @@ import pytest
 from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.stream_inference import SourceInferenceError, parse_csv
 from resources.ingestion.stream_sampling import sample_source, stage_sample
-from resources.objects.base import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore
+from resources.objects.factory import object_store_for
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.objects.base import ObjectStore, ObjectStoreError, object_store_for
+from resources.objects.base import ObjectStore, ObjectStoreError
+from resources.objects.factory import object_store_for
 from resources.objects.s3 import S3ObjectStore
 
 pytestmark = pytest.mark.contract

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 
 from resources.catalog.local import LocalCatalog
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.publication import checks
 from resources.publication.publisher import PUBLISHED, Publisher
 from resources.publication.reader import partition_files, read_partition

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from resources.objects.base import object_store_for
+from resources.objects.factory import object_store_for
 from resources.publication.manifest import SPECTRUM_NAME, read_spectrum
 
 

@@ -42,7 +42,8 @@ from resources.coordination.items import ItemType
 from resources.coordination.lease import LeaseTiming
 from resources.ledger.merge import MergeCommit, MergeCommitResult
 from resources.ledger.model import RegisteredObject, SmallObject
-from resources.objects.base import ObjectStore, object_store_for
+from resources.objects.base import ObjectStore
+from resources.objects.factory import object_store_for
 from resources.stores import build_store
 from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
