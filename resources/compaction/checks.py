@@ -24,6 +24,7 @@ from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
+from resources.ledger.snapshot import partition_snapshot
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -105,7 +106,7 @@ def merge_chain(ledger: Ledger, table: str, scope: CheckScope | None = None) -> 
             # The row and the chain were read apart: a commit in between (a merge extending
             # the chain over ids committed after the row was read) fakes a problem. Judge
             # again on a snapshot taken at one moment.
-            found = _chain_problems(table, *_snapshot(ledger, table, partition))
+            found = _chain_problems(table, *partition_snapshot(ledger, table, partition))
         broken += bool(found)
         problems += found
     if problems:
@@ -128,21 +129,6 @@ def _chain_problems(table: str, partition: TablePartition, ranges: list[MergeRan
             f"{where}: merged_upper is {partition.merged_upper}, the chain ends at {chain_end}"
         )
     return found
-
-
-def _snapshot(
-    ledger: Ledger, table: str, partition: TablePartition, attempts: int = 3
-) -> tuple[TablePartition, list[MergeRange]]:
-    """The partition row and its chain as of one moment: the row read between two equal reads
-    of the chain (a chain only ever grows, so equal reads mean it did not move in between)."""
-    ranges = ledger.merge_ranges(table, partition.dt)
-    for _ in range(attempts):
-        partition = ledger.table_partition(table, partition.dt) or partition
-        again = ledger.merge_ranges(table, partition.dt)
-        if again == ranges:
-            break
-        ranges = again
-    return partition, ranges
 
 
 def _key(objects: ObjectStore, r: MergeRange) -> str | None:

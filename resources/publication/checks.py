@@ -28,6 +28,7 @@ from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
 from resources.ledger.publication import Publication, live_upper
 from resources.ledger.publication_lag import is_behind, partition_lag
+from resources.ledger.snapshot import partition_snapshot
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.publication.manifest import (
     SYMLINK_DIR,
@@ -171,7 +172,7 @@ def switch_coverage(ledger: Ledger, table: str, scope: CheckScope | None = None)
         if found:
             # Row and chain read apart (a merge or commit in between fakes a problem, and a
             # DynamoDB Query may see half a merge commit): judge again on one moment's read.
-            found = _coverage_problems(table, *_snapshot(ledger, table, tp))
+            found = _coverage_problems(table, *partition_snapshot(ledger, table, tp))
         problems += found
     return _outcome(
         "switch_coverage",
@@ -208,20 +209,6 @@ def _coverage_problems(table: str, tp: TablePartition, ranges: list[MergeRange])
                 f"outside 1..{limit}"
             )
     return found
-
-
-def _snapshot(
-    ledger: Ledger, table: str, tp: TablePartition, attempts: int = 3
-) -> tuple[TablePartition, list[MergeRange]]:
-    """The row and its chain as of one moment: the row read between two equal chain reads."""
-    ranges = ledger.merge_ranges(table, tp.dt)
-    for _ in range(attempts):
-        tp = ledger.table_partition(table, tp.dt) or tp
-        again = ledger.merge_ranges(table, tp.dt)
-        if again == ranges:
-            break
-        ranges = again
-    return tp, ranges
 
 
 def published_rows(
