@@ -33,7 +33,8 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 
 from resources.coordination.errors import StoreUnavailableError  # noqa: E402
 from resources.coordination.lease import LeaseTiming  # noqa: E402
-from resources.ingestion.runner import COMMITTED, IngestionRunner  # noqa: E402
+from resources.ingestion.outcomes import COMMITTED  # noqa: E402
+from resources.ingestion.runner import IngestionRunner  # noqa: E402
 from resources.ingestion.source_reader import SourceReader  # noqa: E402
 from resources.ingestion.work_units import UnitObject, WorkUnit  # noqa: E402
 from resources.objects.local import LocalObjectStore  # noqa: E402

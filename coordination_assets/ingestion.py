@@ -59,13 +59,13 @@ from resources.dagster_resources.runs import (
 )
 from resources.dagster_resources.spark import SparkResource
 from resources.ingestion import check_suite as suite
-from resources.ingestion.partition_keys import from_partition_key
-from resources.ingestion.runner import (
+from resources.ingestion.outcomes import (
     ALREADY_COMPLETE,
     LOST_LEASE,
     UNKNOWN_PARTITION,
     PartitionOutcome,
 )
+from resources.ingestion.partition_keys import from_partition_key
 
 
 def main_job_cursor_key(stream: str) -> str:

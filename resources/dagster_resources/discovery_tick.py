@@ -66,10 +66,10 @@ from resources.dagster_resources.runs import (
     span_of,
 )
 from resources.ingestion.discovery import Discovery
+from resources.ingestion.outcomes import COMMITTED, committed_outcome
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
 from resources.ingestion.reconciliation import ReconcileState, Reconciliation
 from resources.ingestion.run_planner import RunPlan, plan_retry_runs, plan_runs
-from resources.ingestion.runner import COMMITTED, committed_outcome
 from resources.settings import parse_iso_duration
 
 log = logging.getLogger(__name__)

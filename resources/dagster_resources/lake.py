@@ -21,9 +21,10 @@ from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
+from resources.ingestion.batch_results import Publish
 from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.discovery import Lister
-from resources.ingestion.runner import IngestionRunner, Publish
+from resources.ingestion.runner import IngestionRunner
 from resources.ingestion.source_listing import source_lister
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for

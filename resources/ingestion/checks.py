@@ -21,8 +21,8 @@ from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.supplier import SUPPLIER_STATE
 from resources.ingestion.discovery import Lister
-from resources.ingestion.runner import TABLE_PARTITIONS, quarantine_table
 from resources.ingestion.source_listing import listing_pages
+from resources.ingestion.unit_progress import TABLE_PARTITIONS, quarantine_table
 from resources.ingestion.work_units import UnitCoverage
 from resources.ledger.check_scope import CheckScope
 from resources.ledger.ledger import Ledger

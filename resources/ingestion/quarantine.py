@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from resources.ingestion.batch_results import StagedFile
 from resources.ingestion.read_plan import CORRUPT, check_reason, json_schema, source_column
-from resources.ingestion.runner import StagedFile
 from resources.ingestion.source_files import INPUT_DIGITS, open_lines
 from resources.streams import StreamConfig
 

@@ -23,233 +23,48 @@ commits are per partition and in a fixed order, on the caller's thread.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import shutil
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from resources.coordination.errors import (
-    LeaseStoreError,
     PartitionNotFoundError,
     PartitionUnavailableError,
 )
-from resources.coordination.items import LeaseItem, PartitionStatus, iso_utc
+from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.keeper import LeaseKeeper
-from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
+from resources.coordination.lease import Lease, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
+from resources.ingestion.batch_results import (
+    Fetch,
+    Publish,
+    ReadBatch,
+    SourceBatchResult,
+)
 from resources.ingestion.csv_records import CsvFormat
-from resources.ingestion.source_files import ChunkReader
-from resources.ingestion.work_units import DONE, done_objects, unit_objects
-from resources.ledger.model import AlreadyCommittedError, SmallObject, fits_one_commit
+from resources.ingestion.large_objects import LargeObjects
+from resources.ingestion.outcomes import (
+    ALREADY_COMPLETE,
+    FAILED,
+    LOST_LEASE,
+    UNKNOWN_PARTITION,
+    UNREADABLE,
+    PartitionOutcome,
+    committed_outcome,
+)
+from resources.ingestion.unit_progress import (
+    failures,
+    to_read,
+)
 
 log = logging.getLogger(__name__)
-
-COMMITTED = "committed"
-ALREADY_COMPLETE = "already_complete"
-UNKNOWN_PARTITION = "unknown_partition"
-"""No lease item for the key: not created by discovery (added by hand), or expired."""
-LOST_LEASE = "lost_lease"
-UNREADABLE = "unreadable"
-FAILED = "failed"
-
-
-@dataclass
-class PartitionOutcome:
-    source_key: str
-    outcome: str
-    epoch: int | None = None
-    rows_read: int = 0
-    rows_written: int = 0
-    rows_quarantined: int = 0
-    small_objects: int = 0
-    bytes: int = 0
-    table_partitions: list[str] = field(default_factory=list)
-    message: str = ""
-    schema_version: int = 0
-    """The stream's schema version this attempt's table objects were written with (0: none
-    written)."""
-    new_columns: list[str] = field(default_factory=list)
-    """Columns this attempt added to the stream's schema."""
-    unknown_fields: dict[str, int] = field(default_factory=dict)
-    """Fields left out of the table (`schema_evolution: ignore`), records holding each."""
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome in (COMMITTED, ALREADY_COMPLETE)
-
-    def metadata(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "already_complete": self.outcome == ALREADY_COMPLETE,
-            "rows_read": self.rows_read,
-            "rows_written": self.rows_written,
-            "rows_quarantined": self.rows_quarantined,
-            "small_objects": self.small_objects,
-            "bytes": self.bytes,
-            "table_partitions": ", ".join(self.table_partitions),
-            "lease_epoch": self.epoch if self.epoch is not None else -1,
-            "message": self.message,
-            "schema_version": self.schema_version,
-            "new_columns": ", ".join(self.new_columns),
-            "unknown_fields": ", ".join(f"{k}: {n}" for k, n in sorted(self.unknown_fields.items()))
-            or "none",
-        }
-
-
-def committed_outcome(item: LeaseItem, outcome: str, message: str) -> PartitionOutcome:
-    """A COMPLETED item's outcome as its commit saved it (the counts are the commit's
-    progress state), for a partition whose commit Dagster has to be told about again. Objects,
-    bytes and dates are 0 / empty for a unit committed before its progress kept them."""
-    progress = item.progress or {}
-    where = [p.rsplit("|", 1) for p in progress.get(TABLE_PARTITIONS, [])]
-    quarantine = {t for t, _ in where if t.endswith(QUARANTINE_SUFFIX)}
-    return PartitionOutcome(
-        item.partition_key,
-        outcome,
-        item.epoch,
-        rows_read=int(progress.get("rows_read", 0)),
-        rows_written=int(progress.get("rows_written", 0)),
-        rows_quarantined=int(progress.get("rows_quarantined", 0)),
-        small_objects=int(progress.get("small_objects", 0)),
-        bytes=int(progress.get("bytes", 0)),
-        table_partitions=sorted({dt for t, dt in where if t not in quarantine}),
-        message=message,
-    )
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    """A local file written by the reader, to be published under `dt`."""
-
-    dt: str
-    local_path: Path
-    row_count: int
-    content_length: int
-    schema_version: int = 1
-
-
-@dataclass
-class SourceBatchResult:
-    """What the reader produced for one work unit (the objects it read of it)."""
-
-    rows_read: int = 0
-    rows_quarantined: int = 0
-    table_files: list[StagedFile] = field(default_factory=list)
-    quarantine_files: list[StagedFile] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    """Objects that could not be read at all, and why; the others were read."""
-    unreadable: str | None = None
-    """Set when nothing of the unit could be read: why."""
-    schema_version: int = 1
-    """The stream's schema version its table objects were written with."""
-    new_columns: list[str] = field(default_factory=list)
-    """Columns this read added to the schema (`schema_evolution: add`), by name."""
-    unknown_fields: dict[str, int] = field(default_factory=dict)
-    """Fields outside the schema left out of the table (`schema_evolution: ignore`): records
-    holding each, by name."""
-
-
-ReadBatch = Callable[..., Future[dict[str, SourceBatchResult]]]
-"""(source key -> local file, staging dir, attempt id, source key -> unit key[, source key ->
-quarantine line offset]) -> per unit results, once staged. It returns when the batch is read;
-the staged files may still be being written."""
-Fetch = Callable[[str, Path], Path]
-"""(source key, scratch dir) -> a local path holding the source object's bytes."""
-Publish = Callable[[Path, str], str]
-"""(local file, object key under the table root) -> its URL; moves the file."""
-
-
-QUARANTINE_SUFFIX = ".quarantine"
-
-
-def quarantine_table(stream: str) -> str:
-    return f"{stream}{QUARANTINE_SUFFIX}"
-
-
-def object_name(attempt_id: str, source_key: str, n: int, suffix: str) -> str:
-    """Unique per attempt, source and object: two attempts can never overwrite each other's
-    objects, and one source may yield several objects for a date (one per Spark task)."""
-    digest = hashlib.sha256(source_key.encode()).hexdigest()[:16]
-    return f"{attempt_id}-{digest}-{n}{suffix}"
-
-
-PARTIAL = "partial"
-"""Progress field of a unit committing in several transactions: the objects being committed
-and how many staged files of each table partition (`table|dt`) are in already."""
-FAILED_READS = "failed"
-"""Progress field of a CLOSED unit: which of its objects could not be read, and why."""
-CHUNK = "chunk"
-"""Progress field of a large object read in chunks: where the next chunk starts (`offset`,
-`line`), committed with the chunk before it."""
-TABLE_PARTITIONS = "table_partitions"
-"""Progress field: the `table|dt` partitions (of the table and of its quarantine) a unit's
-commits wrote to."""
-QUARANTINE_PART = "*"
-"""The quarantine's partition slot: its date is the commit's day, which a retry may not share."""
-
-
-def to_read(progress: Any, key: str) -> list[str]:
-    """The objects of a unit this attempt reads: those an interrupted multi-transaction commit
-    was committing, the same set again (its committed partitions came from exactly those),
-    else every object not done by an earlier attempt."""
-    partial = progress.get(PARTIAL) if isinstance(progress, dict) else None
-    if partial:
-        return list(partial["objects"])
-    done = done_objects(progress)
-    return [o.key for o in unit_objects(key, progress) if o.key not in done]
-
-
-def failures(failed: dict[str, str]) -> str:
-    """Which objects of a unit were not ingested (unreadable, or refused by `schema_evolution:
-    fail`), and why: what status shows."""
-    shown = "; ".join(f"{key}: {why}" for key, why in list(failed.items())[:5])
-    more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
-    return f"{len(failed)} object(s) not ingested: {shown}{more}"
-
-
-def add_counts(progress: dict[str, Any], objects: Sequence[SmallObject], table: str) -> None:
-    """Add one transaction's rows to the unit's totals: the totals always equal what the
-    ledger holds for the unit, whatever failed between transactions.
-
-    Also where they are (`TABLE_PARTITIONS`), so a check can read the unit's rows back from
-    those partitions alone, and the table's objects and bytes, so a commit recorded without
-    its run (`committed_outcome`) says what the run would have. A unit that began committing
-    before the list was kept never gets one (it would miss its first transactions): checks
-    read such a unit's rows from the whole table."""
-    if TABLE_PARTITIONS in progress or "rows_read" not in progress:
-        where = {f"{o.table}|{o.dt}" for o in objects}
-        progress[TABLE_PARTITIONS] = sorted(set(progress.get(TABLE_PARTITIONS, [])) | where)
-    mine = [o for o in objects if o.table == table]
-    written = sum(o.row_count for o in mine)
-    quarantined = sum(o.row_count for o in objects if o.table != table)
-    progress["rows_written"] = int(progress.get("rows_written", 0)) + written
-    progress["rows_quarantined"] = int(progress.get("rows_quarantined", 0)) + quarantined
-    progress["rows_read"] = progress["rows_written"] + progress["rows_quarantined"]
-    progress["small_objects"] = int(progress.get("small_objects", 0)) + len(mine)
-    progress["bytes"] = int(progress.get("bytes", 0)) + sum(o.content_length for o in mine)
-
-
-def commit_batches(
-    objects: Sequence[tuple[SmallObject, str]],
-) -> list[list[tuple[SmallObject, str]]]:
-    """Objects in transaction-sized batches (`fits_one_commit`), whole table partitions together
-    where they fit, in order; at least one batch (a unit with nothing to write still commits)."""
-    batches: list[list[tuple[SmallObject, str]]] = [[]]
-    for obj in objects:
-        if not fits_one_commit([o for o, _ in batches[-1]] + [obj[0]]):
-            batches.append([])
-        batches[-1].append(obj)
-    return batches
 
 
 @dataclass
@@ -283,7 +98,7 @@ class _ReadChunk:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-class IngestionRunner:
+class IngestionRunner(LargeObjects):
     """Ingests a stream's source partitions (work units: one or more source objects) into
     its table: for each unit, take its lease, fetch and read its objects, publish the table
     and quarantine objects, and commit them with the lease in one fenced transaction
@@ -392,22 +207,6 @@ class IngestionRunner:
         chunk.close()
 
     # -- steps ---------------------------------------------------------------------------------
-
-    def _not_ingested(
-        self, outcome: PartitionOutcome, exc: BaseException | None = None
-    ) -> PartitionOutcome:
-        """Log a partition this run does not ingest, where that is decided; the caller gets the
-        same message in its outcome. `exc` adds a traceback: for errors leasehold does not
-        expect."""
-        log.warning(
-            "%s: %r not ingested (%s): %s",
-            self.stream,
-            outcome.source_key,
-            outcome.outcome,
-            outcome.message,
-            exc_info=exc,
-        )
-        return outcome
 
     def _acquire(self, key: str) -> Lease | PartitionOutcome:
         try:
@@ -536,255 +335,3 @@ class IngestionRunner:
             flush_or_keep(self.store)
         for key in chunk.keys:
             yield chunk.outcomes[key]
-
-    def _close_unreadable(
-        self,
-        lease: Lease,
-        key: str,
-        reason: str,
-        exc: BaseException | None = None,
-        committed: PartitionOutcome | None = None,
-    ) -> PartitionOutcome:
-        """CLOSE the unit (reopened with backoff, dead-lettered after the last try). With
-        `committed`: what this attempt committed of the unit's other objects first."""
-        # Kept with the unit's progress, so `leasehold status` can say which object failed.
-        progress = dict(lease.progress) if isinstance(lease.progress, dict) else {}
-        progress[FAILED_READS] = reason
-        try:
-            item = lease.close(reason=reason, progress=progress)
-        except LeaseStoreError as lost:
-            outcome = PartitionOutcome(key, LOST_LEASE, lease.epoch, message=str(lost))
-            return self._not_ingested(outcome, exc)
-        if item.dead_letter_reason is not None:
-            message = f"dead-lettered after {item.closed_count} failed reads: {reason}"
-        else:
-            message = (
-                f"unreadable (closed {item.closed_count} times, will retry at "
-                f"{iso_utc(item.reopen_at_ms)}): {reason}"
-            )
-        outcome = committed or PartitionOutcome(key, UNREADABLE, lease.epoch)
-        outcome.outcome, outcome.epoch = UNREADABLE, lease.epoch
-        if committed is not None:
-            message = (
-                f"its readable objects committed ({committed.rows_written} rows in all); {message}"
-            )
-        outcome.message = message
-        return self._not_ingested(outcome, exc)
-
-    def _commit(
-        self,
-        lease: Lease,
-        key: str,
-        result: SourceBatchResult,
-        reading: list[str],
-        attempt: str,
-        final: bool = True,
-        reached: dict[str, Any] | None = None,
-    ) -> PartitionOutcome:
-        """Commit what was read of a unit (all of it, or — `final=False` — one chunk of a
-        large object, whose progress `reached` is saved in the same transaction)."""
-        if result.unreadable is not None:
-            return self._close_unreadable(lease, key, result.unreadable)
-        outcome = PartitionOutcome(key, COMMITTED, lease.epoch)
-        outcome.schema_version = result.schema_version if result.table_files else 0
-        outcome.new_columns = list(result.new_columns)
-        outcome.unknown_fields = dict(result.unknown_fields)
-        if lease.lost:
-            outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {lease.lost_reason}"
-            return self._not_ingested(outcome)
-        progress = dict(lease.progress) if isinstance(lease.progress, dict) else {}
-        progress.pop(FAILED_READS, None)
-        partial = progress.get(PARTIAL)
-        if partial and result.failed:
-            # Part of these objects' partitions is committed: the rest must come from all of
-            # them, or a later retry of the missing one would repeat its committed rows.
-            return self._close_unreadable(lease, key, failures(result.failed))
-        already: dict[str, int] = dict(partial["committed"]) if partial else {}
-        today = self.clock().strftime("%Y-%m-%d")
-        staged = [(f, self.table, f.dt, self.publish_table) for f in result.table_files] + [
-            (
-                StagedFile(today, f.local_path, f.row_count, f.content_length),
-                quarantine_table(self.stream),
-                QUARANTINE_PART,
-                self.publish_quarantine,
-            )
-            for f in result.quarantine_files
-        ]
-        # What an interrupted attempt committed of the same objects is skipped: they were
-        # re-read, and a re-read gives the same staged files per partition, in the same order.
-        seen: dict[str, int] = {}
-        todo = []
-        for f, table, part, publish in staged:
-            slot = f"{table}|{part}"
-            seen[slot] = seen.get(slot, 0) + 1
-            if seen[slot] > already.get(slot, 0):
-                todo.append((f, table, publish, slot))
-        objects = [
-            (self._publish(f, key, attempt, n, table, publish), slot)
-            for n, (f, table, publish, slot) in enumerate(todo)
-        ]
-        self.on_step("published", key)
-        batches = commit_batches(objects)
-        committed: LeaseItem | None = None
-        try:
-            for i, batch in enumerate(batches):
-                last = i == len(batches) - 1
-                add_counts(progress, [o for o, _ in batch], self.table)
-                progress["attempt"] = attempt
-                for _, slot in batch:
-                    already[slot] = already.get(slot, 0) + 1
-                if last:
-                    progress.pop(PARTIAL, None)
-                    progress.update(reached or {})
-                    if result.failed:
-                        done = done_objects(progress) | (set(reading) - set(result.failed))
-                        progress[DONE] = sorted(done)
-                else:
-                    progress[PARTIAL] = {"objects": reading, "committed": sorted(already.items())}
-                complete = last and final and not result.failed
-                state = json.dumps(progress)
-                committed = lease.commit(
-                    lambda token, batch=batch, state=state, complete=complete: (
-                        self.store.commit(
-                            token,
-                            [o for o, _ in batch],
-                            progress_state=state,
-                            complete=complete,
-                            timeout_s=self.timing.ownership_timeout_s,
-                            merge_after_s=self.merge_after_s,
-                            delayed_merge_after_s=self.delayed_merge_after_s,
-                        ).item
-                    ),
-                    final=complete,
-                )
-        except LeaseLostError as exc:
-            outcome.outcome, outcome.message = LOST_LEASE, f"lost the lease: {exc}"
-            return self._not_ingested(outcome)
-        except AlreadyCommittedError as exc:
-            log.info("%s: %r already committed: %s", self.stream, key, exc)
-            outcome.outcome, outcome.message = ALREADY_COMPLETE, str(exc)
-            return outcome
-        except LeaseStoreError as exc:  # store down: unknown whether it landed; a retry knows
-            outcome.outcome = FAILED
-            outcome.message = f"commit failed: {exc}; retried at the next discovery tick"
-            return self._not_ingested(outcome)
-        self.on_step("committed", key)
-        assert committed is not None  # `commit_batches` gives at least one batch
-        outcome.epoch = committed.epoch
-        outcome.rows_read = int(progress.get("rows_read", 0))
-        outcome.rows_written = int(progress.get("rows_written", 0))
-        outcome.rows_quarantined = int(progress.get("rows_quarantined", 0))
-        table_objects = [o for o, _ in objects if o.table == self.table]
-        outcome.small_objects = len(table_objects)
-        outcome.bytes = sum(o.content_length for o in table_objects)
-        outcome.table_partitions = sorted({o.dt for o in table_objects})
-        if result.failed:
-            # The others are in; this unit is retried for the objects that failed.
-            return self._close_unreadable(lease, key, failures(result.failed), committed=outcome)
-        return outcome
-
-    def _is_large(self, progress: Any, key: str) -> bool:
-        objects = unit_objects(key, progress)
-        return (
-            self.commit_every_bytes is not None
-            and len(objects) == 1
-            and objects[0].size > self.commit_every_bytes
-        )
-
-    def _ingest_large(self, lease: Lease, key: str, scratch: Path) -> PartitionOutcome:
-        """One object, chunk by chunk (KIP-618's connector-defined transaction boundary): each
-        chunk — `commit_every_bytes` of text, to the end of a line (CSV: of a record) — is read
-        like any object and committed with the offset it reached in one fenced transaction that
-        keeps the lease (renewed in the background meanwhile); the last chunk completes the
-        unit. A takeover
-        resumes at the committed offset: plain text by seeking to it, gzip by decompressing up
-        to it again (gzip cannot seek)."""
-        (obj,) = unit_objects(key, lease.progress)
-        try:
-            local = self.fetch(obj.key, scratch / "sources")
-        except Exception as exc:  # noqa: BLE001 - any failure to read the object
-            plain = isinstance(exc, LeaseholdError)
-            return self._close_unreadable(
-                lease, key, f"cannot fetch: {exc}", None if plain else exc
-            )
-        reached = (lease.progress or {}).get(CHUNK) or {"offset": 0, "line": 1}
-        try:
-            chunks = ChunkReader(local, int(reached["offset"]), int(reached["line"]), self.csv)
-        except (OSError, EOFError, zlib.error) as exc:
-            why = f"{obj.key}: cannot read at offset {reached['offset']}: {exc}"
-            return self._close_unreadable(lease, key, why)
-        try:
-            return self._commit_chunks(lease, key, obj.key, chunks, scratch)
-        finally:
-            chunks.close()
-
-    def _commit_chunks(
-        self,
-        lease: Lease,
-        key: str,
-        obj: str,
-        chunks: ChunkReader,
-        scratch: Path,
-    ) -> PartitionOutcome:
-        total = PartitionOutcome(key, COMMITTED, lease.epoch)
-        n = 0
-        while True:
-            n += 1
-            try:
-                cut = chunks.next(
-                    self.commit_every_bytes or 0, scratch / f"chunk-{n}" / "chunk.txt"
-                )
-            except (OSError, EOFError, zlib.error) as exc:
-                why = f"{obj}: cannot read at offset {chunks.offset}: {exc}"
-                return self._close_unreadable(lease, key, why)
-            shift = cut.first_line - 1 - cut.header_lines  # the chunk file's line 1 in the object
-            attempt = uuid.uuid4().hex[:12]
-            results = self.read_batch(
-                {obj: cut.path},
-                scratch / f"chunk-{n}" / "staging",
-                attempt,
-                {obj: key},
-                {obj: shift},
-            ).result()
-            result = results.get(key) or SourceBatchResult(unreadable="the reader returned nothing")
-            outcome = self._commit(
-                lease,
-                key,
-                result,
-                [obj],
-                attempt,
-                final=cut.last,
-                reached={CHUNK: {"offset": cut.offset, "line": cut.line}},
-            )
-            shutil.rmtree(cut.path.parent, ignore_errors=True)
-            total.small_objects += outcome.small_objects
-            total.bytes += outcome.bytes
-            total.table_partitions = sorted({*total.table_partitions, *outcome.table_partitions})
-            if outcome.outcome != COMMITTED or cut.last:
-                outcome.small_objects, outcome.bytes = total.small_objects, total.bytes
-                outcome.table_partitions = total.table_partitions
-                if outcome.ok:
-                    outcome.message = f"{n} chunk(s) committed this run"
-                return outcome
-            log.info(
-                "%s: %r chunk %d committed up to offset %d (line %d)",
-                self.stream,
-                key,
-                n,
-                cut.offset,
-                cut.line,
-            )
-
-    def _publish(
-        self, staged: StagedFile, key: str, attempt: str, n: int, table: str, publish: Publish
-    ) -> SmallObject:
-        name = f"dt={staged.dt}/{object_name(attempt, key, n, staged.local_path.suffix)}"
-        url = publish(staged.local_path, name)
-        return SmallObject(
-            table,
-            staged.dt,
-            url,
-            staged.content_length,
-            staged.row_count,
-            schema_version=staged.schema_version,
-        )

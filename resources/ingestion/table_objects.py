@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from resources.ingestion.runner import StagedFile
+from resources.ingestion.batch_results import StagedFile
 from resources.schema.parquet_meta import version_metadata
 from resources.streams import StreamConfig
 

@@ -42,7 +42,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.partition_keys import to_partition_key
-from resources.ingestion.runner import quarantine_table
+from resources.ingestion.unit_progress import quarantine_table
 from resources.objects.factory import object_store_for
 from resources.streams import load_streams
 from tests.support.cli_project import CliProject, cli_project, kill_group

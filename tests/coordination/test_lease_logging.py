@@ -14,7 +14,8 @@ from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
-from resources.ingestion.runner import UNREADABLE, SourceBatchResult
+from resources.ingestion.batch_results import SourceBatchResult
+from resources.ingestion.outcomes import UNREADABLE
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
 from tests.coordination.test_lease import FAST, FlakyStore

@@ -45,8 +45,8 @@ from resources.dagster_resources.runs import (
 )
 from resources.errors import ConfigError
 from resources.ingestion.partition_keys import from_partition_key
-from resources.ingestion.runner import add_counts, quarantine_table
 from resources.ingestion.sample_data import write_sample_sources
+from resources.ingestion.unit_progress import add_counts, quarantine_table
 from resources.ledger.model import SmallObject
 from tests.ingestion.test_discovery import CountingStore
 from tests.support.pipeline_env import STREAM, PipelineEnv, write_streams

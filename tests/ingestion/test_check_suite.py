@@ -17,8 +17,8 @@ from resources.coordination.lease_store import LeaseStore
 from resources.ingestion import check_suite
 from resources.ingestion.checks import find_unleased_objects
 from resources.ingestion.discovery import Discovery
-from resources.ingestion.runner import add_counts
 from resources.ingestion.source_listing import Lister, source_lister
+from resources.ingestion.unit_progress import add_counts
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.model import SmallObject
 from resources.objects.local import LocalObjectStore

@@ -22,12 +22,9 @@ from resources.coordination import metrics as m
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
-from resources.ingestion.runner import (
-    COMMITTED,
-    IngestionRunner,
-    SourceBatchResult,
-    StagedFile,
-)
+from resources.ingestion.batch_results import SourceBatchResult, StagedFile
+from resources.ingestion.outcomes import COMMITTED
+from resources.ingestion.runner import IngestionRunner
 
 STREAM = "events"
 

@@ -19,9 +19,11 @@ from resources.coordination.items import PartitionStatus
 from resources.coordination.lease import LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.csv_records import CsvFormat
-from resources.ingestion.runner import COMMITTED, FAILED, IngestionRunner, quarantine_table
+from resources.ingestion.outcomes import COMMITTED, FAILED
+from resources.ingestion.runner import IngestionRunner
 from resources.ingestion.source_files import cut_chunk
 from resources.ingestion.source_reader import SourceReader
+from resources.ingestion.unit_progress import quarantine_table
 from resources.ingestion.work_units import UnitObject, WorkUnit
 from resources.objects.local import LocalObjectStore
 from resources.streams import load_streams

@@ -18,13 +18,8 @@ import pytest
 from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.status import status_text
-from resources.ingestion.runner import (
-    COMMITTED,
-    FAILED,
-    UNREADABLE,
-    SourceBatchResult,
-    StagedFile,
-)
+from resources.ingestion.batch_results import SourceBatchResult, StagedFile
+from resources.ingestion.outcomes import COMMITTED, FAILED, UNREADABLE
 from resources.ingestion.work_units import UnitObject, WorkUnit
 from tests.ingestion.test_ingestion_runner import make_runner
 from tests.support.fakes import fail_nth_commit

@@ -18,7 +18,7 @@ from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.instance import write_instance_yaml
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
-from resources.ingestion.runner import quarantine_table
+from resources.ingestion.unit_progress import quarantine_table
 from resources.objects.factory import object_store_for
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
