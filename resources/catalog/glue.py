@@ -28,16 +28,13 @@ is not letters, digits and underscores after that is refused.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from resources.catalog import glue_items as items
 from resources.catalog.base import (
-    OUTPUT_FORMAT,
-    PARQUET_SERDE,
     PARTITION_KEY,
-    SYMLINK_INPUT_FORMAT,
     Catalog,
     CatalogError,
     CatalogPartition,
@@ -46,15 +43,13 @@ from resources.catalog.base import (
     TableDefinition,
     grown_columns,
 )
+from resources.catalog.glue_items import MANAGED, SEQ, glue_name
 from resources.retry import RetryPolicy, call_with_retries, log_retries
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-MANAGED = "leasehold.managed"
-SEQ = "leasehold.publication_seq"
-TABLE_PARAMETERS = {"classification": "parquet", "EXTERNAL": "TRUE", MANAGED: "true"}
 
 RETRYABLE_CODES = {
     "ThrottlingException",
@@ -75,26 +70,6 @@ CONCURRENT_MODIFICATION = "ConcurrentModificationException"
 MAX_TABLE_UPDATES = 8
 """Read-grow-write rounds of one table update before giving up: each lost round means another
 writer's update landed, so this many in a row is a writer that never stops."""
-
-_TABLE_NAME = re.compile(r"[a-z0-9_]{1,255}")
-_DATABASE_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,254}")
-
-
-def name_problem(name: str, what: str) -> str | None:
-    """What keeps Glue (and Athena) from holding `name`, lowercased, as a `what` name."""
-    pattern = _DATABASE_NAME if what == "database" else _TABLE_NAME
-    if pattern.fullmatch(name.lower()):
-        return None
-    allowed = "letters, digits, '_' and '-'" if what == "database" else "letters, digits, '_'"
-    return f"Glue cannot hold {what} name {name!r}: use 1-255 {allowed}"
-
-
-def glue_name(name: str, what: str) -> str:
-    """`name` as Glue holds it (lowercase); CatalogError if it cannot."""
-    problem = name_problem(name, what)
-    if problem is not None:
-        raise CatalogError(problem)
-    return name.lower()
 
 
 class _Expected(Exception):
@@ -154,34 +129,11 @@ class GlueCatalog(Catalog):
         connection errors; `_Expected` for not-found, already-exists and the `expected` error
         codes (not retried: the caller decides); any other failure is a CatalogError naming
         the action and where."""
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            ConnectionClosedError,
-            ConnectTimeoutError,
-            EndpointConnectionError,
-            ReadTimeoutError,
-        )
+        from botocore.exceptions import BotoCoreError, ClientError
 
         if self.catalog_id:
             params["CatalogId"] = self.catalog_id
         what = f"{self._where()}: {action}"
-
-        def retryable(exc: BaseException) -> bool:
-            if isinstance(
-                exc,
-                (
-                    EndpointConnectionError,
-                    ConnectionClosedError,
-                    ConnectTimeoutError,
-                    ReadTimeoutError,
-                ),
-            ):
-                return True
-            if isinstance(exc, ClientError):
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                return _code(exc) in RETRYABLE_CODES or status >= 500
-            return False
 
         def give_up(exc: BaseException, attempts: int) -> BaseException:
             return CatalogUnreachableError(f"{what} failed after {attempts} attempts: {exc}")
@@ -198,7 +150,7 @@ class GlueCatalog(Catalog):
             return call_with_retries(
                 attempt,
                 policy=self.retry,
-                is_retryable=retryable,
+                is_retryable=_retryable,
                 on_give_up=give_up,
                 sleep=self._sleep,
                 on_retry=log_retries(log, logging.WARNING, what, self.retry),
@@ -223,7 +175,7 @@ class GlueCatalog(Catalog):
         """The Glue name and description of `table`, which must exist and be leasehold's."""
         name = glue_name(table, "table")
         found = self._get_table(name)
-        if found is None or not _managed(found):
+        if found is None or not items.managed(found):
             raise CatalogError(f"{self._where()} has no table {name!r} managed by leasehold")
         return name, found
 
@@ -231,7 +183,7 @@ class GlueCatalog(Catalog):
 
     def ensure_table(self, table: TableDefinition) -> None:
         name = glue_name(table.name, "table")
-        columns = _glue_columns(table.columns)
+        columns = items.glue_columns(table.columns)
         if self._get_table(name) is None:
             self._ensure_database()
             try:
@@ -239,7 +191,7 @@ class GlueCatalog(Catalog):
                     "create table",
                     self.client.create_table,
                     DatabaseName=self.database,
-                    TableInput=_table_input(name, columns, table.location),
+                    TableInput=items.table_input(name, columns, table.location),
                 )
                 log.info("%s: created table %s", self._where(), name)
                 return
@@ -249,20 +201,20 @@ class GlueCatalog(Catalog):
             # Created meanwhile by another process: grown like any existing table.
 
         def wanted(found: dict[str, Any]) -> dict[str, Any] | None:
-            grown = grown_columns(name, _definition(found).columns, columns)
-            table_input = _table_input(name, grown, table.location)
-            return None if _comparable(found) == _comparable(table_input) else table_input
+            grown = grown_columns(name, items.definition(found).columns, columns)
+            table_input = items.table_input(name, grown, table.location)
+            return None if items.comparable(found) == items.comparable(table_input) else table_input
 
         if self._update_table(name, wanted):
             log.info("%s: updated table %s to %s", self._where(), name, table)
 
     def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
         name = glue_name(table, "table")
-        wanted_columns = _glue_columns(columns)
+        wanted_columns = items.glue_columns(columns)
         added: list[Column] = []
 
         def wanted(found: dict[str, Any]) -> dict[str, Any] | None:
-            held = _definition(found).columns
+            held = items.definition(found).columns
             grown = grown_columns(name, held, wanted_columns)
             added[:] = grown[len(held) :]
             if not added:
@@ -297,7 +249,7 @@ class GlueCatalog(Catalog):
             found = self._get_table(name)
             if found is None:
                 raise CatalogError(f"{self._where()} has no table {name!r}")
-            if not _managed(found):
+            if not items.managed(found):
                 raise CatalogError(
                     f"{self._where()} already holds a table {name!r} that leasehold did not "
                     f"create (no {MANAGED} parameter); leasehold will not take it over"
@@ -352,7 +304,7 @@ class GlueCatalog(Catalog):
 
     def table(self, name: str) -> TableDefinition | None:
         found = self._get_table(glue_name(name, "table"))
-        return None if found is None or not _managed(found) else _definition(found)
+        return None if found is None or not items.managed(found) else items.definition(found)
 
     def tables(self) -> list[str]:
         names: list[str] = []
@@ -364,7 +316,7 @@ class GlueCatalog(Catalog):
                 if exc.code == NOT_FOUND:
                     return []  # no database yet: no tables
                 raise CatalogError(f"{self._where()}: list tables: {exc}") from exc
-            names.extend(t["Name"] for t in page.get("TableList", []) if _managed(t))
+            names.extend(t["Name"] for t in page.get("TableList", []) if items.managed(t))
             if not page.get("NextToken"):
                 return sorted(names)
             params["NextToken"] = page["NextToken"]
@@ -413,7 +365,7 @@ class GlueCatalog(Catalog):
             current = self._get_partition(name, dt)
             if current is None:
                 raise CatalogError(f"{self._where()}: partition {what} exists and then does not")
-        if _seq(current, what) >= seq:
+        if items.publication_seq(current, what) >= seq:
             return False
         try:
             self._call(
@@ -434,7 +386,7 @@ class GlueCatalog(Catalog):
         if found is None:
             self._managed_table(table)  # a missing table is an error, not a missing partition
             return None
-        return _partition(name, found)
+        return items.partition_from(name, found)
 
     def partitions(self, table: str) -> list[CatalogPartition]:
         name, _ = self._managed_table(table)
@@ -447,7 +399,7 @@ class GlueCatalog(Catalog):
                 )
             except _Expected as exc:
                 raise CatalogError(f"{self._where()}: list partitions of {name}: {exc}") from exc
-            out.extend(_partition(name, p) for p in page.get("Partitions", []))
+            out.extend(items.partition_from(name, p) for p in page.get("Partitions", []))
             if not page.get("NextToken"):
                 return sorted(out, key=lambda p: p.dt)
             params["NextToken"] = page["NextToken"]
@@ -457,76 +409,27 @@ def _code(exc: Any) -> str:
     return exc.response.get("Error", {}).get("Code", "")
 
 
-def _managed(table: dict[str, Any]) -> bool:
-    return table.get("Parameters", {}).get(MANAGED) == "true"
-
-
-def _glue_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
-    """`columns` as Glue holds them: names lowercased (CatalogError for one it cannot hold)."""
-    return tuple(Column(glue_name(c.name, "column"), c.type) for c in columns)
-
-
-def _table_input(name: str, columns: Sequence[Column], location: str) -> dict[str, Any]:
-    """The TableInput of a leasehold table: `columns` (Glue names), partitioned by `dt`, read
-    through symlink manifests."""
-    return {
-        "Name": name,
-        "TableType": "EXTERNAL_TABLE",
-        "Parameters": dict(TABLE_PARAMETERS),
-        "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "string"}],
-        "StorageDescriptor": {
-            "Columns": [{"Name": c.name, "Type": c.type} for c in columns],
-            "Location": location,
-            "InputFormat": SYMLINK_INPUT_FORMAT,
-            "OutputFormat": OUTPUT_FORMAT,
-            "SerdeInfo": {"SerializationLibrary": PARQUET_SERDE, "Parameters": {}},
-        },
-    }
-
-
-def _comparable(table: dict[str, Any]) -> tuple[Any, ...]:
-    """What `ensure_table` sets, from a TableInput or a Glue table: equal means no update."""
-    sd = table.get("StorageDescriptor", {})
-    params = table.get("Parameters", {})
-    return (
-        table.get("TableType"),
-        tuple((k["Name"], k["Type"]) for k in table.get("PartitionKeys", [])),
-        tuple((c["Name"], c["Type"]) for c in sd.get("Columns", [])),
-        sd.get("Location"),
-        sd.get("InputFormat"),
-        sd.get("OutputFormat"),
-        sd.get("SerdeInfo", {}).get("SerializationLibrary"),
-        tuple(params.get(k) for k in sorted(TABLE_PARAMETERS)),
+def _retryable(exc: BaseException) -> bool:
+    """Throttling, 5xx and connection errors: worth another attempt."""
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        ReadTimeoutError,
     )
 
-
-def _definition(table: dict[str, Any]) -> TableDefinition:
-    sd = table["StorageDescriptor"]
-    return TableDefinition(
-        name=table["Name"],
-        columns=tuple(Column(c["Name"], c["Type"]) for c in sd.get("Columns", [])),
-        location=sd.get("Location", ""),
-    )
-
-
-def _seq(partition: dict[str, Any], what: str) -> int:
-    """The publication seq a partition was set from; one without it (made by hand or by a
-    crawler) counts as older than any publication, so publishing replaces it."""
-    raw = partition.get("Parameters", {}).get(SEQ)
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        log.warning(
-            "Glue partition %s has no valid %s (%r): treating it as unpublished", what, SEQ, raw
-        )
-        return -1
-
-
-def _partition(name: str, partition: dict[str, Any]) -> CatalogPartition:
-    what = f"{name}/{PARTITION_KEY}={partition['Values'][0]}"
-    return CatalogPartition(
-        table=name,
-        dt=partition["Values"][0],
-        location=partition.get("StorageDescriptor", {}).get("Location", ""),
-        seq=_seq(partition, what),
-    )
+    if isinstance(
+        exc,
+        (
+            EndpointConnectionError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            ReadTimeoutError,
+        ),
+    ):
+        return True
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return _code(exc) in RETRYABLE_CODES or status >= 500
+    return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from resources.catalog.glue import name_problem
+from resources.catalog.glue_items import name_problem
 from resources.errors import ConfigError
 from resources.settings import Settings, default_data_dir, http_url, one_of, setting
 

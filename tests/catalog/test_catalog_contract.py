@@ -26,7 +26,8 @@ from resources.catalog.base import (
     ColumnTypeConflictError,
     TableDefinition,
 )
-from resources.catalog.glue import MANAGED, SEQ, GlueCatalog
+from resources.catalog.glue import GlueCatalog
+from resources.catalog.glue_items import MANAGED, SEQ
 from resources.catalog.local import LocalCatalog
 from resources.retry import RetryPolicy
 from tests.support import catalog_child
