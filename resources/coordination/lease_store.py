@@ -9,7 +9,6 @@ clock believes.
 
 from __future__ import annotations
 
-import heapq
 import json
 import threading
 import time
@@ -32,11 +31,10 @@ from resources.coordination.items import (
     ItemType,
     LeaseItem,
     LeaseToken,
-    PartitionStatus,
     to_millis,
 )
 from resources.coordination.metrics import CoordinatorMetrics
-from resources.coordination.status import CLOSED_SHOWN, StatusSummary
+from resources.coordination.status import StatusSummary, summarize
 from resources.coordination.transitions import Refusal, Transition
 
 
@@ -539,41 +537,14 @@ class LeaseStore(ABC):
         errors."""
         now = self.now_ms()
         metrics = self.read_metrics()
-        summaries = []
         sids = sorted(set(self.source_identifiers()) | set(metrics))
-        for sid in sids:
-            counts = {s.value: 0 for s in PartitionStatus}
-            oldest: LeaseItem | None = None
-            dead: list[LeaseItem] = []
-            closed: list[LeaseItem] = []
-            for item in self.iter_items(sid, progress=False):
-                counts[item.status.value] += 1
-                if item.dead_letter_reason is not None:
-                    dead.append(item)
-                if item.status is PartitionStatus.CLOSED:
-                    closed.append(item)
-                if (
-                    item.status is PartitionStatus.ASSIGNED
-                    and item.ownership_timeout_ms is not None
-                    and item.ownership_timeout_ms < now
-                    and (oldest is None or item.ownership_timeout_ms < oldest.ownership_timeout_ms)  # type: ignore[operator]
-                ):
-                    oldest = item
-            counts["DEAD_LETTERED"] = len(dead)
-            shown = heapq.nsmallest(CLOSED_SHOWN, closed, key=_reopen_order)
-            summaries.append(
-                StatusSummary(
-                    sid,
-                    counts,
-                    oldest,
-                    self._with_progress(dead),
-                    dict(sorted(metrics.get(sid, {}).items())),
-                    closed=self._with_progress(shown),
-                    closed_due=sum(1 for c in closed if c.is_available(now)),
-                )
+        return [
+            summarize(
+                sid,
+                self.iter_items(sid, progress=False),
+                now,
+                dict(sorted(metrics.get(sid, {}).items())),
+                self._with_progress,
             )
-        return summaries
-
-
-def _reopen_order(item: LeaseItem) -> tuple[int, str]:
-    return (item.reopen_at_ms or 0, item.partition_key)
+            for sid in sids
+        ]

@@ -5,11 +5,12 @@ Pure: summaries are built by `LeaseStore.status()`; rendering needs no store and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from resources.coordination.items import LeaseItem, iso_utc
+from resources.coordination.items import LeaseItem, PartitionStatus, iso_utc
 
 CLOSED_SHOWN = 20
 """CLOSED partitions listed one per line, soonest reopen first; the rest are only counted."""
@@ -114,3 +115,47 @@ def status_text(summaries: Sequence[StatusSummary]) -> str:
             rendered = ", ".join(f"{k}={v}" for k, v in s.metrics.items())
             lines.append(f"{s.source_identifier}: metrics {rendered}")
     return "\n".join(lines)
+
+
+def summarize(
+    sid: str,
+    items: Iterable[LeaseItem],
+    now: int,
+    metrics: dict[str, int],
+    with_progress: Callable[[list[LeaseItem]], list[LeaseItem]],
+) -> StatusSummary:
+    """One source identifier's summary from its items (read without their progress): counts
+    per status, the oldest expired lease, and the dead-lettered and CLOSED items shown one by
+    one, read again with their progress by `with_progress`."""
+    counts = {s.value: 0 for s in PartitionStatus}
+    oldest: LeaseItem | None = None
+    dead: list[LeaseItem] = []
+    closed: list[LeaseItem] = []
+    for item in items:
+        counts[item.status.value] += 1
+        if item.dead_letter_reason is not None:
+            dead.append(item)
+        if item.status is PartitionStatus.CLOSED:
+            closed.append(item)
+        if (
+            item.status is PartitionStatus.ASSIGNED
+            and item.ownership_timeout_ms is not None
+            and item.ownership_timeout_ms < now
+            and (oldest is None or item.ownership_timeout_ms < oldest.ownership_timeout_ms)  # type: ignore[operator]
+        ):
+            oldest = item
+    counts["DEAD_LETTERED"] = len(dead)
+    shown = heapq.nsmallest(CLOSED_SHOWN, closed, key=_reopen_order)
+    return StatusSummary(
+        sid,
+        counts,
+        oldest,
+        with_progress(dead),
+        metrics,
+        closed=with_progress(shown),
+        closed_due=sum(1 for c in closed if c.is_available(now)),
+    )
+
+
+def _reopen_order(item: LeaseItem) -> tuple[int, str]:
+    return (item.reopen_at_ms or 0, item.partition_key)
