@@ -144,6 +144,11 @@ def rollups_exact(
             wrong += [f"{where}: {d}" for d in differences(state_values, reference)]
         if comparable:  # one not comparable yet is looked at again by the next pass
             scope.evaluated[tp.dt] = state
+    return _verdict(name, judged, waiting, wrong)
+
+
+def _verdict(name: str, judged: int, waiting: list[str], wrong: list[str]) -> CheckOutcome:
+    """Wrong keys fail the check, partitions not comparable yet warn, else it passes."""
     metadata = {"judged": judged, "waiting": len(waiting), "wrong_keys": len(wrong)}
     if wrong:
         return CheckOutcome(
