@@ -10,6 +10,8 @@ computes lives in `checks` (ledger and source) and `resources.coordination.healt
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.health import lease_health_report
 from resources.ingestion.checks import (
@@ -173,46 +175,20 @@ def run_one(
     whose row moved, `source_completeness` the source after the key it reached,
     `rows_reconcile` the work units completed since, `lease_health` the units not completed
     and those completed since (with the dead letters it found before)."""
-    if name == "rows_reconcile":
-        return with_memory(
-            store,
-            config.name,
-            table,
-            name,
-            lambda scope: rows_reconcile(store, config.name, table, scope),
-            full,
-        )
-    if name == "lease_health":
-        return with_memory(
-            store,
-            config.name,
-            table,
-            name,
-            lambda scope: lease_health(
-                store, config.name, ownership_timeout_s, unassigned_retry_after_s, scope
-            ),
-            full,
-        )
-    if name == "unique_record_ids":
-        if config.record_id is None:  # nothing to judge, nothing to remember
-            return unique_record_ids(store, table, None, read_column)
-        return with_memory(
-            store,
-            config.name,
-            table,
-            name,
-            lambda scope: unique_record_ids(store, table, config.record_id, read_column, scope),
-            full,
-        )
-    if name == "source_completeness":
-        return with_memory(
-            store,
-            config.name,
-            table,
-            name,
-            lambda scope: source_completeness(store, config.name, lister, scope),
-            full,
-        )
+    if name == "unique_record_ids" and config.record_id is None:
+        return unique_record_ids(store, table, None, read_column)  # nothing to judge or remember
+    judges: dict[str, Callable[[CheckScope], CheckOutcome]] = {
+        "rows_reconcile": lambda scope: rows_reconcile(store, config.name, table, scope),
+        "lease_health": lambda scope: lease_health(
+            store, config.name, ownership_timeout_s, unassigned_retry_after_s, scope
+        ),
+        "unique_record_ids": lambda scope: unique_record_ids(
+            store, table, config.record_id, read_column, scope
+        ),
+        "source_completeness": lambda scope: source_completeness(store, config.name, lister, scope),
+    }
+    if name in judges:
+        return with_memory(store, config.name, table, name, judges[name], full)
     # A caller's bug (the names come from CHECKS): no LeaseholdError, keep the traceback.
     raise ValueError(f"no ingestion check {name!r}; known: {', '.join(CHECKS)}")
 
