@@ -47,7 +47,7 @@ from resources.ledger.rollup_state import (
 )
 from resources.ledger.schema_versions import SchemaRegistry, SchemaVersionTakenError
 from resources.rollup.aggregates import Aggregate, Value
-from resources.rollup.state import Mode, apply_batch, replay_partials
+from resources.rollup.state import KeyState, Mode, apply_batch, replay_partials
 from resources.schema.columns import ColumnSpec
 from resources.schema.versions import SchemaOrigin, SchemaVersion, next_version, version_holding
 
@@ -295,35 +295,56 @@ class CoordinationStore(LeaseStore, Ledger, RollupLedger, SchemaRegistry, ABC):
             partials = replay_partials(aggregates, partials, written_before)
         keys = sorted(partials)
 
-        def write_chunk(chunk: Sequence[str]) -> int:
-            for _ in range(KEY_RACES):
-                stored = self.rollup_states(rollup, dt, chunk)
-                writes = []
-                for key in chunk:
-                    before = stored.get(key)
-                    after = apply_batch(mode, aggregates, before, txid, partials[key], earlier)
-                    if after is not None:
-                        expected = None if before is None else before.txid
-                        writes.append(KeyWrite(key, expected, after))
-                change = self.renewal(token, timeout_s, NOT_GIVEN)
-                try:
-                    done, current = self._write_rollup_keys(token, rollup, dt, writes, change)
-                except RollupKeyMovedError:
-                    continue  # another writer's transaction landed between our read and write
-                except StoreUnavailableError:
-                    self.metrics.incr(token.source_identifier, m.update_errors(change.action))
-                    raise
-                if not done:
-                    raise self._refused(token, change, current)
-                return len(writes)
-            raise StoreUnavailableError(
-                f"rollup {rollup} dt={dt}: keys kept moving under batch {txid}; "
-                "is a second writer running without the lease?"
-            )
-
         written = 0
         for n, start in enumerate(range(0, len(keys), KEYS_PER_TRANSACTION), 1):
-            written += write_chunk(keys[start : start + KEYS_PER_TRANSACTION])
+            written += self._write_rollup_chunk(
+                token,
+                rollup,
+                dt,
+                keys[start : start + KEYS_PER_TRANSACTION],
+                lambda before, key: apply_batch(
+                    mode, aggregates, before, txid, partials[key], earlier
+                ),
+                txid,
+                timeout_s,
+            )
             if after_transaction is not None:
                 after_transaction(n)
         return written
+
+    def _write_rollup_chunk(
+        self,
+        token: LeaseToken,
+        rollup: str,
+        dt: str,
+        chunk: Sequence[str],
+        apply: Callable[[KeyState | None, str], KeyState | None],
+        txid: int,
+        timeout_s: float,
+    ) -> int:
+        """One transaction of `write_rollup_batch`: `chunk`'s keys read, `apply`ed, written
+        conditional on the txid read (read again when another writer moved one)."""
+        for _ in range(KEY_RACES):
+            stored = self.rollup_states(rollup, dt, chunk)
+            writes = []
+            for key in chunk:
+                before = stored.get(key)
+                after = apply(before, key)
+                if after is not None:
+                    expected = None if before is None else before.txid
+                    writes.append(KeyWrite(key, expected, after))
+            change = self.renewal(token, timeout_s, NOT_GIVEN)
+            try:
+                done, current = self._write_rollup_keys(token, rollup, dt, writes, change)
+            except RollupKeyMovedError:
+                continue  # another writer's transaction landed between our read and write
+            except StoreUnavailableError:
+                self.metrics.incr(token.source_identifier, m.update_errors(change.action))
+                raise
+            if not done:
+                raise self._refused(token, change, current)
+            return len(writes)
+        raise StoreUnavailableError(
+            f"rollup {rollup} dt={dt}: keys kept moving under batch {txid}; "
+            "is a second writer running without the lease?"
+        )
