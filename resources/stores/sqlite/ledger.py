@@ -21,7 +21,6 @@ from resources.ledger.merge import (
     MergeCommitResult,
     MergeRange,
     check_merge,
-    commit_merge_due,
 )
 from resources.ledger.model import (
     AlreadyCommittedError,
@@ -38,7 +37,13 @@ from resources.ledger.schema_versions import SchemaVersionTakenError
 from resources.rollup.state import KeyState
 from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
-from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, OBJECT_COLUMNS, RANGE_COLUMNS
+from resources.stores.sqlite.commit_rows import (
+    insert_objects,
+    insert_record,
+    read_counters,
+    write_counters,
+)
+from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, RANGE_COLUMNS
 
 if TYPE_CHECKING:
     from resources.coordination.errors import StoreRefusedError
@@ -126,70 +131,12 @@ class SqliteLedger:
             if existing is not None:
                 raise AlreadyCommittedError(existing)
             now = self.now_ms()
-            counters = {}
-            dues: dict[tuple[str, str], int | None] = {}
-            for table, dt in groups:
-                row = db.execute(
-                    "SELECT next_object_id, last_live_object_id, merge_due_at "
-                    "FROM table_partitions WHERE tbl = ? AND dt = ?",
-                    (table, dt),
-                ).fetchone()
-                if row is not None:
-                    counters[(table, dt)] = (row[0], row[1])
-                # Decided under the write lock: no close or merge commit can land in between.
-                dues[(table, dt)] = commit_merge_due(
-                    None if row is None else row[2],
-                    row is not None and row[1] is not None,
-                    merge_due.get(table),
-                )
+            counters, dues = read_counters(db, groups, merge_due)
             registered = assign_ids(token, groups, counters, now)
-            db.executemany(
-                "INSERT INTO table_partitions (tbl, dt, next_object_id, merge_due_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (tbl, dt) DO UPDATE SET "
-                "next_object_id = excluded.next_object_id, "
-                "merge_due_at = excluded.merge_due_at",
-                [
-                    (
-                        table,
-                        dt,
-                        counters.get((table, dt), (1, None))[0] + len(group),
-                        dues[(table, dt)],
-                    )
-                    for (table, dt), group in groups.items()
-                ],
-            )
-            db.executemany(
-                f"INSERT INTO small_objects ({', '.join(OBJECT_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(OBJECT_COLUMNS))})",
-                [
-                    (
-                        o.table,
-                        o.dt,
-                        o.object_id,
-                        o.url,
-                        o.content_length,
-                        o.row_count,
-                        o.source_identifier,
-                        o.source_partition_key,
-                        o.epoch,
-                        int(o.delayed),
-                        now,
-                        o.schema_version,
-                    )
-                    for o in registered
-                ],
-            )
+            write_counters(db, groups, counters, dues)
+            insert_objects(db, registered, now)
             if record:
-                db.execute(
-                    "INSERT INTO commit_records VALUES (?, ?, ?, ?, ?)",
-                    (
-                        sid,
-                        key,
-                        token.epoch,
-                        json.dumps([[o.table, o.dt, o.object_id] for o in registered]),
-                        now,
-                    ),
-                )
+                insert_record(db, token, registered, now)
             item, _ = self._apply_in(db, sid, key, lease_change)
             assert item is not None  # the guard held at the top of this same transaction
             return CommitResult(item, tuple(registered)), None
