@@ -65,12 +65,13 @@ from resources.dagster_resources.runs import (
     in_flight_positions,
     span_of,
 )
-from resources.ingestion.discovery import Discovery
+from resources.ingestion.discovery import Discovery, DiscoveryResult, Lister
 from resources.ingestion.outcomes import COMMITTED, committed_outcome
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
-from resources.ingestion.reconciliation import ReconcileState, Reconciliation
+from resources.ingestion.reconciliation import ReconcileState, ReconcileStep, Reconciliation
 from resources.ingestion.run_planner import RunPlan, plan_retry_runs, plan_runs
 from resources.settings import parse_iso_duration
+from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
 
@@ -194,28 +195,11 @@ class DiscoveryTick:
         dead = fail_dead_runs(self.instance, self.stream)
         lister = self.lake.lister(self.stream)
         config = self.lake.stream(self.stream)
-        found = Discovery(
-            self.store,
-            self.stream,
-            lister,
-            owner=self.coordination.owner,
-            timeout_s=self.coordination.ownership_timeout_seconds,
-            max_objects_per_tick=self.lake.max_objects_per_tick,
-            unit_max_objects=config.partition.max_objects,
-            unit_max_bytes=config.partition.max_bytes,
-        ).discover(cursor.discovery)
+        found = self._discover(cursor, lister, config)
         if found.skipped_reason:
             return SkipReason(found.skipped_reason)
         coverage = Coverage.of(self.instance, str(self.partitions.name), self.stream)
-        reconciled = Reconciliation(
-            self.store,
-            self.stream,
-            lister,
-            interval_s=self.lake.reconcile_interval_seconds,
-            max_objects=self.lake.max_objects_per_tick,
-            unit_max_objects=config.partition.max_objects,
-            unit_max_bytes=config.partition.max_bytes,
-        ).step(cursor.reconcile, cursor.discovery)  # what discovery just listed is known
+        reconciled = self._reconcile(cursor, lister, config)  # what discovery just listed is known
         added = list(
             dict.fromkeys(
                 pk
@@ -262,6 +246,35 @@ class DiscoveryTick:
             asset_events=events,
             cursor=next_cursor,
         )
+
+    def _discover(
+        self, cursor: SensorCursor, lister: Lister, config: StreamConfig
+    ) -> DiscoveryResult:
+        """The objects listed after the discovery cursor, made work units."""
+        return Discovery(
+            self.store,
+            self.stream,
+            lister,
+            owner=self.coordination.owner,
+            timeout_s=self.coordination.ownership_timeout_seconds,
+            max_objects_per_tick=self.lake.max_objects_per_tick,
+            unit_max_objects=config.partition.max_objects,
+            unit_max_bytes=config.partition.max_bytes,
+        ).discover(cursor.discovery)
+
+    def _reconcile(
+        self, cursor: SensorCursor, lister: Lister, config: StreamConfig
+    ) -> ReconcileStep:
+        """One step of the reconciliation pass over objects behind the discovery cursor."""
+        return Reconciliation(
+            self.store,
+            self.stream,
+            lister,
+            interval_s=self.lake.reconcile_interval_seconds,
+            max_objects=self.lake.max_objects_per_tick,
+            unit_max_objects=config.partition.max_objects,
+            unit_max_bytes=config.partition.max_bytes,
+        ).step(cursor.reconcile, cursor.discovery)
 
     def _retired(self, coverage: Coverage, after: str | None) -> tuple[list[str], str | None]:
         """Work units COMPLETED longer ago than the retention leave the dynamic partitions
