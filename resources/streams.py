@@ -167,96 +167,18 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "name", "letters, digits and '_', not starting with a digit")
     if not isinstance(raw, dict):
         raise StreamConfigError(name, "-", "must be a mapping of fields")
-    known = {
-        "source", "format", "schema", "event_time", "timezone", "record_id", "table",
-        "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution",
-    }  # fmt: skip
-    for key in raw:
-        if key not in known:
-            raise StreamConfigError(name, key, f"unknown field; known: {', '.join(sorted(known))}")
+    _known_fields(name, raw)
     fmt = raw.get("format", "jsonl")
     if fmt not in FORMATS:
         raise StreamConfigError(name, "format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
-    schema = raw.get("schema")
-    if not isinstance(schema, dict) or not schema:
-        raise StreamConfigError(name, "schema", "must map column names to types")
-    columns = []
-    for col, typ in schema.items():
-        if str(col).startswith(RESERVED_PREFIX):
-            raise StreamConfigError(
-                name, f"schema.{col}", f"names starting with {RESERVED_PREFIX} are reserved"
-            )
-        if typ not in TYPES:
-            raise StreamConfigError(
-                name, f"schema.{col}", f"{typ!r} is not one of {', '.join(TYPES)}"
-            )
-        columns.append(ColumnSpec(str(col), typ))
+    schema, columns = _schema(name, raw.get("schema"))
     names = [c.name for c in columns]
-    event_time = raw.get("event_time")
-    if event_time not in names:
-        raise StreamConfigError(name, "event_time", f"{event_time!r} is not a schema column")
-    if schema[event_time] not in ("timestamp", "string"):
-        raise StreamConfigError(name, "event_time", "must be a timestamp (or string) column")
-    record_id = raw.get("record_id")
-    if record_id is not None and record_id not in names:
-        raise StreamConfigError(name, "record_id", f"{record_id!r} is not a schema column")
-    tz = raw.get("timezone", "UTC")
-    try:
-        ZoneInfo(str(tz))
-    except (ZoneInfoNotFoundError, ValueError):
-        raise StreamConfigError(name, "timezone", f"{tz!r} is not an IANA time zone") from None
+    event_time, record_id, tz = _time_and_id(name, raw, schema, names)
     table = _url(raw.get("table"), base, name, "table")
     quarantine = _url(raw.get("quarantine", table + "_quarantine"), base, name, "quarantine")
-    csv = raw.get("csv") or {}
-    if not isinstance(csv, dict):
-        raise StreamConfigError(name, "csv", "must be a mapping of fields")
-    for key in csv:
-        if key not in CSV_FIELDS:
-            fields = ", ".join(CSV_FIELDS)
-            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {fields}")
-    delimiter, quote = csv.get("delimiter", ","), csv.get("quote", '"')
-    escape = csv.get("escape")
-    for key, value in (("delimiter", delimiter), ("quote", quote), ("escape", escape)):
-        if value is None and key == "escape":
-            continue
-        if not isinstance(value, str) or len(value) != 1 or value in "\r\n":
-            raise StreamConfigError(name, f"csv.{key}", "must be one character, not a line break")
-    if len({delimiter, quote, escape or quote}) < 2 or delimiter in (quote, escape):
-        raise StreamConfigError(name, "csv.delimiter", "must differ from the quote and escape")
-    if not isinstance(csv.get("header", True), bool):
-        raise StreamConfigError(name, "csv.header", "must be true or false")
-    evolution = raw.get("schema_evolution", DEFAULT_MODE)
-    if evolution not in MODES:
-        raise StreamConfigError(
-            name, "schema_evolution", f"{evolution!r} is not one of {', '.join(MODES)}"
-        )
-    if evolution == RESCUE and fmt != "jsonl":
-        raise StreamConfigError(
-            name,
-            "schema_evolution",
-            "rescue reads JSON lines; a CSV stream takes add, fail or ignore",
-        )
-    if evolution == RESCUE and RESCUED in names:
-        raise StreamConfigError(
-            name, f"schema.{RESCUED}", "is the column `schema_evolution: rescue` writes"
-        )
-    merge_raw = raw.get("merge") or {}
-    merge = MergeSettings(
-        **{k: v for k, v in merge_raw.items() if k in MergeSettings.__annotations__}
-    )
-    for key in ("max_objects", "max_bytes"):
-        value = getattr(merge, key)
-        if not isinstance(value, int) or value < 1:
-            raise StreamConfigError(name, f"merge.{key}", f"{value!r} must be a positive integer")
-    for key in DURATIONS:
-        try:
-            parse_iso_duration(getattr(merge, key), f"merge.{key}")
-        except (ValueError, ConfigError) as exc:
-            raise StreamConfigError(name, f"merge.{key}", str(exc)) from None
-    for key in merge_raw:
-        if key not in MergeSettings.__annotations__:
-            fields = ", ".join(MergeSettings.__annotations__)
-            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {fields}")
+    csv, delimiter, quote, escape = _csv(name, raw.get("csv") or {})
+    evolution = _evolution(name, raw.get("schema_evolution", DEFAULT_MODE), fmt, names)
+    merge = _merge(name, raw.get("merge") or {})
     partition = _positive_ints(name, "partition", raw.get("partition"), PartitionSettings)
     if merge.sort_by is None:
         merge = replace(merge, sort_by=event_time)
@@ -285,6 +207,117 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         partition=partition,
         rollups=rollups,
     )
+
+
+def _known_fields(name: str, raw: dict[str, Any]) -> None:
+    """Every field of the stream is one leasehold knows."""
+    known = {
+        "source", "format", "schema", "event_time", "timezone", "record_id", "table",
+        "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution",
+    }  # fmt: skip
+    for key in raw:
+        if key not in known:
+            raise StreamConfigError(name, key, f"unknown field; known: {', '.join(sorted(known))}")
+
+
+def _schema(name: str, schema: Any) -> tuple[dict[str, Any], list[ColumnSpec]]:
+    """The `schema` mapping and its columns, each name and type checked."""
+    if not isinstance(schema, dict) or not schema:
+        raise StreamConfigError(name, "schema", "must map column names to types")
+    columns = []
+    for col, typ in schema.items():
+        if str(col).startswith(RESERVED_PREFIX):
+            raise StreamConfigError(
+                name, f"schema.{col}", f"names starting with {RESERVED_PREFIX} are reserved"
+            )
+        if typ not in TYPES:
+            raise StreamConfigError(
+                name, f"schema.{col}", f"{typ!r} is not one of {', '.join(TYPES)}"
+            )
+        columns.append(ColumnSpec(str(col), typ))
+    return schema, columns
+
+
+def _time_and_id(
+    name: str, raw: dict[str, Any], schema: dict[str, Any], names: list[str]
+) -> tuple[Any, Any, Any]:
+    """`event_time`, `record_id` and `timezone`, each checked against the schema."""
+    event_time = raw.get("event_time")
+    if event_time not in names:
+        raise StreamConfigError(name, "event_time", f"{event_time!r} is not a schema column")
+    if schema[event_time] not in ("timestamp", "string"):
+        raise StreamConfigError(name, "event_time", "must be a timestamp (or string) column")
+    record_id = raw.get("record_id")
+    if record_id is not None and record_id not in names:
+        raise StreamConfigError(name, "record_id", f"{record_id!r} is not a schema column")
+    tz = raw.get("timezone", "UTC")
+    try:
+        ZoneInfo(str(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise StreamConfigError(name, "timezone", f"{tz!r} is not an IANA time zone") from None
+    return event_time, record_id, tz
+
+
+def _csv(name: str, csv: Any) -> tuple[dict[str, Any], str, str, str | None]:
+    """The `csv` section, with its delimiter, quote and escape checked."""
+    if not isinstance(csv, dict):
+        raise StreamConfigError(name, "csv", "must be a mapping of fields")
+    for key in csv:
+        if key not in CSV_FIELDS:
+            fields = ", ".join(CSV_FIELDS)
+            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {fields}")
+    delimiter, quote = csv.get("delimiter", ","), csv.get("quote", '"')
+    escape = csv.get("escape")
+    for key, value in (("delimiter", delimiter), ("quote", quote), ("escape", escape)):
+        if value is None and key == "escape":
+            continue
+        if not isinstance(value, str) or len(value) != 1 or value in "\r\n":
+            raise StreamConfigError(name, f"csv.{key}", "must be one character, not a line break")
+    if len({delimiter, quote, escape or quote}) < 2 or delimiter in (quote, escape):
+        raise StreamConfigError(name, "csv.delimiter", "must differ from the quote and escape")
+    if not isinstance(csv.get("header", True), bool):
+        raise StreamConfigError(name, "csv.header", "must be true or false")
+    return csv, delimiter, quote, escape
+
+
+def _evolution(name: str, evolution: Any, fmt: str, names: list[str]) -> str:
+    """`schema_evolution`, checked against the format and the schema."""
+    if evolution not in MODES:
+        raise StreamConfigError(
+            name, "schema_evolution", f"{evolution!r} is not one of {', '.join(MODES)}"
+        )
+    if evolution == RESCUE and fmt != "jsonl":
+        raise StreamConfigError(
+            name,
+            "schema_evolution",
+            "rescue reads JSON lines; a CSV stream takes add, fail or ignore",
+        )
+    if evolution == RESCUE and RESCUED in names:
+        raise StreamConfigError(
+            name, f"schema.{RESCUED}", "is the column `schema_evolution: rescue` writes"
+        )
+    return str(evolution)
+
+
+def _merge(name: str, merge_raw: dict[str, Any]) -> MergeSettings:
+    """The `merge` section, every field checked (`sort_by` is checked by the caller)."""
+    merge = MergeSettings(
+        **{k: v for k, v in merge_raw.items() if k in MergeSettings.__annotations__}
+    )
+    for key in ("max_objects", "max_bytes"):
+        value = getattr(merge, key)
+        if not isinstance(value, int) or value < 1:
+            raise StreamConfigError(name, f"merge.{key}", f"{value!r} must be a positive integer")
+    for key in DURATIONS:
+        try:
+            parse_iso_duration(getattr(merge, key), f"merge.{key}")
+        except (ValueError, ConfigError) as exc:
+            raise StreamConfigError(name, f"merge.{key}", str(exc)) from None
+    for key in merge_raw:
+        if key not in MergeSettings.__annotations__:
+            fields = ", ".join(MergeSettings.__annotations__)
+            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {fields}")
+    return merge
 
 
 def _positive_ints(stream: str, section: str, raw: Any, kind: type[PartitionSettings]) -> Any:
