@@ -25,6 +25,9 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 # "path/of/module.py:qualified.name" -> why it is a table read top to bottom, not steps to name.
+# Empty: no long function in resources/ or coordination_assets/ is such a table (argparse's
+# `build_parser` is steps per command, to cut). An entry for a function gone or short again
+# fails the check too, so the list never outlives its reason.
 DECLARATIVE_TABLES: dict[str, str] = {}
 
 
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(problem)
     if problems:
-        print(f"check-structure: {len(problems)} problem(s)", file=sys.stderr)
+        print(f"check-structure: {len(problems)} problem(s)")
         return 1
     print(f"check-structure: {len(files)} modules, no cycle, none too long")
     return 0

@@ -50,7 +50,8 @@ def test_a_cycle_inside_a_package_a_long_function_and_a_long_module_each_fail(
     assert "import cycle: roomy.base -> roomy.local -> roomy.base" in lines
     assert "function over 60 lines: roomy/tables.py:1 long (63)" in lines
     assert "module over 500 lines: roomy/big.py (501)" in lines
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
+    assert lines[-1] == "check-structure: 3 problem(s)"
 
 
 def test_a_package_in_shape_passes(tmp_path: Path) -> None:
