@@ -30,7 +30,8 @@ from ingest import measured, process_cpu  # noqa: E402
 
 from resources.ingestion.csv_records import stage_csv  # noqa: E402
 from resources.ingestion.read_plan import read_plan  # noqa: E402
-from resources.ingestion.source_reader import SourceReader, source_rows  # noqa: E402
+from resources.ingestion.source_reader import SourceReader  # noqa: E402
+from resources.ingestion.spark_rows import source_rows  # noqa: E402
 from resources.spark.session import build_spark_session  # noqa: E402
 from resources.streams import load_streams  # noqa: E402
 

@@ -7,7 +7,8 @@ of ARCHITECTURE §5 over chunks of units) and its parts `unit_commit` (one unit'
 `large_objects` (large objects chunk by chunk), `outcomes` (`PartitionOutcome`) and
 `unit_progress` (a unit's progress fields); `batch_results` (what the reader hands the
 runner: `SourceBatchResult`, `StagedFile`), `source_reader` (one
-Spark read per chunk) and what it is built from: `read_plan` (the Spark expressions),
+Spark read per chunk) and what it is built from: `spark_rows` (the rows of a read, off Spark),
+`schema_following` (the schema followed as it reads), `read_plan` (the Spark expressions),
 `source_files` (local objects before Spark sees them, and chunks of large ones),
 `table_objects` (Arrow rows cut into one Parquet object per unit and date) and `quarantine`
 (bad records);

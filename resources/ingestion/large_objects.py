@@ -12,18 +12,11 @@ from typing import Any
 
 from resources.coordination.lease import Lease
 from resources.errors import LeaseholdError
-from resources.ingestion.batch_results import (
-    SourceBatchResult,
-)
-from resources.ingestion.outcomes import (
-    COMMITTED,
-    PartitionOutcome,
-)
+from resources.ingestion.batch_results import SourceBatchResult
+from resources.ingestion.outcomes import COMMITTED, PartitionOutcome
 from resources.ingestion.source_files import ChunkReader
 from resources.ingestion.unit_commit import UnitCommits
-from resources.ingestion.unit_progress import (
-    CHUNK,
-)
+from resources.ingestion.unit_progress import CHUNK
 from resources.ingestion.work_units import unit_objects
 
 # The runner's logger: what a unit's ingestion logs is found under one name, as before the split.

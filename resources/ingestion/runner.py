@@ -32,22 +32,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from resources.coordination.errors import (
-    PartitionNotFoundError,
-    PartitionUnavailableError,
-)
+from resources.coordination.errors import PartitionNotFoundError, PartitionUnavailableError
 from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseTiming
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
-from resources.ingestion.batch_results import (
-    Fetch,
-    Publish,
-    ReadBatch,
-    SourceBatchResult,
-)
+from resources.ingestion.batch_results import Fetch, Publish, ReadBatch, SourceBatchResult
 from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.large_objects import LargeObjects
 from resources.ingestion.outcomes import (
@@ -59,10 +51,7 @@ from resources.ingestion.outcomes import (
     PartitionOutcome,
     committed_outcome,
 )
-from resources.ingestion.unit_progress import (
-    failures,
-    to_read,
-)
+from resources.ingestion.unit_progress import failures, to_read
 
 log = logging.getLogger(__name__)
 

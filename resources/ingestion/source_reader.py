@@ -25,20 +25,19 @@ DataFrame API only (no RDDs, no SparkContext): the same code runs over Spark Con
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from resources.ingestion.batch_results import SourceBatchResult
 from resources.ingestion.csv_records import (
     ERROR_KEY,
     LINE_KEY,
@@ -56,15 +55,31 @@ from resources.ingestion.field_scan import (
     scan_fields,
 )
 from resources.ingestion.quarantine import BadRows, write_quarantine
-from resources.ingestion.read_plan import ReadPlan, json_schema, read_plan
-from resources.ingestion.runner import SourceBatchResult
-from resources.ingestion.source_files import INPUT_DIGITS, inspect_source, stage_input
+from resources.ingestion.read_plan import ReadPlan, read_plan
+from resources.ingestion.schema_following import (
+    as_schema,
+    columns_of,
+    non_numbers,
+    read_again,
+    refused_fields,
+    with_columns,
+    with_nulls,
+)
+from resources.ingestion.source_files import inspect_source, stage_input
+from resources.ingestion.spark_rows import (
+    counted,
+    digest,
+    group_reads,
+    input_name,
+    source_rows,
+    through_parquet,
+    typed,
+)
 from resources.ingestion.table_objects import (
     dictionary_columns,
     runs_by_source_and_date,
     write_table_object,
 )
-from resources.schema.arrow import arrow_type
 from resources.schema.columns import ColumnSpec
 from resources.schema.field_types import widen
 from resources.schema.modes import ADD, FAIL, RESCUE
@@ -159,7 +174,7 @@ class SourceReader:
         counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-count")
         writes: list[Future[None]] = []
         try:
-            for n, read in enumerate(_group_reads(sizes, self.max_read_bytes)):
+            for n, read in enumerate(group_reads(sizes, self.max_read_bytes)):
                 inputs = staging / f"in-{n}"
                 inputs.mkdir(parents=True, exist_ok=True)
                 staged_inputs: dict[int, Path] = {}
@@ -167,7 +182,7 @@ class SourceReader:
                 for i in read:
                     key = index[i]
                     path = files[key]
-                    target = inputs / _input_name(i, path, self._csv)
+                    target = inputs / input_name(i, path, self._csv)
                     if self._csv:
                         shift = (line_offsets or {}).get(key, 0)
                         staged = self._stage_csv(path, target, shift)
@@ -197,7 +212,7 @@ class SourceReader:
                     else:  # one object, too big to hold in the driver: scanned before
                         config, found = self._scan_following(batch)
                         rows = source_rows(self.spark, config, self._plan_of(config), inputs)
-                        tables = _through_parquet(rows, staging / f"spill-{n}")
+                        tables = through_parquet(rows, staging / f"spill-{n}")
                 excluded = self._apply_mode(config, found, batch)
                 if self._writing is not None:
                     wait([self._writing])
@@ -205,7 +220,7 @@ class SourceReader:
                     self._write, config, tables, batch, excluded, inputs, out, attempt
                 )
                 writes.append(self._writing)
-            staged = writer.submit(_counted, results, writes)
+            staged = writer.submit(counted, results, writes)
         except BaseException:
             wait(writes)  # nothing may still write into `staging` once the caller cleans up
             raise
@@ -245,7 +260,7 @@ class SourceReader:
             for (group, dt), parts in runs.items():
                 staged = results[group].table_files
                 n = len(staged)
-                target = out / f"{attempt}-{_digest(group)}-{dt}-{n}.parquet"
+                target = out / f"{attempt}-{digest(group)}-{dt}-{n}.parquet"
                 rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
                 staged.append(
                     write_table_object(
@@ -310,37 +325,37 @@ class SourceReader:
         names every field outside the recorded version, in every record, and they are recorded
         as the next version. Only objects whose rows do not stand as read are read again with
         it: holding a field the read did not have, or one whose recorded type is not the one
-        read (`_read_again`) — at most a few times: a second read finds only fields another
+        read (`read_again`) — at most a few times: a second read finds only fields another
         run gave another type, which stay out."""
         config = self._current()
         guessed = self._guessed(config, batch)
-        reading = _with_columns(config, _columns_of(guessed, config))
+        reading = with_columns(config, columns_of(guessed, config))
         table = self._arrow(reading, inputs)
         found = {
             **guessed,
             **self._found(
                 reading,
                 batch,
-                known_counts(table, _typed(reading)),
+                known_counts(table, typed(reading)),
                 known=set(config.column_names),
-                unproven=_non_numbers(table, reading, config),
+                unproven=non_numbers(table, reading, config),
             ),
         }
         for _ in range(ADD_ATTEMPTS):
             if not found or not self._added(config, found, batch):
                 break
             config = self._current()
-            redo = _read_again(reading, config, found, table)
+            redo = read_again(reading, config, found, table)
             if not redo:
                 found = {}
                 break
             again = self._arrow(config, [batch.staged[i] for i in redo])
             src = table.column("src")
             kept = table.filter(pc.invert(pc.is_in(src, pa.array(redo, src.type))))
-            table = pa.concat_tables([_as_schema(kept, again.schema), again])
+            table = pa.concat_tables([as_schema(kept, again.schema), again])
             reading = config
-            found = self._found(config, batch, known_counts(again, _typed(config)), only=redo)
-        return config, _with_nulls(table, config), found
+            found = self._found(config, batch, known_counts(again, typed(config)), only=redo)
+        return config, with_nulls(table, config), found
 
     def _guessed(self, config: StreamConfig, batch: _Batch) -> dict[int, ObjectFields]:
         """`add` on JSON: src -> the fields outside `config` its object's first record holds
@@ -461,102 +476,6 @@ class SourceReader:
         return excluded
 
 
-def refused_fields(config: StreamConfig, fields: ObjectFields) -> str:
-    """What `fail` says of an object: the fields, where each was first seen, the setting."""
-    named = ", ".join(
-        f"{name} ({seen.type}, first at line {seen.first_line})"
-        for name, seen in sorted(fields.fields.items(), key=lambda f: f[1].first_line)
-    )
-    return (
-        f"fields not in the schema: {named}; `schema_evolution: fail` keeps the object out — "
-        f"set schema_evolution to add (or rescue, ignore) for stream {config.name} in "
-        "streams.yaml to take it in"
-    )
-
-
-def _as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`rows` with `schema`'s columns, by name: a column they lack (one a newer version added)
-    as nulls of its type."""
-    return pa.Table.from_arrays(
-        [
-            rows.column(f.name) if f.name in rows.column_names else pa.nulls(len(rows), f.type)
-            for f in schema
-        ],
-        schema=schema,
-    )
-
-
-def _with_columns(config: StreamConfig, columns: list[ColumnSpec]) -> StreamConfig:
-    """`config` also reading `columns` (not recorded: its version number stays)."""
-    return replace(config, columns=(*config.columns, *columns)) if columns else config
-
-
-def _columns_of(found: dict[int, ObjectFields], config: StreamConfig) -> list[ColumnSpec]:
-    """The columns of the fields in `found`, each typed by its values in every object."""
-    types: dict[str, str | None] = {}
-    for fields in found.values():
-        for name, seen in fields.fields.items():
-            types[name] = widen(types.get(name), seen.type)
-    return [ColumnSpec(n, t or "string") for n, t in types.items() if n not in config.column_names]
-
-
-def _non_numbers(table: pa.Table, reading: StreamConfig, config: StreamConfig) -> set[int]:
-    """Objects with NaN or an infinity in a double column read but not recorded: Spark reads
-    the strings "NaN" and "Infinity" into a double column, so such a value may have been text
-    — only the object's scan can say which type the field asks for."""
-    recorded = set(config.column_names)
-    suspects: set[int] = set()
-    for column in reading.columns:
-        if column.name in recorded or column.type != "double":
-            continue
-        values = table.column(column.name)
-        odd = pc.fill_null(pc.or_(pc.is_nan(values), pc.is_inf(values)), False)
-        suspects.update(table.column("src").filter(odd).to_pylist())
-    return suspects
-
-
-def _read_again(
-    reading: StreamConfig, config: StreamConfig, found: dict[int, ObjectFields], table: pa.Table
-) -> list[int]:
-    """The objects whose rows, read with `reading`, are not what `config` (the version now
-    recorded) reads: each one holding a field that `reading` did not read with its recorded
-    type — as found, or (read, so cleared by the proof) as its rows show."""
-    read_as = {c.name: c.type for c in reading.columns}
-    recorded = {c.name: c.type for c in config.columns}
-    retyped = {n for n, t in recorded.items() if n in read_as and read_as[n] != t}
-    again = {
-        i
-        for i, fields in found.items()
-        if any(read_as.get(name) != recorded.get(name) for name in fields.fields)
-    }
-    src = table.column("src")
-    for name in retyped:
-        again.update(src.filter(pc.is_valid(table.column(name))).to_pylist())
-    return sorted(again)
-
-
-def _with_nulls(table: pa.Table, config: StreamConfig) -> pa.Table:
-    """`table` with every column of `config`, one it lacks (another run's, that none of these
-    objects holds) as nulls."""
-    for column in config.columns:
-        if column.name not in table.column_names:
-            table = table.append_column(
-                column.name, pa.nulls(table.num_rows, arrow_type(column.type))
-            )
-    return table
-
-
-def _typed(config: StreamConfig) -> list[tuple[str, str]]:
-    return [(c.name, c.type) for c in config.columns]
-
-
-def _input_name(i: int, path: Path, csv: bool) -> str:
-    """A staged input's name: its batch index (rows map back by it), `.gz` kept for Spark (a
-    CSV object is staged as uncompressed JSON lines)."""
-    gz = ".gz" if path.name.endswith(".gz") and not csv else ""
-    return f"{i:0{INPUT_DIGITS}d}.txt{gz}"
-
-
 @dataclass
 class _Batch:
     """One read's objects: source key by index, unit by source key, quarantine line shifts,
@@ -573,81 +492,3 @@ class _Batch:
     """CSV: each staged object's header names."""
     counted: dict[int, Future[ObjectBytes]]
     """JSON: each staged object's `count_bytes`, being counted beside the read."""
-
-
-def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path | list[Path]) -> Any:
-    """(src, dt, columns..., _reason, _raw) of every object under `inputs` (a directory, or a
-    list of staged objects): a table row has its date (in the table's time zone) and no reason;
-    a bad row has a reason, its text if known, and no date. Unsorted: `runs_by_source_and_date`
-    groups them. Public so that `leasehold init` tries an inferred stream on its sample with
-    exactly the runtime's reading. A CSV stream's rows also have `_line`, a bad row's line
-    number in its object."""
-    paths = [str(p) for p in inputs] if isinstance(inputs, list) else str(inputs)
-    if plan.records is None:
-        schema, options = json_schema(config)
-        lines = spark.read.schema(schema).options(**options).json(paths)
-    else:
-        lines = spark.read.text(paths)
-    lines = lines.select(*plan.lines)
-    if plan.keep is not None:
-        lines = lines.where(plan.keep)
-    if plan.records is not None:
-        lines = lines.select(*plan.records)
-    rows = lines.select(*plan.parsed).select(*plan.checked).select(*plan.rows)
-    if plan.final is not None:  # CSV
-        rows = rows.withColumns(plan.final).drop(*plan.dropped)
-    return rows
-
-
-def _counted(
-    results: dict[str, SourceBatchResult], writes: list[Future[None]]
-) -> dict[str, SourceBatchResult]:
-    """Once every write is done (the first failure is raised): rows read = written +
-    quarantined, from the staged files themselves."""
-    for write in writes:
-        write.result()
-    for result in results.values():
-        if result.failed and not result.table_files and not result.quarantine_files:
-            reasons = list(result.failed.items())
-            result.unreadable = (
-                reasons[0][1]
-                if len(reasons) == 1
-                else "; ".join(f"{key}: {why}" for key, why in reasons)
-            )
-        if result.unreadable is None:
-            result.rows_quarantined = sum(f.row_count for f in result.quarantine_files)
-            written = sum(f.row_count for f in result.table_files)
-            result.rows_read = written + result.rows_quarantined
-    return results
-
-
-def _digest(group: str) -> str:
-    """A file-name-safe stand-in for a unit's key (keys may hold any character)."""
-    return hashlib.sha256(group.encode()).hexdigest()[:16]
-
-
-def _group_reads(sizes: dict[int, int], max_read_bytes: int) -> Iterator[list[int]]:
-    """Consecutive objects, as many per read as fit in `max_read_bytes` (at least one)."""
-    read: list[int] = []
-    read_bytes = 0
-    for i, size in sizes.items():
-        if read and read_bytes + size > max_read_bytes:
-            yield read
-            read, read_bytes = [], 0
-        read.append(i)
-        read_bytes += size
-    if read:
-        yield read
-
-
-def _through_parquet(rows: Any, directory: Path) -> Iterator[pa.Table]:
-    """The rows by way of local Parquet (written now, by this thread's Spark job), then one
-    Spark task's output at a time: memory stays bounded by what one task writes, however big an
-    object is. Cast to the types `toArrow` gives (Spark writes timestamps as INT96, which
-    pyarrow reads as naive nanoseconds), so objects are alike whichever way they came."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(rows.schema, timezone="UTC")
-    rows.write.parquet(str(directory))
-    parts = sorted(directory.glob("part-*.parquet"))
-    return (pq.read_table(part).cast(schema) for part in parts)

@@ -27,7 +27,7 @@ from resources.ingestion.csv_records import (
 )
 from resources.ingestion.read_plan import read_plan, source_column
 from resources.ingestion.source_files import INPUT_DIGITS
-from resources.ingestion.source_reader import source_rows
+from resources.ingestion.spark_rows import source_rows
 from resources.ingestion.stream_inference import (
     BOM,
     GZIP_MAGIC,

@@ -11,9 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from resources.coordination.errors import (
-    LeaseStoreError,
-)
+from resources.coordination.errors import LeaseStoreError
 from resources.coordination.items import LeaseItem, iso_utc
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
 from resources.coordination.lease_store import LeaseStore

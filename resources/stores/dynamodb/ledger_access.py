@@ -13,9 +13,7 @@ from botocore.exceptions import ClientError
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
-from resources.ledger.model import (
-    TablePartition,
-)
+from resources.ledger.model import TablePartition
 from resources.stores.dynamodb import codec
 from resources.stores.dynamodb.client import cancellation_reasons, error_code
 from resources.stores.dynamodb.ledger_items import partition_from

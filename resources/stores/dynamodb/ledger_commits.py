@@ -12,10 +12,7 @@ from botocore.exceptions import ClientError
 from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
-from resources.ledger.merge import (
-    CommitDue,
-    commit_merge_due,
-)
+from resources.ledger.merge import CommitDue, commit_merge_due
 from resources.ledger.model import (
     AlreadyCommittedError,
     CommitRecord,

@@ -8,14 +8,8 @@ import json
 from typing import Any
 
 from resources.coordination.items import ATTR, LeaseToken
-from resources.ledger.merge import (
-    MergeRange,
-)
-from resources.ledger.model import (
-    CommitRecord,
-    RegisteredObject,
-    TablePartition,
-)
+from resources.ledger.merge import MergeRange
+from resources.ledger.model import CommitRecord, RegisteredObject, TablePartition
 from resources.ledger.publication import Publication
 from resources.ledger.rollup_state import decode_value, encode_value
 from resources.rollup.state import KeyState

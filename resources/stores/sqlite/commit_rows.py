@@ -9,14 +9,8 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 
 from resources.coordination.items import LeaseToken
-from resources.ledger.merge import (
-    CommitDue,
-    commit_merge_due,
-)
-from resources.ledger.model import (
-    RegisteredObject,
-    SmallObject,
-)
+from resources.ledger.merge import CommitDue, commit_merge_due
+from resources.ledger.model import RegisteredObject, SmallObject
 from resources.stores.sqlite.schema import OBJECT_COLUMNS
 
 Counters = dict[tuple[str, str], tuple[int, int | None]]
