@@ -48,7 +48,7 @@ def glue_name(name: str, what: str) -> str:
 
 
 def managed(table: dict[str, Any]) -> bool:
-    return table.get("Parameters", {}).get(MANAGED) == "true"
+    return bool(table.get("Parameters", {}).get(MANAGED) == "true")
 
 
 def glue_columns(columns: Sequence[Column]) -> tuple[Column, ...]:

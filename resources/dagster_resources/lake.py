@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from resources.dagster_resources.spark import SparkResource
-    from resources.ingestion.runner import SourceBatchResult
+    from resources.ingestion.batch_results import SourceBatchResult
     from resources.ingestion.source_reader import SourceReader
 
 

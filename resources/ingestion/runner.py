@@ -36,7 +36,6 @@ from resources.coordination.errors import PartitionNotFoundError, PartitionUnava
 from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseTiming
-from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
 from resources.errors import LeaseholdError
 from resources.ingestion.batch_results import Fetch, Publish, ReadBatch, SourceBatchResult
@@ -52,6 +51,7 @@ from resources.ingestion.outcomes import (
     committed_outcome,
 )
 from resources.ingestion.unit_progress import failures, to_read
+from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class IngestionRunner(LargeObjects):
         *,
         stream: str,
         table: str,
-        store: LeaseStore,
+        store: CoordinationStore,
         owner: str,
         timing: LeaseTiming,
         fetch: Fetch,

@@ -9,12 +9,12 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from resources.coordination.errors import LeaseStoreError
-from resources.coordination.items import LeaseItem, iso_utc
+from resources.coordination.items import LeaseItem, LeaseToken, iso_utc
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
-from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.batch_results import (
     Fetch,
     Publish,
@@ -43,6 +43,7 @@ from resources.ingestion.unit_progress import (
 )
 from resources.ingestion.work_units import DONE, done_objects
 from resources.ledger.model import AlreadyCommittedError, SmallObject
+from resources.stores.base import CoordinationStore
 
 # The runner's logger: what a unit's ingestion logs is found under one name, as before the split.
 log = logging.getLogger("resources.ingestion.runner")
@@ -57,7 +58,7 @@ class UnitCommits:
     # Set by `IngestionRunner.__init__`.
     stream: str
     table: str
-    store: LeaseStore
+    store: CoordinationStore
     timing: LeaseTiming
     fetch: Fetch
     read_batch: ReadBatch
@@ -222,22 +223,25 @@ class UnitCommits:
                 progress[PARTIAL] = {"objects": reading, "committed": sorted(already.items())}
             complete = last and final and not result.failed
             state = json.dumps(progress)
-            committed = lease.commit(
-                lambda token, batch=batch, state=state, complete=complete: (
-                    self.store.commit(
-                        token,
-                        [o for o, _ in batch],
-                        progress_state=state,
-                        complete=complete,
-                        timeout_s=self.timing.ownership_timeout_s,
-                        merge_after_s=self.merge_after_s,
-                        delayed_merge_after_s=self.delayed_merge_after_s,
-                    ).item
-                ),
-                final=complete,
-            )
+            write = partial(self._commit_batch, [o for o, _ in batch], state, complete)
+            committed = lease.commit(write, final=complete)
         assert committed is not None  # `commit_batches` gives at least one batch
         return committed
+
+    def _commit_batch(
+        self, objects: list[SmallObject], state: str, complete: bool, token: LeaseToken
+    ) -> LeaseItem:
+        """One batch's transaction, fenced by `token`: the objects, the progress, maybe
+        COMPLETED."""
+        return self.store.commit(
+            token,
+            objects,
+            progress_state=state,
+            complete=complete,
+            timeout_s=self.timing.ownership_timeout_s,
+            merge_after_s=self.merge_after_s,
+            delayed_merge_after_s=self.delayed_merge_after_s,
+        ).item
 
     def _refused(self, outcome: PartitionOutcome, key: str, exc: Exception) -> PartitionOutcome:
         """The outcome of a commit the store refused, or that it may not have taken."""

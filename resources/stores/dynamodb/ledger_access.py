@@ -5,19 +5,22 @@ partition reads every part makes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from botocore.exceptions import ClientError
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
 from resources.ledger.model import TablePartition
+from resources.retry import RetryPolicy
 from resources.stores.dynamodb import codec
-from resources.stores.dynamodb.client import cancellation_reasons, error_code
+from resources.stores.dynamodb.client import DynamoDbClient, cancellation_reasons, error_code
 from resources.stores.dynamodb.ledger_items import partition_from
 from resources.stores.dynamodb.ledger_keys import LedgerKeys
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,24 @@ class Fenced:
     current: LeaseItem | None = None
 
 
+class _Call(Protocol):
+    def __call__(self, action: str, fn: Callable[[], T], /) -> T: ...
+
+
 class LedgerAccess(LedgerKeys):
     """The table access of the ledger mixins; the store provides `client`, `table_name`,
     `_call` and `get`."""
+
+    if TYPE_CHECKING:  # provided by DynamoDbLeaseStore (resources/stores/dynamodb/store.py)
+        client: Any
+        dynamodb: DynamoDbClient
+        table_name: str
+        _call: _Call
+
+        @property
+        def retry(self) -> RetryPolicy: ...
+        def get(self, source_identifier: str, partition_key: str) -> LeaseItem | None: ...
+        def now_ms(self) -> int: ...
 
     def _get_raw(self, action: str, key: dict[str, dict[str, str]]) -> dict[str, Any] | None:
         """One strongly consistent read: the raw item, or None."""
@@ -41,7 +59,8 @@ class LedgerAccess(LedgerKeys):
             action,
             lambda: self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
         )
-        return out.get("Item")
+        item: dict[str, Any] | None = out.get("Item")
+        return item
 
     def _query_all(
         self, action: str, sid: str, attributes: Sequence[str] = (), above: str | None = None

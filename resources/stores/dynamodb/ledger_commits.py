@@ -5,7 +5,7 @@ read back."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -203,7 +203,7 @@ class DynamoDbCommits(LedgerAccess):
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            old = exc.response.get("Item")
+            old = cast("dict[str, Any] | None", exc.response.get("Item"))
             if old is None:  # absent, or the server did not return the old item
                 return self.table_partition(table, dt)
             return partition_from(table, old)

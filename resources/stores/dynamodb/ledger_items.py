@@ -127,7 +127,7 @@ def rollup_item(state: KeyState) -> dict[str, Any]:
 def rollup_state_from(raw: dict[str, Any]) -> KeyState:
     return KeyState(
         int(raw["txid"]["N"]),
-        decode_value(raw["value"]["S"]),  # type: ignore[arg-type]
+        decode_value(raw["value"]["S"]),
         decode_value(raw["prevValue"]["S"]) if "prevValue" in raw else None,
     )
 

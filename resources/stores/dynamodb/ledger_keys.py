@@ -10,6 +10,8 @@ from resources.stores.dynamodb.ledger_items import SENTINEL_KEY
 class LedgerKeys:
     """Key naming for the ledger mixins; the store provides `partition_prefix`."""
 
+    partition_prefix: str | None
+
     def _ledger_sid(self, kind: str, name: str) -> str:
         return "|".join([*([self.partition_prefix] if self.partition_prefix else []), name, kind])
 
