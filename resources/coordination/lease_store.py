@@ -9,12 +9,10 @@ clock believes.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from resources.coordination import metrics as m
 from resources.coordination import transitions
@@ -25,6 +23,7 @@ from resources.coordination.errors import (
     PartitionUnavailableError,
     StoreUnavailableError,
 )
+from resources.coordination.global_state import GlobalStateLeases
 from resources.coordination.items import (
     NOT_GIVEN,
     Clock,
@@ -34,11 +33,11 @@ from resources.coordination.items import (
     to_millis,
 )
 from resources.coordination.metrics import CoordinatorMetrics
-from resources.coordination.status import StatusSummary, summarize
+from resources.coordination.status import StoreStatus
 from resources.coordination.transitions import Refusal, Transition
 
 
-class LeaseStore(ABC):
+class LeaseStore(GlobalStateLeases, StoreStatus, ABC):
     """One coordination store. The operations, their metrics and the decisions are here; a
     backend provides `_apply` (one conditional write: DynamoDB `UpdateItem` with a condition,
     one SQLite `BEGIN IMMEDIATE` transaction) and the reads.
@@ -476,75 +475,3 @@ class LeaseStore(ABC):
             except Exception:
                 self.metrics.restore(deltas)
                 raise
-
-    # -- global state (the partition supplier's, one node at a time) ---------------------------
-
-    def acquire_global_state(
-        self, stream: str, name: str, owner: str, timeout_s: float
-    ) -> LeaseItem | None:
-        """Lease the global-state item `name`, creating it on first use: the item as written,
-        or None while another owner holds it. Its progress state *is* the global state (a
-        JSON object). Raises the store errors."""
-        sid = self.source_identifier(stream, ItemType.GLOBAL)
-        if self.get(sid, name) is None:
-            self.create_partitions(sid, [name], progress_state="{}")
-        try:
-            return self.acquire(sid, name, owner, timeout_s)
-        except PartitionUnavailableError:
-            return None
-
-    def read_global_state(self, stream: str, name: str) -> dict[str, Any]:
-        """Read without a lease: for display. Never act on it without holding the lease.
-        `{}` when the item does not exist yet. Raises the store errors."""
-        item = self.get(self.source_identifier(stream, ItemType.GLOBAL), name)
-        return (
-            {} if item is None or item.progress_state is None else json.loads(item.progress_state)
-        )
-
-    def update_global_state(
-        self, token: LeaseToken, state: dict[str, Any], timeout_s: float
-    ) -> LeaseItem:
-        """Save `state` (a JSON object) as the global state and extend the lease to now +
-        `timeout_s`, in one fenced write. Returns the item as written. Raises
-        `PartitionNotOwnedError` when `token` no longer holds (another node took the state
-        over: stop), and the store errors."""
-        return self.renew(token, timeout_s, progress_state=json.dumps(state, sort_keys=True))
-
-    def release_global_state(
-        self, token: LeaseToken, state: dict[str, Any] | None = None
-    ) -> LeaseItem:
-        """Hand the global state back, saving `state` in the same write when given (a tick
-        that has nothing else to write saves its progress at no extra cost). Fenced: returns
-        the item as written. Raises `PartitionNotOwnedError` when `token` no longer holds, and
-        the store errors."""
-        if state is None:
-            return self.give_up(token)
-        return self.give_up(token, progress_state=json.dumps(state, sort_keys=True))
-
-    # -- status --------------------------------------------------------------------------------
-
-    def _with_progress(self, items: list[LeaseItem]) -> list[LeaseItem]:
-        """The items status shows one by one, read again with their progress (which objects
-        of a unit failed, and why): a few, where counting read every item without it."""
-        fresh = [self.get(i.source_identifier, i.partition_key) for i in items]
-        return [f if f is not None else i for f, i in zip(fresh, items, strict=True)]
-
-    def status(self) -> list[StatusSummary]:
-        """One summary per source identifier (and per one that only has metrics): counts per
-        status, the oldest expired lease, dead letters and the closed items due first, and
-        the persisted metrics. Counts read every item without its progress (O(units) small
-        reads); only the items shown one by one are read whole. Read-only. Raises the store
-        errors."""
-        now = self.now_ms()
-        metrics = self.read_metrics()
-        sids = sorted(set(self.source_identifiers()) | set(metrics))
-        return [
-            summarize(
-                sid,
-                self.iter_items(sid, progress=False),
-                now,
-                dict(sorted(metrics.get(sid, {}).items())),
-                self._with_progress,
-            )
-            for sid in sids
-        ]

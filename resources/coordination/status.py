@@ -6,9 +6,9 @@ Pure: summaries are built by `LeaseStore.status()`; rendering needs no store and
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resources.coordination.items import LeaseItem, PartitionStatus, iso_utc
 
@@ -159,3 +159,43 @@ def summarize(
 
 def _reopen_order(item: LeaseItem) -> tuple[int, str]:
     return (item.reopen_at_ms or 0, item.partition_key)
+
+
+class StoreStatus:
+    """The status half of `LeaseStore`, which provides the reads it summarizes."""
+
+    if TYPE_CHECKING:  # provided by LeaseStore (resources/coordination/lease_store.py)
+
+        def now_ms(self) -> int: ...
+        def get(self, source_identifier: str, partition_key: str) -> LeaseItem | None: ...
+        def read_metrics(self) -> dict[str, dict[str, int]]: ...
+        def source_identifiers(self) -> list[str]: ...
+        def iter_items(
+            self, source_identifier: str | None = None, *, progress: bool = True
+        ) -> Iterator[LeaseItem]: ...
+
+    def _with_progress(self, items: list[LeaseItem]) -> list[LeaseItem]:
+        """The items status shows one by one, read again with their progress (which objects
+        of a unit failed, and why): a few, where counting read every item without it."""
+        fresh = [self.get(i.source_identifier, i.partition_key) for i in items]
+        return [f if f is not None else i for f, i in zip(fresh, items, strict=True)]
+
+    def status(self) -> list[StatusSummary]:
+        """One summary per source identifier (and per one that only has metrics): counts per
+        status, the oldest expired lease, dead letters and the closed items due first, and
+        the persisted metrics. Counts read every item without its progress (O(units) small
+        reads); only the items shown one by one are read whole. Read-only. Raises the store
+        errors."""
+        now = self.now_ms()
+        metrics = self.read_metrics()
+        sids = sorted(set(self.source_identifiers()) | set(metrics))
+        return [
+            summarize(
+                sid,
+                self.iter_items(sid, progress=False),
+                now,
+                dict(sorted(metrics.get(sid, {}).items())),
+                self._with_progress,
+            )
+            for sid in sids
+        ]
