@@ -42,8 +42,6 @@ from resources.ingestion.csv_records import (
     ERROR_KEY,
     LINE_KEY,
     RAW_KEY,
-    CsvHeaderError,
-    stage_csv,
 )
 from resources.ingestion.field_scan import (
     ObjectBytes,
@@ -56,6 +54,7 @@ from resources.ingestion.field_scan import (
 )
 from resources.ingestion.quarantine import BadRows, write_quarantine
 from resources.ingestion.read_plan import ReadPlan, read_plan
+from resources.ingestion.read_staging import inspected, stage_read
 from resources.ingestion.schema_following import (
     as_schema,
     columns_of,
@@ -65,12 +64,10 @@ from resources.ingestion.schema_following import (
     with_columns,
     with_nulls,
 )
-from resources.ingestion.source_files import inspect_source, stage_input
 from resources.ingestion.spark_rows import (
     counted,
     digest,
     group_reads,
-    input_name,
     source_rows,
     through_parquet,
     typed,
@@ -146,28 +143,14 @@ class SourceReader:
         line_offsets: dict[str, int] | None = None,
     ) -> Future[dict[str, SourceBatchResult]]:
         """Read `files` (source key -> local path) and stage their table and quarantine rows,
-        cut per group: `groups` maps each source key to its work unit's key (default: each
-        source on its own). `line_offsets` shifts a file's quarantine line numbers: a chunk of
-        a large object numbers its lines as the object does.
-
-        The Spark jobs run on this thread, one per `max_read_bytes` of (uncompressed) source
-        text; writing what each returns happens on a writer thread, so the caller can start its
-        next batch's Spark job meanwhile. A read's rows wait
-        for the previous read's writes before they are handed over, so at most two reads' rows
-        are held at once. The future holds one result per source key; staged file names carry
-        `attempt`, so nothing written here can be mistaken for another attempt's output. The
-        future holds one result per group.
-        """
+        cut per group (`groups`: source key -> its work unit's key; default, each on its own;
+        `line_offsets`: a chunk of a large object numbers its lines as the object does). Spark
+        jobs run on this thread, one per `max_read_bytes` of source text; their rows are
+        written on a writer thread once the previous read's are (at most two reads' rows held
+        at once), so the caller can start its next batch meanwhile. The future holds one result
+        per group; staged names carry `attempt`, never mistaken for another attempt's output."""
         groups = groups or {key: key for key in files}
-        results = {groups[key]: SourceBatchResult() for key in files}
-        index: dict[int, str] = {}
-        sizes: dict[int, int] = {}
-        for i, (key, path) in enumerate(files.items()):
-            problem, size = inspect_source(path)
-            if problem is None:
-                index[i], sizes[i] = key, size
-            else:
-                results[groups[key]].failed[key] = problem
+        results, index, sizes = inspected(files, groups)
         out = staging / "out"
         out.mkdir(parents=True, exist_ok=True)
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-write")
@@ -176,23 +159,9 @@ class SourceReader:
         try:
             for n, read in enumerate(group_reads(sizes, self.max_read_bytes)):
                 inputs = staging / f"in-{n}"
-                inputs.mkdir(parents=True, exist_ok=True)
-                staged_inputs: dict[int, Path] = {}
-                headers: dict[int, list[str]] = {}
-                for i in read:
-                    key = index[i]
-                    path = files[key]
-                    target = inputs / input_name(i, path, self._csv)
-                    if self._csv:
-                        shift = (line_offsets or {}).get(key, 0)
-                        staged = self._stage_csv(path, target, shift)
-                        if isinstance(staged, str):
-                            results[groups[key]].failed[key] = staged
-                            continue
-                        headers[i] = staged
-                    else:
-                        stage_input(path, target)
-                    staged_inputs[i] = target
+                staged_inputs, headers = stage_read(
+                    read, inputs, files, index, groups, line_offsets or {}, results, self.config
+                )
                 read_bytes = sum(sizes[i] for i in read)
                 countable = read_bytes <= self.max_read_bytes
                 batch = _Batch(
@@ -206,13 +175,9 @@ class SourceReader:
                     self._count_bytes(counter, staged_inputs) if countable else {},
                 )
                 with read_splits(self.spark, read_bytes, len(read)):
-                    if countable:
-                        config, table, found = self._read_following(inputs, batch)
-                        tables: Iterator[pa.Table] = iter([table])
-                    else:  # one object, too big to hold in the driver: scanned before
-                        config, found = self._scan_following(batch)
-                        rows = source_rows(self.spark, config, self._plan_of(config), inputs)
-                        tables = through_parquet(rows, staging / f"spill-{n}")
+                    config, tables, found = self._rows(
+                        batch, inputs, countable, staging / f"spill-{n}"
+                    )
                 excluded = self._apply_mode(config, found, batch)
                 if self._writing is not None:
                     wait([self._writing])
@@ -228,6 +193,19 @@ class SourceReader:
             counter.shutdown(wait=True, cancel_futures=True)
             writer.shutdown(wait=False)
         return staged
+
+    def _rows(
+        self, batch: _Batch, inputs: Path, countable: bool, spill: Path
+    ) -> tuple[StreamConfig, Iterator[pa.Table], dict[int, ObjectFields]]:
+        """(the version read with, the read's rows, the fields found outside it): as Arrow
+        in one table, or — one object too big to hold in the driver, scanned before its
+        read — by way of local Parquet under `spill`."""
+        if countable:
+            config, table, found = self._read_following(inputs, batch)
+            return config, iter([table]), found
+        config, found = self._scan_following(batch)
+        rows = source_rows(self.spark, config, self._plan_of(config), inputs)
+        return config, through_parquet(rows, spill), found
 
     def _write(
         self,
@@ -282,18 +260,6 @@ class SourceReader:
         )
         for group, staged_file in quarantined:
             results[group].quarantine_files.append(staged_file)
-
-    def _stage_csv(self, path: Path, target: Path, shift: int) -> list[str] | str:
-        """Stage a CSV object as JSON lines, numbered as its object numbers them (`shift`: a
-        chunk's): its header's names, or why it cannot be read."""
-        try:
-            return stage_csv(path, target, self.config, first_line=1 + shift).header
-        except CsvHeaderError as exc:
-            target.unlink(missing_ok=True)
-            return str(exc)
-        except OSError as exc:
-            target.unlink(missing_ok=True)
-            return f"cannot read: {exc.strerror or exc}"
 
     def _count_bytes(
         self, counter: ThreadPoolExecutor, staged: dict[int, Path]
