@@ -37,7 +37,7 @@ from resources.stores.settings import StoreSettings, settings_from_env
 from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:  # the Dagster side is imported only by the commands that run it
-    from coordination_assets.main_job import MainJobReport
+    from coordination_assets.run_report import MainJobReport
 
 
 def print_status(settings: StoreSettings) -> None:
@@ -107,12 +107,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: discovery -> range runs -> commits -> merges -> publication -> checks, on
     the configured stores; a line per stage, then per stream its dates and an audit line."""
-    from coordination_assets.main_job import (
-        PlainProgress,
-        Progress,
-        quiet_dagster_warnings,
-        run_main_job,
-    )
+    from coordination_assets.main_job import quiet_dagster_warnings, run_main_job
+    from coordination_assets.run_progress import PlainProgress, Progress
     from resources.cli.story import TerminalProgress, audit_line, stream_table
     from resources.ingestion.sample_data import write_story_sources
     from resources.objects.base import object_store_for
