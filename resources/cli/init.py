@@ -70,7 +70,7 @@ class Inferred:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from resources.cli.main import quiet_spark
+    from resources.cli.spark_log import quiet_spark
     from resources.ingestion.stream_sampling import sample_lines, sample_source, stage_sample
     from resources.objects.base import object_store_for
     from resources.spark.session import build_spark_session
