@@ -31,7 +31,7 @@ EXIT_SOME_REFUSED = 1
 
 
 def add_redrive_parser(add: Any) -> None:
-    """Register the command with `main.build_parser`'s `add(name, help)`."""
+    """Register the command with `parser.build_parser`'s `add(name, help)`."""
     redrive = add(
         "redrive",
         help="put dead-lettered source partitions back to be retried (after fixing the cause)",

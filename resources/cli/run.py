@@ -24,7 +24,7 @@ from resources.stores.settings import StoreSettings, settings_from_env
 from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:  # the Dagster side is imported only by the commands that run it
-    from coordination_assets.main_job import MainJobReport
+    from coordination_assets.run_report import MainJobReport
 
 
 def cmd_run(args: argparse.Namespace) -> int:
