@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from resources.cli.status import print_status
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming, new_owner_id
 from resources.settings import default_data_dir
 from resources.stores import build_store
@@ -148,6 +147,9 @@ def _result(
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # Here, not at the top: each spawned worker imports this module, and needs none of it.
+    from resources.cli.status import print_status
+
     settings = settings_from_env()
     work_dir = Path(args.work_dir) if args.work_dir else default_data_dir() / "demo"
     result = run_demo(settings, workers=args.workers, partitions=args.partitions, work_dir=work_dir)
