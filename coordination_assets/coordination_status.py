@@ -5,6 +5,8 @@ expired for more than twice its ownership timeout means no worker is picking par
 and a dead letter is a source partition that will never be ingested without a human.
 """
 
+from typing import Any
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -24,7 +26,7 @@ from resources.dagster_resources.coordination import CoordinationResource
 @asset(group_name="coordination", description="Lease counts, dead letters and metrics.")
 def coordination_status(coordination: CoordinationResource) -> MaterializeResult:
     summaries = coordination.store.status()
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "status": MetadataValue.md(f"```\n{status_text(summaries)}\n```"),
         "status_json": MetadataValue.json(status_json(summaries)),
     }

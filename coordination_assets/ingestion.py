@@ -34,6 +34,7 @@ from dagster import (
     sensor,
 )
 
+from resources.check_outcome import CheckOutcome
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import (
     COLUMN_SCHEMA,
@@ -58,7 +59,6 @@ from resources.dagster_resources.runs import (
 )
 from resources.dagster_resources.spark import SparkResource
 from resources.ingestion import check_suite as suite
-from resources.ingestion.check_suite import CheckOutcome
 from resources.ingestion.partition_keys import from_partition_key
 from resources.ingestion.runner import (
     ALREADY_COMPLETE,
@@ -146,8 +146,8 @@ def _committed(
     if outcome.schema_version:
         # The asset page shows the columns of its latest materialization.
         metadata[COLUMN_SCHEMA] = columns.schema(outcome.schema_version)
-    if outcome.new_columns:
-        context.log.warning(
+    if outcome.new_columns:  # news, not a fault: info, as the story line says it
+        context.log.info(
             f"{key}: schema version {outcome.schema_version} adds " + ", ".join(outcome.new_columns)
         )
     if outcome.outcome == ALREADY_COMPLETE:

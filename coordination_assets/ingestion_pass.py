@@ -6,7 +6,8 @@ executes once, like the daemon's dedup; a failed run's partitions are listed wit
 (a later run that ingests one takes it out), other errors are crashed runs.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from dagster import (
     AddDynamicPartitionsRequest,
@@ -37,7 +38,7 @@ from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_
 def run_ingestion(
     asset_def: AssetsDefinition,
     instance: DagsterInstance,
-    resources: dict,
+    resources: Mapping[str, Any],
     stream: str,
     report: MainJobReport,
     max_ticks: int,
@@ -91,7 +92,7 @@ def _execute_ingestion_run(
     run: RunRequest,
     asset_def: AssetsDefinition,
     instance: DagsterInstance,
-    resources: dict,
+    resources: Mapping[str, Any],
     report: MainJobReport,
     log: Callable[[str], None],
     stream: str,
@@ -140,8 +141,8 @@ def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]
             data = event.step_failure_data
             user = data.user_failure_data
             if user is not None and FAILED_PARTITIONS in user.metadata:
-                lines = user.metadata[FAILED_PARTITIONS].value
-                keys = user.metadata[FAILED_KEYS].value
+                lines = cast(list[str], user.metadata[FAILED_PARTITIONS].value)
+                keys = cast(list[str], user.metadata[FAILED_KEYS].value)
                 partitions.update(zip(keys, lines, strict=True))
             else:
                 errors.append(data.error.message.strip() if data.error else str(event.message))

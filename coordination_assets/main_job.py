@@ -17,8 +17,9 @@ found and its wording in `run_report`, the stage lines in `run_progress`.
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dagster import (
     AssetChecksDefinition,
@@ -53,6 +54,7 @@ from coordination_assets.run_report import (
     table_states,
 )
 from coordination_assets.sensor_loop import QUIET, in_this_process
+from resources.dagster_resources.door import open_instance
 from resources.dagster_resources.instance import (
     ensure_spark_pool,
     write_instance_yaml,
@@ -116,7 +118,7 @@ def _run_checks(
     assets: Sequence[AssetsDefinition],
     checks: Sequence[AssetChecksDefinition],
     instance: DagsterInstance,
-    resources: dict,
+    resources: Mapping[str, Any],
     stream: str,
     report: MainJobReport,
 ) -> None:
@@ -155,7 +157,7 @@ def run_main_job(
         write_instance_yaml(home)
     defs = build_definitions()
     reports = []
-    with DagsterInstance.get() as instance:
+    with open_instance(str(home)) as instance:
         ensure_spark_pool(instance)  # for the runs `dagster dev` queues on this instance later
         for name in streams:
             report = run_stream(defs, instance, name, log=log, progress=progress)

@@ -16,6 +16,8 @@ and bytes, by reason) as the op's output metadata, and the same as an observatio
 published-table asset, so the table's page shows when its storage was collected.
 """
 
+from typing import Any
+
 from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
@@ -200,7 +202,7 @@ def build_publication_checks(stream: str) -> list[AssetChecksDefinition]:
     return [build(name, description) for name, description in suite.CHECKS.items()]
 
 
-def gc_metadata(report: GcReport) -> dict[str, object]:
+def gc_metadata(report: GcReport) -> dict[str, Any]:
     """What one collection reclaimed: totals, and files and bytes per reason (`files_<reason>`,
     `bytes_<reason>`, the reason's words joined by `_`)."""
     metadata: dict[str, object] = {

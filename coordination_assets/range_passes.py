@@ -11,7 +11,7 @@ it failed, and how the report records one it made. `merge_pass`, `publication_pa
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from dagster import (
     AssetChecksDefinition,
@@ -178,7 +178,7 @@ def _execute_range(
         if event.is_step_failure:
             user = event.step_failure_data.user_failure_data
             if user is not None and ranges.failed_key in user.metadata:
-                for line in user.metadata[ranges.failed_key].value:  # type: ignore[union-attr]
+                for line in cast(list[str], user.metadata[ranges.failed_key].value):
                     ranges.failures[line.split(":", 1)[0]] = line
             else:
                 error = event.step_failure_data.error

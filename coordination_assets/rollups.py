@@ -10,6 +10,8 @@ commits land in a date (the state lags the ledger); its check compares the state
 full recomputation from the published table for the dates that changed.
 """
 
+from typing import Any
+
 from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
@@ -53,7 +55,7 @@ def rollup_asset_key(stream: str) -> AssetKey:
     return AssetKey([stream, "rollups"])
 
 
-def rollup_metadata(outcomes: list[RollupOutcome]) -> dict[str, object]:
+def rollup_metadata(outcomes: list[RollupOutcome]) -> dict[str, Any]:
     """One date's materialization: per rollup, the object id its state covers, the batches
     applied and the keys written by this run."""
     metadata: dict[str, object] = {}

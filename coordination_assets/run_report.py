@@ -9,7 +9,7 @@ rollup, and `describe`, the whole report as `--verbose` prints it.
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 
@@ -309,7 +309,8 @@ def table_states(instance: DagsterInstance, stream: str) -> dict[str, TableParti
     """Each of the stream's dates -> what Dagster last recorded as its publication."""
     key: AssetKey = table_asset_key(stream)
     states = {}
-    for dt in sorted(instance.get_dynamic_partitions(dates_for(stream).name)):
+    dates = cast(str, dates_for(stream).name)  # built with its name: never None
+    for dt in sorted(instance.get_dynamic_partitions(dates)):
         records = instance.fetch_materializations(
             AssetRecordsFilter(asset_key=key, asset_partitions=[dt]), limit=1
         ).records
@@ -317,13 +318,14 @@ def table_states(instance: DagsterInstance, stream: str) -> dict[str, TableParti
         if materialization is None:
             states[dt] = TablePartitionState(dt)
             continue
-        metadata = {k: v.value for k, v in materialization.metadata.items()}
+        # The published table's counts, written by its asset as integers.
+        metadata: dict[str, Any] = {k: v.value for k, v in materialization.metadata.items()}
         states[dt] = TablePartitionState(
             dt,
-            seq=int(metadata["seq"]),  # type: ignore[arg-type]
+            seq=int(metadata["seq"]),
             switched=bool(metadata["switched"]),
-            upper=int(metadata["upper"]),  # type: ignore[arg-type]
-            files=int(metadata["files"]),  # type: ignore[arg-type]
-            rows=int(metadata["rows"]),  # type: ignore[arg-type]
+            upper=int(metadata["upper"]),
+            files=int(metadata["files"]),
+            rows=int(metadata["rows"]),
         )
     return states

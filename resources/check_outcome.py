@@ -14,6 +14,8 @@ Severity = Literal["error", "warn"]
 
 @dataclass(frozen=True)
 class CheckOutcome:
+    """The verdict of one check: passed or not, how much a failure matters, what it found."""
+
     name: str
     passed: bool
     severity: Severity

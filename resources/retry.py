@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """A bounded retry: how many attempts and the jittered exponential delay between them."""
+
     max_attempts: int = 6
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0
@@ -30,8 +32,13 @@ class RetryPolicy:
 
     def max_total_delay(self) -> float:
         return sum(
-            min(self.max_delay_s, self.base_delay_s * (2**a)) for a in range(self.max_attempts - 1)
+            min(self.max_delay_s, self.base_delay_s * 2.0**a) for a in range(self.max_attempts - 1)
         )
+
+
+RETRY_RECORD = "leasehold_retry"
+"""Set on the log records `log_retries` makes: the CLI sends them to its log file rather than
+the terminal, where the error after the last attempt says how many there were."""
 
 
 def log_retries(
@@ -48,6 +55,7 @@ def log_retries(
             policy.max_attempts,
             delay,
             exc,
+            extra={RETRY_RECORD: True},
         )
 
     return on_retry

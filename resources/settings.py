@@ -11,7 +11,6 @@ none of them can drift from another. Imports only `resources.errors`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import re
 import types
@@ -43,7 +42,9 @@ class Settings:
     raises. Subclasses add cross-field rules by overriding `validate`, calling super first.
     """
 
-    config_error: ClassVar[Callable[[str, str], ConfigError]] = ConfigError
+    config_error: ClassVar[type[ConfigError]] = ConfigError
+    # Set on each subclass by `@dataclass`: what `dataclasses.fields` reads.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def validate(self: S) -> S:
         check_settings(self)
@@ -54,20 +55,32 @@ class Settings:
         return from_env(cls, environ)
 
 
-@functools.cache
 def declared(cls: type[Settings]) -> tuple[dataclasses.Field[Any], ...]:
-    return dataclasses.fields(cls)  # type: ignore[arg-type]
+    found = _DECLARED.get(cls)
+    if found is None:
+        found = _DECLARED[cls] = dataclasses.fields(cls)
+    return found
 
 
-@functools.cache
 def field_types(cls: type[Settings]) -> Mapping[str, Any]:
     """Each field's type, resolved (the modules use postponed annotations)."""
-    hints = typing.get_type_hints(cls)
-    return types.MappingProxyType({f.name: hints[f.name] for f in declared(cls)})
+    found = _FIELD_TYPES.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = types.MappingProxyType({f.name: hints[f.name] for f in declared(cls)})
+        _FIELD_TYPES[cls] = found
+    return found
+
+
+# Both cached per class, in plain dicts: `functools.cache` takes only what mypy sees as
+# hashable, and it does not see a class as such when its instances are not.
+_DECLARED: dict[type[Settings], tuple[dataclasses.Field[Any], ...]] = {}
+_FIELD_TYPES: dict[type[Settings], Mapping[str, Any]] = {}
 
 
 def field_doc(f: dataclasses.Field[Any]) -> str:
-    return f.metadata.get("doc", "")
+    doc: str = f.metadata.get("doc", "")
+    return doc
 
 
 def env_vars(cls: type[Settings]) -> dict[str, str]:

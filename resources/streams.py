@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 
 class StreamConfigError(ConfigError):
+    """Invalid configuration of one stream in streams.yaml, naming the stream and the field."""
+
     def __init__(self, stream: str, field_name: str, message: str) -> None:
         super().__init__(field_name, message, what=f"configuration of stream {stream!r}")
         self.stream = stream
@@ -112,6 +114,9 @@ class PartitionSettings:
 
 @dataclass(frozen=True)
 class StreamConfig:
+    """One stream as streams.yaml declares it: its source, format, schema, table and what is done
+    with it."""
+
     name: str
     source: str
     format: str
@@ -207,8 +212,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         raise StreamConfigError(name, "csv", "must be a mapping of fields")
     for key in csv:
         if key not in CSV_FIELDS:
-            known = ", ".join(CSV_FIELDS)
-            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {known}")
+            fields = ", ".join(CSV_FIELDS)
+            raise StreamConfigError(name, f"csv.{key}", f"unknown field; known: {fields}")
     delimiter, quote = csv.get("delimiter", ","), csv.get("quote", '"')
     escape = csv.get("escape")
     for key, value in (("delimiter", delimiter), ("quote", quote), ("escape", escape)):
@@ -250,8 +255,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
             raise StreamConfigError(name, f"merge.{key}", str(exc)) from None
     for key in merge_raw:
         if key not in MergeSettings.__annotations__:
-            known = ", ".join(MergeSettings.__annotations__)
-            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {known}")
+            fields = ", ".join(MergeSettings.__annotations__)
+            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {fields}")
     partition = _positive_ints(name, "partition", raw.get("partition"), PartitionSettings)
     if merge.sort_by is None:
         merge = replace(merge, sort_by=event_time)
@@ -317,6 +322,8 @@ def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, Stream
 
 
 class LakeConfigError(ConfigError):
+    """Invalid lake configuration (`LakeSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="lake configuration")
 

@@ -100,8 +100,8 @@ def test_numbers_given_as_integers_are_numbers() -> None:
 
 
 def configuration_rows() -> list[str]:
-    """The table rows of README.md's configuration section."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The table rows of the reference's configuration section (docs/reference.md)."""
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
     start = text.index("\n## Configuration\n")
     end = text.index("\n## ", start + 1)
     return [line for line in text[start:end].splitlines() if line.startswith("| ")]
@@ -120,9 +120,9 @@ def test_every_setting_is_in_the_readmes_configuration_tables(declaration: type)
     for f in dataclasses.fields(declaration):
         variable = f"`{f.metadata['env']}`" if f.metadata.get("env") else "—"
         row = [r for r in rows if r.startswith(f"| {variable} | `{f.name}` |")]
-        assert len(row) == 1, f"README.md has no row '| {variable} | `{f.name}` | ...'"
+        assert len(row) == 1, f"docs/reference.md has no row '| {variable} | `{f.name}` | ...'"
         if f.default is not None:
-            assert f"`{shown(f.default)}`" in row[0], f"README.md: default of {f.name}"
+            assert f"`{shown(f.default)}`" in row[0], f"docs/reference.md: default of {f.name}"
 
 
 def test_the_readmes_configuration_tables_name_no_undeclared_variable() -> None:

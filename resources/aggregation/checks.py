@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
+from typing import TypedDict, cast
 
 import pyarrow as pa
 
@@ -57,8 +58,18 @@ def differences(state: Mapping[str, Value], reference: Mapping[str, Value]) -> l
 
 def _same(x: object, y: object) -> bool:
     if isinstance(x, float) or isinstance(y, float):
-        return x is not None and y is not None and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)  # type: ignore[arg-type]
+        if x is None or y is None:
+            return False
+        # A float beside another number (a value of another kind fails isclose, as it should).
+        return math.isclose(cast(float, x), cast(float, y), rel_tol=1e-9, abs_tol=1e-9)
     return x == y
+
+
+class S3Access(TypedDict):
+    """Where the published files are read from: `read_partition`'s S3 arguments."""
+
+    s3_endpoint_url: str | None
+    region: str | None
 
 
 def reference_rows(
@@ -69,7 +80,7 @@ def reference_rows(
     tp: TablePartition,
     upto: int,
     wanted: Sequence[ColumnSpec],
-    s3: Mapping[str, str | None],
+    s3: S3Access,
 ) -> pa.Table:
     """Every row of ids up to `upto`: the published files, then the small objects above,
     each file read by name as `wanted` (a column a file of an older schema version lacks is
@@ -94,7 +105,7 @@ def rollups_exact(
     config: StreamConfig,
     table: str,
     scope: CheckScope,
-    s3: Mapping[str, str | None],
+    s3: S3Access,
 ) -> CheckOutcome:
     name = "rollups_exact"
     schema = latest_columns(store, config)
@@ -172,7 +183,7 @@ def run_all(
 ) -> list[CheckOutcome]:
     """The rollup checks of a stream (none when it declares no rollup); the S3 endpoint and
     region are those the published files are read with."""
-    s3 = {"s3_endpoint_url": s3_endpoint_url, "region": region}
+    s3: S3Access = {"s3_endpoint_url": s3_endpoint_url, "region": region}
     if not config.rollups:
         return []
     return [

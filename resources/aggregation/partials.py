@@ -41,10 +41,14 @@ def encode_key(values: Iterable[Any]) -> str:
 
 
 def decode_key(key: str) -> list[Any]:
-    return json.loads(key)
+    values: list[Any] = json.loads(key)
+    return values
 
 
 class PartialsEngine(Protocol):
+    """What computes a rollup's partial results per batch of objects: `SparkPartials`,
+    `ArrowPartials`, `SizedPartials`."""
+
     def compute(self, spec: RollupSpec, batches: BatchFiles) -> dict[int, Partials]:
         """Each batch's partial results, by txid."""
         ...
@@ -79,6 +83,9 @@ def _normalized(function: Function, value: Any) -> Any:
 
 
 class ArrowPartials:
+    """Computes partials on this machine with pyarrow: for batches small enough that a Spark job
+    would cost more than the work."""
+
     def __init__(self, schema: Sequence[ColumnSpec]) -> None:
         """`schema`: the stream's columns at its latest version (what the rollup's columns
         are read as, by name)."""
@@ -188,7 +195,7 @@ class SparkPartials:
         out: dict[int, Partials] = {txid: {} for txid in batches}
         if not reads:
             return out
-        functions = {
+        functions: dict[Function, Callable[[Any], Any]] = {
             Function.COUNT: lambda c: F.count(F.lit(1)),
             Function.SUM: F.sum,
             Function.MIN: F.min,

@@ -58,6 +58,8 @@ def rollup_table_name(config: StreamConfig, spec: RollupSpec) -> str:
 
 @dataclass(frozen=True)
 class RollupColumn:
+    """A rollup table column: a group_by column or an aggregate; its streams.yaml type."""
+
     name: str
     type: str
     """A streams.yaml column type (`HIVE_TYPES` keys)."""
@@ -97,6 +99,9 @@ def state_rows(
 
 
 class RollupTable:
+    """A rollup's state published for readers as a small table of its own, per date, the way the
+    stream's table is."""
+
     def __init__(
         self,
         config: StreamConfig,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from resources.aggregation.partials import EngineFor
+from resources.aggregation.partials import EngineFor, Partials
 from resources.aggregation.rollup_table import RollupTable
 from resources.coordination.errors import (
     LeaseStoreError,
@@ -62,6 +62,9 @@ LOST_LEASE = "lost lease"
 
 @dataclass
 class RollupOutcome:
+    """What rolling one date up did: the outcome, the batches applied and keys written, and why it
+    failed if it did."""
+
     rollup: str
     dt: str
     outcome: str
@@ -86,6 +89,11 @@ class RollupOutcome:
 
 
 class RollupRunner:
+    """Rolls one table up by one `RollupSpec`, per date: under the date's rollup job lease
+    (`ItemType.ROLLUP_JOB`), applies the objects committed since its cursor in batches to the
+    rollup's state (`CoordinationStore.write_rollup_batch`, exactly once per batch), then
+    publishes the state for readers."""
+
     def __init__(
         self,
         store: CoordinationStore,
@@ -120,13 +128,20 @@ class RollupRunner:
         self.job_sid = store.source_identifier(self.rollup, ItemType.ROLLUP_JOB)
 
     def run(self, dts: Sequence[str]) -> list[RollupOutcome]:
-        """One outcome per date, in order; never raises for one date's failure."""
+        """One outcome per date, in order (`run_one` each); never raises for one date's
+        failure. Raises the store errors of creating the dates' job items (before any date),
+        and what `run_one` lets through."""
         if not dts:
             return []
         self.store.create_partitions(self.job_sid, list(dts))
         return [self.run_one(dt) for dt in dts]
 
     def run_one(self, dt: str) -> RollupOutcome:
+        """Roll date `dt` up, if its job lease is free: `ROLLED_UP`, `UP_TO_DATE`, `BUSY`
+        (another run holds the job), `LOST_LEASE` (fenced: the batches not yet committed
+        wrote nothing) or `FAILED` (a store, object store or engine error the project maps;
+        committed batches stay, the rest is replayed by the next run). Raises only what is
+        not a `LeaseholdError` (a bug, an unmapped engine error)."""
         outcome = RollupOutcome(self.rollup, dt, ROLLED_UP)
         try:
             item = self.store.acquire(self.job_sid, dt, self.owner, self.timing.ownership_timeout_s)
@@ -178,7 +193,7 @@ class RollupRunner:
             for b in batches
         }
         lease.check()
-        order: StrictOrder[dict] = StrictOrder(batches)
+        order: StrictOrder[Partials] = StrictOrder(batches)
         generation = order.generation
         input_bytes = sum(o.content_length for o in objects if o.object_id <= batches[-1].upto)
         computed = self.engine_for(input_bytes).compute(self.spec, files)
@@ -220,7 +235,7 @@ class RollupRunner:
         lease: Lease,
         cursor: RollupCursor,
         batch: Batch,
-        partials: dict,
+        partials: Partials,
         earlier: tuple[int, ...],
     ) -> int:
         lease.check()

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from resources.errors import LeaseholdError
+from resources.errors import ComponentUnreachableError, LeaseholdError
 
 PARTITION_KEY = "dt"
 
@@ -49,12 +49,21 @@ class CatalogError(LeaseholdError):
     """The catalog could not be read or written (after bounded retries), or refused a value."""
 
 
+class CatalogUnreachableError(CatalogError, ComponentUnreachableError):
+    """A catalog call failed after its bounded retries (endpoint down, throttling): the message
+    names the database, where it is, and the call."""
+
+    component = "the catalog"
+
+
 class ColumnTypeConflictError(CatalogError):
     """The table holds a column with another type than asked for: never retyped."""
 
 
 @dataclass(frozen=True)
 class Column:
+    """A table column as the catalog holds it: its name and Hive type."""
+
     name: str
     type: str
     """A Hive type (`HIVE_TYPES` values)."""
@@ -62,6 +71,8 @@ class Column:
 
 @dataclass(frozen=True)
 class TableDefinition:
+    """A table as the catalog holds it: name, columns in order, root URL."""
+
     name: str
     columns: tuple[Column, ...]
     location: str
@@ -70,6 +81,9 @@ class TableDefinition:
 
 @dataclass(frozen=True)
 class CatalogPartition:
+    """A date partition in the catalog: where its manifest version is, and the publication it was
+    set from."""
+
     table: str
     dt: str
     location: str
@@ -79,7 +93,13 @@ class CatalogPartition:
 
 
 class Catalog(ABC):
-    """Tables and their partitions' manifest locations. Every write is idempotent."""
+    """Tables and their partitions' manifest locations: a JSON file (`LocalCatalog`) or the
+    Glue Data Catalog (`GlueCatalog`). Every write is idempotent.
+
+    Errors, as each method's "Raises" names them: `CatalogError` names the catalog and what
+    failed — it cannot be read or written (Glue: still failing after the bounded retry; the
+    file: unreadable or corrupt), or a table the call needs does not exist —, and
+    `ColumnTypeConflictError` (a `CatalogError`) refuses to retype a column."""
 
     @abstractmethod
     def ensure_table(self, table: TableDefinition) -> None:
@@ -100,24 +120,35 @@ class Catalog(ABC):
         table does not exist or the catalog cannot be read or written."""
 
     @abstractmethod
-    def table(self, name: str) -> TableDefinition | None: ...
+    def table(self, name: str) -> TableDefinition | None:
+        """The table as the catalog holds it (location and columns, in order), None if there
+        is no such table. Read-only. Raises `CatalogError` when the catalog cannot be
+        read."""
 
     @abstractmethod
     def tables(self) -> list[str]:
-        """Table names, sorted."""
+        """Table names, sorted (Glue: the managed ones). Read-only. Raises `CatalogError`
+        when the catalog cannot be read."""
 
     @abstractmethod
     def publish_partition(self, table: str, dt: str, location: str, seq: int) -> bool:
         """Point partition `dt` of `table` (which must exist) at `location`, set from
         publication `seq`: create it if missing, replace it if its `seq` is lower. Returns True
-        if it changed; False (nothing written) if it already has `seq` or a higher one."""
+        if it changed; False (nothing written) if it already has `seq` or a higher one, so a
+        replayed or late publication never moves a partition back. Raises `CatalogError` when
+        the table does not exist or the catalog cannot be read or written."""
 
     @abstractmethod
-    def partition(self, table: str, dt: str) -> CatalogPartition | None: ...
+    def partition(self, table: str, dt: str) -> CatalogPartition | None:
+        """Partition `dt` of `table` (its location and the publication `seq` it was set
+        from), None if it has none. Read-only. Raises `CatalogError` when the table does not
+        exist (a missing table is an error, not a missing partition) or the catalog cannot be
+        read."""
 
     @abstractmethod
     def partitions(self, table: str) -> list[CatalogPartition]:
-        """Every partition of `table`, by dt."""
+        """Every partition of `table`, by dt. Read-only. Raises `CatalogError` when the table
+        does not exist or the catalog cannot be read."""
 
 
 def grown_columns(

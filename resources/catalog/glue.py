@@ -41,6 +41,7 @@ from resources.catalog.base import (
     Catalog,
     CatalogError,
     CatalogPartition,
+    CatalogUnreachableError,
     Column,
     TableDefinition,
     grown_columns,
@@ -183,7 +184,7 @@ class GlueCatalog(Catalog):
             return False
 
         def give_up(exc: BaseException, attempts: int) -> BaseException:
-            return CatalogError(f"{what} failed after {attempts} attempts: {exc}")
+            return CatalogUnreachableError(f"{what} failed after {attempts} attempts: {exc}")
 
         def attempt() -> T:
             try:
@@ -202,7 +203,9 @@ class GlueCatalog(Catalog):
                 sleep=self._sleep,
                 on_retry=log_retries(log, logging.WARNING, what, self.retry),
             )
-        except (ClientError, BotoCoreError) as exc:
+        except BotoCoreError as exc:  # no credentials, a bad endpoint URL: not the request's
+            raise CatalogUnreachableError(f"{what} failed: {exc}") from exc
+        except ClientError as exc:
             raise CatalogError(f"{what} failed: {exc}") from exc
 
     def _get_table(self, name: str) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ Data = dict[str, Any]
 
 
 class LocalCatalog(Catalog):
+    """The catalog as one JSON file beside the lake, written under a file lock: the default, for a
+    single machine."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
@@ -59,7 +62,7 @@ class LocalCatalog(Catalog):
         except OSError as exc:
             raise CatalogError(f"catalog file {self.path}: cannot read it: {exc}") from exc
         try:
-            data = json.loads(text)
+            data: Data = json.loads(text)
         except ValueError as exc:
             raise CatalogError(f"catalog file {self.path} is corrupt (not JSON): {exc}") from exc
         problem = _shape_problem(data)
@@ -68,7 +71,7 @@ class LocalCatalog(Catalog):
         return data
 
     def _table(self, data: Data, name: str) -> Data:
-        entry = data["tables"].get(name)
+        entry: Data | None = data["tables"].get(name)
         if entry is None:
             raise CatalogError(f"catalog file {self.path} has no table {name!r}")
         return entry
@@ -182,7 +185,7 @@ class LocalCatalog(Catalog):
 
 
 def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _columns(entry: Data) -> tuple[Column, ...]:

@@ -18,12 +18,16 @@ BACKENDS = ("local", "glue")
 
 
 class CatalogConfigError(ConfigError):
+    """Invalid catalog configuration (`CatalogSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="catalog configuration")
 
 
 @dataclass(frozen=True)
 class CatalogSettings(Settings):
+    """Which catalog holds the tables (local file or Glue) and how to reach it."""
+
     config_error = CatalogConfigError
 
     catalog: str = setting(

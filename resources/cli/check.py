@@ -133,7 +133,7 @@ def print_results(results: Sequence[tuple[str, CheckOutcome]], *, as_json: bool)
         print(f"{o.verdict}  {stream:<{width}}  {o.name:<{names}}  {one_line(o.summary)}")
 
 
-def add_check_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_check_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     check = add(
         "check",

@@ -40,6 +40,8 @@ FROM_ENV, FROM_DEFAULT = "environment", "default"
 
 @dataclass(frozen=True)
 class Setting:
+    """A declared setting as `leasehold config` shows it: its value and where that came from."""
+
     declaration: str
     field: str
     variable: str | None
@@ -53,6 +55,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class Configuration:
+    """Everything `leasehold config` prints: every setting, the streams, the data directory."""
+
     settings: list[Setting]
     streams: list[str]
     data_dir: str
@@ -127,7 +131,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_config_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_config_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     config = add(
         "config",

@@ -26,6 +26,8 @@ from resources.stores.settings import StoreSettings, settings_from_env
 
 @dataclass(frozen=True)
 class DemoResult:
+    """What the coordination demo's workers completed; partitions completed twice or never."""
+
     workers: int
     partitions: int
     completed_by_worker: dict[str, int]
@@ -158,7 +160,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def add_demo_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_demo_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     demo = add("demo", help="worker processes racing over one lease store")
     demo.add_argument("--workers", type=int, default=4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,16 +70,14 @@ def _check_dynamodb(settings: StoreSettings) -> Iterator[Check]:
         )
         return
     yield Check("store: AWS credentials", True, f"DescribeTable answered for {where}")
-    steps = (
-        lambda: _table_exists(table, where),
-        lambda: _table_shape(client, settings, table),
-        lambda: _scratch_item(client, settings, where),
-    )
-    for step in steps:
-        check = step()
-        yield check
-        if not check.ok:
-            return
+    exists = _table_exists(table, where)
+    yield exists
+    if table is None:
+        return
+    shape = _table_shape(client, settings, table)
+    yield shape
+    if shape.ok:
+        yield _scratch_item(client, settings, where)
 
 
 def _has_credentials(settings: StoreSettings) -> bool:
@@ -89,7 +87,7 @@ def _has_credentials(settings: StoreSettings) -> bool:
     return boto3.session.Session(region_name=settings.region).get_credentials() is not None
 
 
-def _table_exists(table: dict[str, Any] | None, where: str) -> Check:
+def _table_exists(table: Mapping[str, Any] | None, where: str) -> Check:
     """The lease table's DescribeTable answer (None: no such table)."""
     if table is None:
         return Check(
@@ -103,7 +101,9 @@ def _table_exists(table: dict[str, Any] | None, where: str) -> Check:
     return Check("store: table exists", True, f"{where}, {table.get('TableStatus', '?')}")
 
 
-def _table_shape(client: DynamoDbClient, settings: StoreSettings, table: dict[str, Any]) -> Check:
+def _table_shape(
+    client: DynamoDbClient, settings: StoreSettings, table: Mapping[str, Any]
+) -> Check:
     """The table's keys and GSI as leasehold creates them, the GSI ACTIVE, TTL when one is
     configured."""
     from resources.coordination.items import ATTR

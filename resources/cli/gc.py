@@ -106,7 +106,7 @@ def report_text(report: GcReport, safety_delay_s: float) -> str:
     return "\n".join(lines)
 
 
-def add_gc_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_gc_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     gc = add(
         "gc",

@@ -20,6 +20,7 @@ import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -307,7 +308,7 @@ def _scalar(value: Any) -> str:
 _STREAMS_KEY = re.compile(r"^streams:\s*(#.*)?$")
 
 
-def add_entry(text: str, name: str, entry_text_at: Any, replace: bool) -> str:
+def add_entry(text: str, name: str, entry_text_at: Callable[[int], str], replace: bool) -> str:
     """`text` (a streams file) with the entry added at the end of its `streams:` block (or
     replacing the block of stream `name`). `entry_text_at(indent)` renders the entry at the
     file's own indentation. Only lines of that block change: comments elsewhere stay."""

@@ -15,9 +15,10 @@ import warnings
 from collections.abc import Sequence
 
 from resources.cli.exit_status import EXIT_CONFIG, EXIT_FAILURE
+from resources.cli.faults import door_hint, leasehold_error_in, retries_to_log_file
 from resources.cli.one_line import one_line
 from resources.cli.parser import build_parser
-from resources.errors import ConfigError, LeaseholdError
+from resources.errors import ConfigError
 
 
 def configure_logging(debug: bool) -> None:
@@ -39,11 +40,13 @@ def quiet_libraries(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. A `LeaseholdError` ends it with one line on stderr and exit code 2
+    """Run one command. A `LeaseholdError` (also one Dagster wrapped) ends it with one line on
+    stderr — two for a component that could not be used (`door_hint`) — and exit code 2
     (`ConfigError`) or 1; any other error is a bug and propagates with its traceback."""
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
     quiet_libraries(args.verbose)
+    quiet_retries = retries_to_log_file(args.verbose or args.debug)
     try:
         return args.fn(args)
     except BrokenPipeError:
@@ -51,11 +54,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # advice: point stdout at devnull, so flushing it at exit raises nothing more.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except LeaseholdError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"leasehold: {one_line(exc)}", file=sys.stderr)
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+    except Exception as exc:
+        error = leasehold_error_in(exc)  # Dagster wraps what a resource or a sensor raises
+        if error is None:
+            raise
+        shown = args.debug or args.verbose
+        if shown:
+            traceback.print_exception(exc)
+        print(f"leasehold: {one_line(error)}", file=sys.stderr)
+        hint = door_hint(error, exc, shown=shown, argv=sys.argv[1:] if argv is None else argv)
+        if hint:
+            print(f"leasehold: {hint}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(error, ConfigError) else EXIT_FAILURE
+    finally:
+        quiet_retries()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         store.close_store()
 
 
-def add_purge_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_purge_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     purge = add("purge-expired", help="delete items whose TTL passed (SQLite)")
     purge.set_defaults(fn=cmd_purge)

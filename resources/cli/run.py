@@ -32,12 +32,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     the configured stores; a line per stage, then per stream its dates and an audit line."""
     from coordination_assets.main_job import quiet_dagster_warnings, run_main_job
     from coordination_assets.run_progress import PlainProgress, Progress
+    from resources.cli.door import check_door
     from resources.cli.story import TerminalProgress
 
     settings = settings_from_env()  # fail fast on bad store configuration
     lake = LakeSettings.from_env()
     streams = lake.streams()
     names = chosen_streams(args.stream, streams)
+    check_door(names)  # Spark and Glue: once here, not in every run
     quiet_spark(args.verbose)
     write_samples(lake, {name: streams[name] for name in names}, args.sample_objects)
     progress: Progress | None = None
@@ -155,7 +157,7 @@ def run_outcome(reports: Sequence[MainJobReport]) -> int:
     return EXIT_CHECK_FAILED if checks else 0
 
 
-def add_run_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_run_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     run = add(
         "run", help="run the main job end to end on the configured (default: embedded) stores"

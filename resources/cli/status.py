@@ -60,7 +60,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_status_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_status_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the command with `parser.build_parser`'s `add(name, help)`."""
     status = add("status", help="lease counts, expired leases, dead letters, metrics")
     status.add_argument("--json", action="store_true", help="machine-readable output")

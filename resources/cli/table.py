@@ -360,7 +360,7 @@ def _aligned(cells: Sequence[tuple[str, ...]]) -> list[str]:
 
 
 def add_table_parser(
-    add: Callable[[str, str], argparse.ArgumentParser], common: argparse.ArgumentParser
+    add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     """Register `table ls|files|read` with `parser.build_parser`'s `add(name, help)`; each
     subcommand takes the common options (`common`) too."""

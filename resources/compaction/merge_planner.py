@@ -42,6 +42,9 @@ class MergeInputError(LeaseholdError):
 
 @dataclass(frozen=True)
 class MergePlan:
+    """One merge decided from the ledger: which objects, which id range, and what the commit is
+    fenced on."""
+
     table: str
     dt: str
     previous_upper: int
@@ -85,6 +88,8 @@ class MergePlan:
 
 
 class MergePlanner:
+    """Decides a partition's next merge within the stream's limits (objects and bytes per merge)."""
+
     def __init__(self, max_objects: int, max_bytes: int) -> None:
         if max_objects < 1 or max_bytes < 1:
             # A caller's bug (the stream config validates both): no LeaseholdError, keep the

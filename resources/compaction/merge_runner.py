@@ -55,9 +55,17 @@ MAX_MERGES_PER_PARTITION = 20
 
 
 class Written(Protocol):
-    path: Path
-    content_length: int
-    row_count: int
+    """What a merge wrote: the local file, its size and rows, and the schema version whose
+    columns it holds (read-only: a frozen dataclass is one)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def content_length(self) -> int: ...
+    @property
+    def row_count(self) -> int: ...
+    @property
+    def schema_version(self) -> int: ...
 
 
 WriteMerged = Callable[[Sequence[str], Path], Written]
@@ -66,6 +74,9 @@ WriteMerged = Callable[[Sequence[str], Path], Written]
 
 @dataclass
 class MergeOutcome:
+    """What merging one partition did: the outcome, the range merged, sizes, and why it failed if it
+    did."""
+
     dt: str
     outcome: str
     message: str = ""
@@ -121,6 +132,10 @@ class MergeOutcome:
 
 
 class MergeRunner:
+    """Merges one table's small objects, per date partition, into one sorted object under
+    the partition's merge job lease (`ItemType.MERGE_JOB`), and commits each merge to the
+    ledger's chain (`Ledger.commit_merge`): readers switch to it when it is published."""
+
     def __init__(
         self,
         *,
@@ -162,7 +177,10 @@ class MergeRunner:
         Up to `parallel` partitions are merged at once, each on its own thread with its own
         lease: a merge is one Spark task (one sorted file, no shuffle), so one at a time left
         all cores but one idle while a closed backlog waited (BENCHMARKS.md, "The whole main
-        job")."""
+        job").
+
+        Raises the store errors of creating the partitions' job items (before any merge),
+        and what `merge_one` lets through."""
         if not dts:
             return
         self.store.create_partitions(self.job_sid, list(dts))
@@ -184,6 +202,13 @@ class MergeRunner:
                 break
 
     def merge_one(self, dt: str) -> MergeOutcome:
+        """Merge partition `dt` once, if its job lease is free: `MERGED` (committed),
+        `NOTHING_TO_MERGE` (no plan: the job is handed back with its next due time), `BUSY`
+        (another merge holds the job), `LOST_LEASE` (fenced: nothing committed) or `FAILED` (a
+        store, object store, chain or row-count error: nothing committed; the job stays due).
+        Its scratch files are removed either way. Raises only what is not a
+        `LeaseholdError` (a bug, an error the merge writer does not map): then too nothing is
+        committed."""
         try:
             item = self.store.acquire(self.job_sid, dt, self.owner, self.timing.ownership_timeout_s)
         except PartitionUnavailableError as exc:

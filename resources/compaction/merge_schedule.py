@@ -31,6 +31,9 @@ more unreadable objects than this waiting on a retry is treated as pending (clos
 
 
 class MergeSchedule:
+    """Which table partitions close now, which merge jobs are due and which are held, read from the
+    store."""
+
     def __init__(
         self,
         store: CoordinationStore,

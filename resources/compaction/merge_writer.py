@@ -104,6 +104,8 @@ class MergeWriteError(LeaseholdError):
 
 @dataclass(frozen=True)
 class WrittenObject:
+    """The one local Parquet file a merge wrote: its size, rows and schema version."""
+
     path: Path
     """The one local Parquet file written."""
     content_length: int
@@ -114,6 +116,9 @@ class WrittenObject:
 
 
 class MergeWriter:
+    """Writes one merge: reads the inputs, sorts them and writes one Parquet object (pyarrow when it
+    fits in memory, else Spark)."""
+
     def __init__(
         self,
         spark: Any,

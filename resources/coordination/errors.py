@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from resources.coordination.items import LeaseItem, LeaseToken, PartitionStatus
-from resources.errors import ConfigError, LeaseholdError
+from resources.errors import ComponentUnreachableError, ConfigError, LeaseholdError
 
 
 class LeaseStoreError(LeaseholdError):
-    pass
+    """Base of every error the coordination store raises."""
 
 
 class PartitionNotFoundError(LeaseStoreError):
+    """No lease item for the named source partition."""
+
     def __init__(self, source_identifier: str, partition_key: str) -> None:
         super().__init__(f"no lease item for {source_identifier!r} / {partition_key!r}")
         self.source_identifier = source_identifier
@@ -40,14 +42,19 @@ class PartitionNotOwnedError(LeaseStoreError):
         self.action = action
 
 
-class StoreUnavailableError(LeaseStoreError):
+class StoreUnavailableError(LeaseStoreError, ComponentUnreachableError):
     """The store could not be reached (or kept throttling) within the retry bound."""
 
+    component = "the lease store"
 
-class StoreRefusedError(LeaseStoreError):
-    """The store refused a call that no retry would change — access denied, a table (of the
-    file, or the DynamoDB table itself) missing, a file opened read-only — and nothing was
-    written. The message names the store, the operation and the driver's own error."""
+
+class StoreRefusedError(LeaseStoreError, ComponentUnreachableError):
+    """The store refused a call that no retry would change — access denied, no credentials, a
+    table (of the file, or the DynamoDB table itself) missing, a file opened read-only — and
+    nothing was written. The message names the store, the operation and the driver's own
+    error."""
+
+    component = "the lease store"
 
 
 class StoreNotFoundError(LeaseStoreError):

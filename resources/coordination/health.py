@@ -22,6 +22,9 @@ from resources.coordination.lease_store import LeaseStore
 
 @dataclass
 class LeaseHealthReport:
+    """What the lease health checks found: stuck leases, waiting work no run is coming for, dead
+    letters."""
+
     stuck: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     dead_letters: list[str] = field(default_factory=list)

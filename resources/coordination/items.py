@@ -19,6 +19,9 @@ Clock = Callable[[], float]
 
 
 class PartitionStatus(str, enum.Enum):
+    """A lease item's state: UNASSIGNED, ASSIGNED (to an owner), CLOSED (until its reopen time) or
+    COMPLETED."""
+
     UNASSIGNED = "UNASSIGNED"
     ASSIGNED = "ASSIGNED"
     CLOSED = "CLOSED"
@@ -97,6 +100,8 @@ def status_key(source_identifier: str, status: PartitionStatus) -> str:
 
 @dataclass(frozen=True)
 class LeaseItem:
+    """One lease item as stored: a source partition's status, owner, epoch, progress and timers."""
+
     source_identifier: str
     partition_key: str
     status: PartitionStatus

@@ -61,7 +61,8 @@ class LeaseKeeper:
                 lost.append(f"{lease.item.partition_key!r}: {exc}")
             except Exception as exc:  # noqa: BLE001 - a store outage, or a bug: logged below
                 if lease.lost:  # the local deadline passed during the attempt
-                    self.discard(lease)
+                    # mypy keeps `lease.lost` False from the check above; renew() may change it.
+                    self.discard(lease)  # type: ignore[unreachable]
                     lost.append(f"{lease.item.partition_key!r}: {lease.lost_reason}")
                 elif not lease.done:  # else completed or closed meanwhile: nothing to renew
                     failed.append((lease, exc))

@@ -42,6 +42,8 @@ class LeaseLostError(LeaseStoreError):
 
 
 class LeaseTimingError(ConfigError):
+    """Invalid lease timing configuration (`TimingSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="lease timing configuration")
 
@@ -166,6 +168,9 @@ log = logging.getLogger(__name__)
 
 
 class Lease:
+    """A held lease, renewed in the background while the work runs; the work checks `lost` and stops
+    when it is."""
+
     def __init__(
         self,
         store: LeaseStore,

@@ -43,7 +43,18 @@ from resources.coordination.transitions import Refusal, Transition
 class LeaseStore(ABC):
     """One coordination store. The operations, their metrics and the decisions are here; a
     backend provides `_apply` (one conditional write: DynamoDB `UpdateItem` with a condition,
-    one SQLite `BEGIN IMMEDIATE` transaction) and the reads."""
+    one SQLite `BEGIN IMMEDIATE` transaction) and the reads.
+
+    Errors, as each method's "Raises" names them. "The store errors" are the two every call
+    that reads or writes the store may raise, both `LeaseStoreError`s naming the store and the
+    operation: `StoreUnavailableError` (not reached, or throttled, within the bounded retry;
+    a write may or may not have landed, so a caller retries by reading again) and
+    `StoreRefusedError` (refused in a way no retry changes: access denied, a table or file
+    that is not there or not a lease store, a store opened read-only). A fenced write (through
+    a `LeaseToken`) raises `PartitionNotOwnedError` when the token no longer holds — the
+    lease expired and was taken over, or the item is gone — and then wrote nothing. Reads
+    never write; `get` and the key reads are strongly consistent, the status-index reads
+    (DynamoDB's GSI) may lag the items."""
 
     backend: str = "abstract"
 
@@ -64,15 +75,19 @@ class LeaseStore(ABC):
     # -- naming --------------------------------------------------------------------------------
 
     def source_identifier(self, stream: str, item_type: ItemType = ItemType.PARTITION) -> str:
-        """`[partition_prefix|]stream|type`, as ARCHITECTURE §4 prescribes."""
+        """`[partition_prefix|]stream|type`, as ARCHITECTURE §4 prescribes. Pure: reads
+        nothing, raises nothing."""
         parts = [self.partition_prefix] if self.partition_prefix else []
         return "|".join([*parts, stream, item_type.value])
 
     def now_ms(self) -> int:
+        """The store's clock (`clock`) now, in epoch milliseconds: what writes stamp and
+        guards compare against. Raises nothing."""
         return to_millis(self.clock())
 
     def expiration_at(self, now_ms: int) -> int | None:
-        """TTL attribute value (epoch seconds, DynamoDB's TTL unit) for a write at `now_ms`."""
+        """TTL attribute value (epoch seconds, DynamoDB's TTL unit) for a write at `now_ms`;
+        None when no TTL is configured. Raises nothing."""
         if self.ttl_seconds is None:
             return None
         return int(now_ms // 1000 + self.ttl_seconds)
@@ -80,7 +95,9 @@ class LeaseStore(ABC):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close_store(self) -> None:  # noqa: B027 - optional hook
-        """Release connections. Flushes metrics first so nothing counted is lost."""
+        """Release connections. A backend flushes metrics first (`flush_metrics`) so nothing
+        counted is lost: that flush raises the store errors when the store cannot be written
+        (the counts stay in this process). The base does nothing and raises nothing."""
 
     # -- what a backend provides ---------------------------------------------------------------
     # The state machine is `resources.coordination.transitions`; a backend only stores items,
@@ -103,7 +120,9 @@ class LeaseStore(ABC):
         acquisition decides)."""
 
     @abstractmethod
-    def get(self, source_identifier: str, partition_key: str) -> LeaseItem | None: ...
+    def get(self, source_identifier: str, partition_key: str) -> LeaseItem | None:
+        """The item of (`source_identifier`, `partition_key`) as stored, with its progress,
+        strongly consistent; None if there is none. Read-only. Raises the store errors."""
 
     @abstractmethod
     def due_for_retry(
@@ -114,7 +133,7 @@ class LeaseStore(ABC):
         also UNASSIGNED items created or handed back longer ago than that: their run failed
         before it took them (or was never launched), or a stopping run gave them back, and no
         run is coming for them. Bounded by `limit`, so a sensor can ask every tick at constant
-        cost. Read-only: the acquisition decides."""
+        cost. Read-only: the acquisition decides. Raises the store errors."""
 
     @abstractmethod
     def pending_partitions(self, source_identifier: str, limit: int) -> list[LeaseItem]:
@@ -124,7 +143,7 @@ class LeaseStore(ABC):
         range per status and stopping at `limit`: O(pending items), however many completed
         ones history holds. The order puts the items that are pending whatever their details
         first, so a caller deciding "anything pending?" usually reads one. Read-only; an
-        index may lag the items (DynamoDB's GSI)."""
+        index may lag the items (DynamoDB's GSI). Raises the store errors."""
 
     @abstractmethod
     def missing_keys(self, source_identifier: str, partition_keys: Sequence[str]) -> list[str]:
@@ -133,7 +152,7 @@ class LeaseStore(ABC):
         Reads by key in batches — O(len(partition_keys)), never a scan of the source
         identifier — because its callers hold a listing, not the store's contents: discovery
         asking which objects behind its cursor it never leased, and the completeness check
-        asking it of every source object. Read-only."""
+        asking it of every source object. Read-only. Raises the store errors."""
 
     @abstractmethod
     def items_between(
@@ -144,7 +163,8 @@ class LeaseStore(ABC):
 
         A key range of the table's range key — never a scan — so a caller walking a listing
         page by page can walk the lease items beside it and read each item once per pass:
-        how a listed object is found inside a work unit whose key is another object's."""
+        how a listed object is found inside a work unit whose key is another object's.
+        Read-only. Raises the store errors (while iterating: it reads page by page)."""
 
     @abstractmethod
     def completed_between(
@@ -154,7 +174,8 @@ class LeaseStore(ABC):
         (a priority; None: from the first) and before `before_ms`, oldest first, at most
         `limit`: one range of the status index (DynamoDB's GSI may lag; callers only tidy up
         with it). A caller keeping the last priority it saw reads each item once, ever: how
-        retention takes old work units out of Dagster at a cost that grows with new work."""
+        retention takes old work units out of Dagster at a cost that grows with new work.
+        Read-only. Raises the store errors."""
 
     @abstractmethod
     def iter_items(
@@ -163,10 +184,13 @@ class LeaseStore(ABC):
         """Every item (of one source identifier, or all). For status and full audits, not hot
         paths. With `progress=False` the items come without their progress state (None): a
         work unit's lists its objects (~40 KB for 1,000 keys), so reading every item's
-        status costs O(units) small reads, not O(objects) bytes."""
+        status costs O(units) small reads, not O(objects) bytes. Read-only. Raises the store
+        errors."""
 
     @abstractmethod
-    def source_identifiers(self) -> list[str]: ...
+    def source_identifiers(self) -> list[str]:
+        """Each source identifier that has at least one item, once. Reads every item (for
+        status, not hot paths). Read-only. Raises the store errors."""
 
     # -- partition operations ------------------------------------------------------------------
 
@@ -182,7 +206,11 @@ class LeaseStore(ABC):
         Creation order (the order of `partition_keys`, then call order) is the UNASSIGNED
         acquisition order. `progress_states`, one per key, gives each item its own initial
         progress (a work unit's objects); else every item gets `progress_state`. Returns how
-        many items were new.
+        many items were new (an existing item is left as it is, whatever its status).
+
+        Raises `ValueError` when `progress_states` does not hold one state per key, and the
+        store errors: batches written before a failing one stay, and calling again with the
+        same keys creates the rest.
         """
         if progress_states is None:
             progress_states = [progress_state] * len(partition_keys)
@@ -213,8 +241,11 @@ class LeaseStore(ABC):
     def acquire(
         self, source_identifier: str, partition_key: str, owner: str, timeout_s: float
     ) -> LeaseItem:
-        """Acquire a named partition, bumping its epoch. Raises `PartitionNotFoundError` or
-        `PartitionUnavailableError` (whose `.current` tells e.g. that it is COMPLETED)."""
+        """Acquire a named partition, bumping its epoch: returns the item as written, ASSIGNED
+        to `owner` until now + `timeout_s`. One conditional write, which only one of racing
+        owners wins. Raises `PartitionNotFoundError` (no such item),
+        `PartitionUnavailableError` (whose `.current` tells e.g. that it is COMPLETED, or held
+        by another owner), and the store errors."""
         item, current = self._apply(
             source_identifier, partition_key, self._acquisition(owner, timeout_s, self.now_ms())
         )
@@ -230,7 +261,9 @@ class LeaseStore(ABC):
         self, source_identifier: str, owner: str, timeout_s: float
     ) -> LeaseItem | None:
         """Acquire the next available partition: ASSIGNED whose ownership expired, then CLOSED
-        whose `reOpenAt` passed, then UNASSIGNED in creation order. None if there is none."""
+        whose `reOpenAt` passed, then UNASSIGNED in creation order; returns it as written,
+        as `acquire` does. None if there is none. A candidate another owner takes first is
+        skipped, not an error. Raises the store errors."""
         now = self.now_ms()
         transition = self._acquisition(owner, timeout_s, now)
         for candidate in self._available(source_identifier, now):
@@ -252,12 +285,18 @@ class LeaseStore(ABC):
     def renew(
         self, token: LeaseToken, timeout_s: float, progress_state: str | None = NOT_GIVEN
     ) -> LeaseItem:
-        """Extend ownership (and the TTL); optionally save progress. Fenced."""
+        """Extend ownership to now + `timeout_s` (and the TTL); save `progress_state` unless
+        it is `NOT_GIVEN`. Fenced: returns the item as written. Raises
+        `PartitionNotOwnedError` when `token` no longer holds (nothing written: stop the
+        work), and the store errors."""
         return self._owner_write(token, self.renewal(token, timeout_s, progress_state))
 
     def renewal(
         self, token: LeaseToken, timeout_s: float, progress_state: str | None
     ) -> Transition:
+        """The renew transition (`renew`'s write), for a backend transaction that renews the
+        lease beside its own writes (a commit that does not complete, a rollup batch). Only
+        builds it: reads nothing, raises nothing."""
         now = self.now_ms()
         return transitions.renew(
             token,
@@ -284,7 +323,11 @@ class LeaseStore(ABC):
         item is read first. The read only sizes the delay; the fenced write still decides. It
         cannot be stale where it matters: only a close changes `closedCount`, and a close ends
         ownership, so while `token` holds the count stays as read. Closes are rare (an
-        unreadable object), so the extra read costs nothing on the per-partition path."""
+        unreadable object), so the extra read costs nothing on the per-partition path.
+
+        Returns the item as written (CLOSED, or COMPLETED as a dead letter). Raises
+        `PartitionNotOwnedError` when `token` no longer holds (nothing written), and the store
+        errors."""
         now = self.now_ms()
         current = self.get(token.source_identifier, token.partition_key)
         closes = (0 if current is None else current.closed_count) + 1
@@ -314,12 +357,15 @@ class LeaseStore(ABC):
         return item
 
     def give_up(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
-        """Back to UNASSIGNED so another owner can take it at once. Fenced."""
+        """Back to UNASSIGNED so another owner can take it at once; saves `progress_state`
+        unless it is `NOT_GIVEN`. Fenced: returns the item as written. Raises
+        `PartitionNotOwnedError` when `token` no longer holds, and the store errors."""
         return self._owner_write(token, self.giving_up(token, progress_state))
 
     def giving_up(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> Transition:
         """The give-up transition, for a backend transaction that ends a lease with it (a merge
-        commit hands its job lease back this way)."""
+        commit hands its job lease back this way). Only builds it: reads nothing, raises
+        nothing."""
         now = self.now_ms()
         return transitions.give_up(
             token,
@@ -329,12 +375,16 @@ class LeaseStore(ABC):
         )
 
     def complete(self, token: LeaseToken, progress_state: str | None = NOT_GIVEN) -> LeaseItem:
-        """COMPLETED: never acquired again. Fenced."""
+        """COMPLETED: never acquired again; saves `progress_state` unless it is `NOT_GIVEN`.
+        Fenced: returns the item as written. Raises `PartitionNotOwnedError` when `token` no
+        longer holds, and the store errors."""
         item = self._owner_write(token, self.completion(token, progress_state))
         self.metrics.incr(token.source_identifier, m.PARTITIONS_COMPLETED)
         return item
 
     def completion(self, token: LeaseToken, progress_state: str | None) -> Transition:
+        """The complete transition, for a backend transaction that ends a lease with it (a
+        commit that completes its unit). Only builds it: reads nothing, raises nothing."""
         now = self.now_ms()
         return transitions.complete(
             token,
@@ -348,7 +398,8 @@ class LeaseStore(ABC):
     def dead_letters(self, source_identifier: str) -> list[LeaseItem]:
         """The dead-lettered items of one source identifier, in key order, without their
         progress. Reads every item without its progress, as `status` does (O(units) small
-        reads): dead letters are COMPLETED, and the status index does not tell them apart."""
+        reads): dead letters are COMPLETED, and the status index does not tell them apart.
+        Read-only. Raises the store errors."""
         found = [
             item
             for item in self.iter_items(source_identifier, progress=False)
@@ -361,8 +412,9 @@ class LeaseStore(ABC):
         removed, its progress kept (objects already committed are not read again). One
         conditional write that applies only while the item is still a dead letter, so it can
         never take back a unit that completed, or one another operator re-drove and a run
-        holds. Raises `PartitionNotFoundError`, or `PartitionUnavailableError` (its `.current`
-        says what the item is instead) when it is not a dead letter."""
+        holds. Returns the item as written. Raises `PartitionNotFoundError`, or
+        `PartitionUnavailableError` (its `.current` says what the item is instead) when it is
+        not a dead letter, and the store errors."""
         now = self.now_ms()
         item, current = self._apply(
             source_identifier,
@@ -410,11 +462,15 @@ class LeaseStore(ABC):
         """Atomically add counter deltas: {source_identifier: {metric: delta}}."""
 
     @abstractmethod
-    def read_metrics(self) -> dict[str, dict[str, int]]: ...
+    def read_metrics(self) -> dict[str, dict[str, int]]:
+        """The persisted counters, {source_identifier: {metric: count}}: what every process's
+        `flush_metrics` added up (not this process's unflushed counts). Read-only. Raises the
+        store errors."""
 
     def flush_metrics(self) -> None:
         """Persist counters gathered in this process. Done in batches, not per operation, so
-        metrics cost no store call on the per-partition path."""
+        metrics cost no store call on the per-partition path. Raises the store errors; the
+        counts are put back first, so a later flush still adds them."""
         deltas = self.metrics.drain()
         if deltas:
             try:
@@ -428,8 +484,9 @@ class LeaseStore(ABC):
     def acquire_global_state(
         self, stream: str, name: str, owner: str, timeout_s: float
     ) -> LeaseItem | None:
-        """Lease the global-state item `name`, creating it on first use. None while another
-        owner holds it. Its progress state *is* the global state (a JSON object)."""
+        """Lease the global-state item `name`, creating it on first use: the item as written,
+        or None while another owner holds it. Its progress state *is* the global state (a
+        JSON object). Raises the store errors."""
         sid = self.source_identifier(stream, ItemType.GLOBAL)
         if self.get(sid, name) is None:
             self.create_partitions(sid, [name], progress_state="{}")
@@ -439,7 +496,8 @@ class LeaseStore(ABC):
             return None
 
     def read_global_state(self, stream: str, name: str) -> dict[str, Any]:
-        """Read without a lease: for display. Never act on it without holding the lease."""
+        """Read without a lease: for display. Never act on it without holding the lease.
+        `{}` when the item does not exist yet. Raises the store errors."""
         item = self.get(self.source_identifier(stream, ItemType.GLOBAL), name)
         return (
             {} if item is None or item.progress_state is None else json.loads(item.progress_state)
@@ -448,13 +506,19 @@ class LeaseStore(ABC):
     def update_global_state(
         self, token: LeaseToken, state: dict[str, Any], timeout_s: float
     ) -> LeaseItem:
+        """Save `state` (a JSON object) as the global state and extend the lease to now +
+        `timeout_s`, in one fenced write. Returns the item as written. Raises
+        `PartitionNotOwnedError` when `token` no longer holds (another node took the state
+        over: stop), and the store errors."""
         return self.renew(token, timeout_s, progress_state=json.dumps(state, sort_keys=True))
 
     def release_global_state(
         self, token: LeaseToken, state: dict[str, Any] | None = None
     ) -> LeaseItem:
         """Hand the global state back, saving `state` in the same write when given (a tick
-        that has nothing else to write saves its progress at no extra cost)."""
+        that has nothing else to write saves its progress at no extra cost). Fenced: returns
+        the item as written. Raises `PartitionNotOwnedError` when `token` no longer holds, and
+        the store errors."""
         if state is None:
             return self.give_up(token)
         return self.give_up(token, progress_state=json.dumps(state, sort_keys=True))
@@ -468,8 +532,11 @@ class LeaseStore(ABC):
         return [f if f is not None else i for f, i in zip(fresh, items, strict=True)]
 
     def status(self) -> list[StatusSummary]:
-        """Counts per status read every item without its progress (O(units) small reads);
-        only the items shown one by one are read whole."""
+        """One summary per source identifier (and per one that only has metrics): counts per
+        status, the oldest expired lease, dead letters and the closed items due first, and
+        the persisted metrics. Counts read every item without its progress (O(units) small
+        reads); only the items shown one by one are read whole. Read-only. Raises the store
+        errors."""
         now = self.now_ms()
         metrics = self.read_metrics()
         summaries = []

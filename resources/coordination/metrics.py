@@ -34,6 +34,8 @@ def update_errors(action: str) -> str:
 
 
 class CoordinatorMetrics:
+    """A process's store operation counters, kept in memory and added to the store in batches."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -121,6 +121,8 @@ class Transition:
 
 
 class Refusal(str, enum.Enum):
+    """Why a transition's guard refused the stored item."""
+
     NOT_FOUND = "not_found"
     UNAVAILABLE = "unavailable"
     NOT_OWNED = "not_owned"

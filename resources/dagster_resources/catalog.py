@@ -23,6 +23,7 @@ from resources.catalog.base import Catalog
 from resources.catalog.opening import catalog_for
 from resources.catalog.settings import CatalogSettings
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
@@ -32,7 +33,8 @@ from resources.publication.settings import PublicationSettings
 from resources.stores.stream_schema import followed_config
 
 
-class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
+# A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
+class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):  # type: ignore[misc]
     """The catalog (opened once per run, when first asked for) and publication settings.
 
     `from_env()` is the resource as Definitions binds it.
@@ -41,7 +43,8 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
     _catalog: Catalog | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self.validate_settings()  # a bad setting fails the run before any step does work
+        with failing_the_run():
+            self.validate_settings()  # a bad setting fails the run before any step does work
 
     def open_catalog(self) -> Catalog:
         """Not `catalog()`: `catalog` is the setting that names the backend."""
@@ -50,7 +53,8 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):
         return self._catalog
 
     def publication_settings(self) -> PublicationSettings:
-        return self.settings_of(PublicationSettings)
+        settings: PublicationSettings = self.settings_of(PublicationSettings)
+        return settings
 
     def publisher(
         self, stream: str, coordination: CoordinationResource, lake: LakeResource

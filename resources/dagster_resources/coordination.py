@@ -17,14 +17,15 @@ from pydantic import PrivateAttr
 from resources.coordination.health import LeaseHealthReport, lease_health_report
 from resources.coordination.items import ItemType
 from resources.coordination.lease import Lease, LeaseTiming, TimingSettings, new_owner_id
-from resources.coordination.lease_store import LeaseStore
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.dagster_resources.runs import tag_run_process
-from resources.stores import build_store
+from resources.stores import CoordinationStore, build_store
 from resources.stores.settings import StoreSettings
 
 
-class CoordinationResource(settings_resource(StoreSettings, TimingSettings)):
+# A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
+class CoordinationResource(settings_resource(StoreSettings, TimingSettings)):  # type: ignore[misc]
     """Lease acquisition and renewal against the coordination store (SQLite or DynamoDB).
 
     Its fields are the settings declared by `StoreSettings` (the store) and `TimingSettings`
@@ -32,22 +33,26 @@ class CoordinationResource(settings_resource(StoreSettings, TimingSettings)):
     as Definitions binds it.
     """
 
-    _store: LeaseStore | None = PrivateAttr(default=None)
+    _store: CoordinationStore | None = PrivateAttr(default=None)
     _owner: str | None = PrivateAttr(default=None)
 
     def settings(self) -> StoreSettings:
-        return self.settings_of(StoreSettings)
+        settings: StoreSettings = self.settings_of(StoreSettings)
+        return settings
 
     def timing(self) -> LeaseTiming:
-        return self.settings_of(TimingSettings).lease_timing()
+        timing: TimingSettings = self.settings_of(TimingSettings)
+        return timing.lease_timing()
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        # Fail fast: invalid configuration stops the run before any step does work.
-        self.validate_settings()
-        if context.run is not None and context.instance is not None:
-            # First thing in a run: from here on a tick can tell if this process dies.
-            tag_run_process(context.instance, context.run)
-        self.store  # noqa: B018 - builds the store
+        # Fail fast: invalid configuration, or a store that does not answer, stops the run
+        # before any step does work, with leasehold's message on top (`failing_the_run`).
+        with failing_the_run():
+            self.validate_settings()
+            if context.run is not None and context.instance is not None:
+                # First thing in a run: from here on a tick can tell if this process dies.
+                tag_run_process(context.instance, context.run)
+            self.store  # noqa: B018 - builds the store
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._store is not None:
@@ -55,7 +60,7 @@ class CoordinationResource(settings_resource(StoreSettings, TimingSettings)):
             self._store = None
 
     @property
-    def store(self) -> LeaseStore:
+    def store(self) -> CoordinationStore:
         if self._store is None:
             self._store = build_store(self.settings())
         return self._store

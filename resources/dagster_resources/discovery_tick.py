@@ -165,6 +165,9 @@ class Coverage:
 
 
 class DiscoveryTick:
+    """One tick of a stream's discovery sensor: new objects and left-behind work become partitions
+    and range runs."""
+
     def __init__(
         self,
         instance: DagsterInstance,

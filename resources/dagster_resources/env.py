@@ -25,7 +25,8 @@ S = TypeVar("S", bound=Settings)
 R = TypeVar("R", bound="SettingsResource")
 
 
-class SettingsResource(ConfigurableResource):
+# Not `ConfigurableResource[...]`: subscripting a pydantic model makes a new class at run time.
+class SettingsResource(ConfigurableResource):  # type: ignore[type-arg]
     """Base of the resources `settings_resource` builds; `declarations` are its settings."""
 
     declarations: ClassVar[tuple[type[Settings], ...]] = ()
@@ -57,7 +58,7 @@ class SettingsResource(ConfigurableResource):
         """This resource's fields as `declaration`'s settings (not validated). Only on a
         configured resource: an unresolved `EnvVar` field cannot be read."""
         values = {}
-        for f in dataclasses.fields(declaration):  # type: ignore[arg-type]
+        for f in dataclasses.fields(declaration):
             value = getattr(self, f.name)
             if hasattr(value, "env_var_name"):  # an EnvVar or EnvVar.int
                 raise RuntimeError(
@@ -79,13 +80,14 @@ def settings_resource(*declarations: type[Settings]) -> type[SettingsResource]:
     namespace: dict[str, Any] = {}
     for declaration in declarations:
         types = field_types(declaration)
-        for f in dataclasses.fields(declaration):  # type: ignore[arg-type]
+        for f in dataclasses.fields(declaration):
             if f.name in annotations:
                 raise TypeError(f"setting {f.name!r} is declared twice")
             annotations[f.name] = types[f.name]
             namespace[f.name] = Field(default=f.default, description=field_doc(f) or None)
     name = "".join(d.__name__ for d in declarations) + "Resource"
-    return type(SettingsResource)(
+    metaclass: Any = type(SettingsResource)  # pydantic's, which builds the fields
+    built: type[SettingsResource] = metaclass(
         name,
         (SettingsResource,),
         {
@@ -96,3 +98,4 @@ def settings_resource(*declarations: type[Settings]) -> type[SettingsResource]:
             **namespace,
         },
     )
+    return built

@@ -19,6 +19,7 @@ from pydantic import PrivateAttr
 from resources.compaction.merge_runner import MergeRunner
 from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.discovery import Lister
@@ -32,11 +33,15 @@ MAX_PARALLEL_MERGES = 4
 """Merges a run does at once (one thread each): bounds a merge run's memory at ~2 GiB."""
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from resources.dagster_resources.spark import SparkResource
+    from resources.ingestion.runner import SourceBatchResult
     from resources.ingestion.source_reader import SourceReader
 
 
-class LakeResource(settings_resource(LakeSettings)):
+# A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
+class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
     """Streams configuration plus how to reach their object stores.
 
     Its fields are the settings `LakeSettings` declares; `from_env()` is the resource as
@@ -46,8 +51,9 @@ class LakeResource(settings_resource(LakeSettings)):
     _streams: dict[str, StreamConfig] | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self.validate_settings()
-        self.streams()  # invalid stream configuration fails before any work
+        with failing_the_run():
+            self.validate_settings()
+            self.streams()  # invalid stream configuration fails before any work
 
     def streams(self) -> dict[str, StreamConfig]:
         if self._streams is None:
@@ -64,7 +70,8 @@ class LakeResource(settings_resource(LakeSettings)):
         return object_store_for(url, endpoint_url=self.s3_endpoint_url, region=self.region)
 
     def scratch_dir(self) -> Path:
-        return self.settings_of(LakeSettings).scratch_dir()
+        settings: LakeSettings = self.settings_of(LakeSettings)
+        return settings.scratch_dir()
 
     def lister(self, stream: str) -> Lister:
         return source_lister(self.object_store(self.stream(stream).source))
@@ -99,7 +106,7 @@ class LakeResource(settings_resource(LakeSettings)):
             attempt: str,
             groups: dict[str, str],
             line_offsets: dict[str, int] | None = None,
-        ):
+        ) -> Future[dict[str, SourceBatchResult]]:
             return reader().start(files, staging, attempt, groups, line_offsets)
 
         def publisher(store: ObjectStore) -> Publish:

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 
 class MergeTick(RangeTick):
+    """One tick of a table's merge sensor: runs for the partitions whose merge job is due."""
+
     run_tag = MERGE_TAG
     kind = "merge"
     closed_due_now = False

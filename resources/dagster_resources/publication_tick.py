@@ -64,6 +64,9 @@ def recorded_seq(instance: DagsterInstance, asset_key: AssetKey, dt: str) -> int
 
 
 class PublicationTick(RangeTick):
+    """One tick of a table's publication sensor: requests runs for the partitions whose publication
+    is due."""
+
     run_tag = PUBLISH_TAG
     kind = "publish"
 

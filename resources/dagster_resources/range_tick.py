@@ -54,6 +54,7 @@ def recorded_value(
         return None
     materialization = records[0].asset_materialization
     value = materialization.metadata.get(name) if materialization else None
+    # An int this tick recorded itself; Dagster types a metadata value's `.value` as any kind.
     return None if value is None else int(value.value)  # type: ignore[arg-type]
 
 
@@ -98,6 +99,9 @@ class RangeTick:
         self.instance = instance
         self.stream = stream
         self.dates = dates
+        if dates.name is None:
+            raise ValueError("the date partitions of a range tick must be named")
+        self._dates_name: str = dates.name
         self.asset_key = asset_key
         self.coordination = coordination
         self.lake = lake
@@ -118,7 +122,7 @@ class RangeTick:
 
     def _dates(self, seen: Iterable[str]) -> TickDates:
         """The date partitions with the dates `seen` added, and which a run in flight covers."""
-        existing = list(self.instance.get_dynamic_partitions(self.dates.name))
+        existing = list(self.instance.get_dynamic_partitions(self._dates_name))
         known = set(existing)
         new = [dt for dt in seen if dt not in known]
         order = existing + new
@@ -167,7 +171,7 @@ class RangeTick:
             if span is None:
                 continue
             if order is None:
-                order = list(self.instance.get_dynamic_partitions(self.dates.name))
+                order = list(self.instance.get_dynamic_partitions(self._dates_name))
             if span[0] not in order or span[1] not in order:
                 continue
             for dt in order[order.index(span[0]) : order.index(span[1]) + 1]:

@@ -25,6 +25,9 @@ MAX_ROLLUPS_PER_RUN = 100
 
 
 class RollupTick(RangeTick):
+    """One tick of a stream's rollup sensor: requests runs for the dates whose rollups are behind
+    the ledger."""
+
     run_tag = ROLLUP_TAG
     kind = "rollup"
 

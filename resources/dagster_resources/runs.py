@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from dagster import (
     AddDynamicPartitionsRequest,
@@ -106,7 +107,7 @@ def tag_run_process(instance: DagsterInstance, run: DagsterRun) -> None:
 
 
 def _runs(
-    instance: DagsterInstance, stream: str, statuses: Sequence[DagsterRunStatus], **filters
+    instance: DagsterInstance, stream: str, statuses: Sequence[DagsterRunStatus], **filters: Any
 ) -> list[DagsterRun]:
     return [
         r.dagster_run

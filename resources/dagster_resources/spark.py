@@ -15,7 +15,9 @@ from typing import Any
 from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
+from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
+from resources.spark.reachable import require_reachable
 from resources.spark.session import (
     SparkSettings,
     build_spark_session,
@@ -24,7 +26,8 @@ from resources.spark.session import (
 )
 
 
-class SparkResource(settings_resource(SparkSettings)):
+# A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
+class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
     """`master` (default `local[*]`) or `remote` (a Spark Connect URL); loopback-only.
 
     Its fields are the settings `SparkSettings` declares; `from_env()` is the resource as
@@ -35,7 +38,11 @@ class SparkResource(settings_resource(SparkSettings)):
     _owned: bool = PrivateAttr(default=False)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self.validate_settings()
+        with failing_the_run():
+            self.validate_settings()
+            # A master or Connect server that is not listening fails the run here, in a second,
+            # not in its first step after a minute of Spark's own attempts.
+            require_reachable(self.master, self.remote)
 
     def session(self) -> Any:
         if self._session is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.health import lease_health_report
-from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.checks import (
     ReadColumn,
     find_duplicate_ids,
@@ -44,7 +43,7 @@ def _first(details: list[str], total: int | None = None) -> str:
 
 
 def rows_reconcile(
-    store: LeaseStore, stream: str, table: str, scope: CheckScope | None = None
+    store: CoordinationStore, stream: str, table: str, scope: CheckScope | None = None
 ) -> CheckOutcome:
     scope = scope or CheckScope.everything()
     report = reconcile_rows(store, stream, table, None if scope.full else scope.completed_upto)
@@ -100,7 +99,7 @@ def unique_record_ids(
 
 
 def lease_health(
-    store: LeaseStore,
+    store: CoordinationStore,
     stream: str | None,
     ownership_timeout_s: float,
     unassigned_retry_after_s: float,
@@ -136,7 +135,7 @@ def lease_health(
 
 
 def source_completeness(
-    store: LeaseStore, stream: str, lister: Lister, scope: CheckScope | None = None
+    store: CoordinationStore, stream: str, lister: Lister, scope: CheckScope | None = None
 ) -> CheckOutcome:
     report = find_unleased_objects(store, stream, lister, scope=scope)
     if report.unleased:

@@ -9,7 +9,7 @@ them all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from resources.coordination.health import INDEX_LAG_MS, completed_since
 from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
-from resources.ingestion.discovery import SUPPLIER_STATE, Lister
+from resources.coordination.supplier import SUPPLIER_STATE
+from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import TABLE_PARTITIONS, quarantine_table
 from resources.ingestion.source_listing import listing_pages
 from resources.ingestion.work_units import UnitCoverage
@@ -27,10 +28,13 @@ from resources.ledger.check_scope import CheckScope
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.publication import current_data_files
+from resources.stores.base import CoordinationStore
 
 
 @dataclass
 class ReconcileReport:
+    """The row reconciliation's verdict: units checked, mismatches, and how far the pass judged."""
+
     checked: int = 0
     mismatches: list[str] = field(default_factory=list)
     unverifiable: int = 0
@@ -58,7 +62,7 @@ class UnitRows:
     those partitions, not the table's history. A unit without the list makes it read the
     whole table, once."""
 
-    def __init__(self, store: LeaseStore, sid: str, table: str, quarantine: str) -> None:
+    def __init__(self, store: Ledger, sid: str, table: str, quarantine: str) -> None:
         self.store, self.sid = store, sid
         self.tables = (table, quarantine)
         self.by_partition: dict[tuple[str, str], Counter[str]] = {}
@@ -104,7 +108,7 @@ class UnitRows:
 
 
 def reconcile_rows(
-    store: LeaseStore, stream: str, table: str, completed_upto: str | None = None
+    store: CoordinationStore, stream: str, table: str, completed_upto: str | None = None
 ) -> ReconcileReport:
     """Per committed work unit: table rows in the ledger = rows read - quarantined, and
     quarantine rows in the ledger = rows quarantined (counts saved by the same commit).
@@ -145,6 +149,8 @@ def reconcile_rows(
 
 @dataclass
 class DuplicateReport:
+    """The duplicate record id check's verdict: what was read and each id found more than once."""
+
     partitions_checked: int = 0
     rows_checked: int = 0
     duplicates: dict[str, list[str]] = field(default_factory=dict)
@@ -159,7 +165,7 @@ class DuplicateReport:
         }
 
 
-ReadColumn = Callable[[Sequence[str], str], pa.ChunkedArray]
+ReadColumn = Callable[[list[str], str], pa.ChunkedArray]
 """(object URLs, column) -> the column's values across those objects, by name: nulls for the
 rows of an object that lacks the column (`ObjectStore.read_column`)."""
 
@@ -220,6 +226,9 @@ NO_LIMIT = 2**62
 
 @dataclass
 class UnleasedReport:
+    """The completeness check's verdict: source objects no work unit holds, and where they lie
+    against discovery's cursor."""
+
     listed: int = 0
     unleased: int = 0
     behind_cursor: int = 0

@@ -35,7 +35,7 @@ import io
 import json
 import re
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -56,7 +56,7 @@ UNCLOSED = "unclosed quote"
 quoted = json.encoder.encode_basestring  # a JSON string of the text (C; non-ASCII as is)
 
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)").fullmatch
-JSON_LITERALS = {
+JSON_LITERALS: dict[str, Callable[[str], object]] = {
     "long": _INTEGER,
     "int": _INTEGER,
     "double": re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?").fullmatch,
@@ -139,10 +139,11 @@ class _Lines:
         if self.back:
             line = self.back.popleft()
         else:
-            line = next(self.source, None)
-            if line is None:
+            following = next(self.source, None)
+            if following is None:
                 self.ended = True
                 raise StopIteration
+            line = following
         self.taken.append(line)
         self.chars += len(line)
         if self.chars > self.limit and len(self.taken) > 1:
@@ -245,6 +246,9 @@ def _is_valid(text: str) -> bool:
 
 
 class CsvRow(NamedTuple):
+    """One CSV record: where it starts, its text as written, and its fields (or why it is
+    malformed)."""
+
     line: int
     """The object's line number of the record's first line."""
     raw: str
@@ -335,12 +339,14 @@ def open_text(path: Path) -> IO[str]:
     """The object's text, gunzipped when named `.gz`, lines split at \\n, \\r\\n and \\r and
     given with their line breaks as written; an invalid UTF-8 byte kept as a surrogate escape,
     so that encoding a line back gives its bytes exactly."""
-    binary: IO[bytes] = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+    binary = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
     return io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
 
 
 @dataclass(frozen=True)
 class CsvStaging:
+    """What staging one CSV object as JSON lines found: its header, records and malformed ones."""
+
     header: list[str]
     """The object's column names (the schema's, without a header)."""
     records: int

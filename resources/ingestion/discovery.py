@@ -30,6 +30,8 @@ from resources.ingestion.work_units import UnitCoverage, plan_units
 
 @dataclass(frozen=True)
 class ListedObject:
+    """A source object as discovery listed it: key and size."""
+
     key: str
     """The object's key in its source (a work unit is keyed by its first object's)."""
     size: int
@@ -37,6 +39,9 @@ class ListedObject:
 
 @dataclass(frozen=True)
 class DiscoveryResult:
+    """What one discovery step made: the work units cut, the lease items created, the cursor
+    reached."""
+
     source_keys: list[str]
     """Work units cut from what was listed after the cursor, by key, in listing order (all new
     to this supplier)."""
@@ -53,6 +58,9 @@ Lister = Callable[[str | None, int], tuple[list[ListedObject], str | None]]
 
 
 class Discovery:
+    """Lists a stream's source after its cursor and turns the new objects into work units (lease
+    items), one node at a time."""
+
     def __init__(
         self,
         store: LeaseStore,

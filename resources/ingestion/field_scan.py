@@ -3,9 +3,12 @@
 Spark's JSON reader with the declared types cannot see a key it was not asked for, and asking it
 for every key costs more than the read (BENCHMARKS.md, "Finding new fields": a text read with
 `json_object_keys` took 2.3x the typed read, a variant read 2.8x). So the read stays typed, and
-each staged object is first checked with byte counts against the rows Spark returned for it
-(`holds_only_known`); only an object the counts cannot clear is parsed again in Python
-(`scan_fields`), line by line, for the keys, values and first lines of the fields it holds.
+each staged object is checked with byte counts (`count_bytes`, on a thread while Spark reads
+the same objects) against the rows Spark returned for it (`known_counts`, `holds_only_known`);
+only an object the counts cannot clear is parsed again (`scan_fields`: pyarrow's JSON reader,
+else line by line) for the keys, types and first lines of the fields it holds. Under `add` the
+reader also reads at once the fields an object's first record holds (`first_record_fields`):
+a guess, which the counts then confirm or correct like any other read.
 
 The counts prove that an object holds no non-null field outside the schema. In JSON text every
 key is a string followed by `:`; with no whitespace before that colon, each key is one
@@ -14,20 +17,23 @@ the string's value shows as `":` again. Hence, per object: the raw occurrences o
 those followed by `null`) equal the non-null values of the known columns plus the `":` held in
 the values of its string columns, exactly when no other key holds a value — any other key adds
 one to the left side only. What could blur that is refused rather than trusted: whitespace
-before a colon, `\\u00` escapes (a quote or colon written as an escape), single-quoted names
-(Spark's reader accepts them). A field whose every value is null is not a field found: there is
-nothing to keep.
+before a colon, an escape that decodes to a quote or a colon (`\\u0022`, `\\u003a`),
+single-quoted names (Spark's reader accepts them). A field whose every value is null is not a
+field found: there is nothing to keep.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import mmap
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -37,18 +43,28 @@ from resources.ingestion.source_files import open_lines
 from resources.schema.field_types import json_value_type, widen
 
 BOM = "\ufeff"
-BLURS = (
-    (b" ", b" :"),
-    (b"\t", b"\t:"),
-    (b"\r", b"\r:"),
-    (b"'", b"':"),
-    (b"\\", b"\\u00"),
-    (b"\\", b"\\U00"),
-)
-"""(byte, pattern) of what could hide a key from the count of `":`, or make a string value
-show `":` its text does not have: whitespace before a colon, a single-quoted name (Spark
-accepts them), a quote or colon written as a `\\u00..` escape. The pattern is looked for only
-where the byte is present."""
+QUOTE, COLON, BACKSLASH = 0x22, 0x3A, b"\\"
+BLUR_BEFORE_COLON = np.zeros(256, dtype=bool)
+BLUR_BEFORE_COLON[[0x20, 0x09, 0x0D, 0x0A, 0x27]] = True
+"""A byte before a colon that could hide a key from the count of `":`: whitespace, or the
+closing quote of a single-quoted name (Spark's reader accepts them)."""
+BLUR_ESCAPES = (b"\\u0022", b"\\u003a", b"\\u003A", b"\\U0022", b"\\U003a", b"\\U003A")
+"""Escapes that decode to `"` or `:`: a string value could show `":` its text does not have.
+(Other escapes, such as the `\\u00e9` of non-ASCII text, cannot.)"""
+NULL, SPACED_NULL = b"null", b" null"
+GUESS_LINES = 10
+
+
+@dataclass(frozen=True)
+class ObjectBytes:
+    """The raw side of the proof for one object, from its bytes alone (`count_bytes`)."""
+
+    keys: int
+    """Occurrences of `":`."""
+    null_keys: int
+    """Of those, the ones followed by `null` or ` null`."""
+    blurred: bool
+    """Something that could hide a key, or fake one, is present: the proof cannot be trusted."""
 
 
 @dataclass
@@ -76,57 +92,116 @@ def known_counts(rows: pa.Table, columns: Iterable[tuple[str, str]]) -> dict[int
     """src -> the right side of the proof for each object in `rows` (a read's Arrow rows, with
     `src`): its known columns' non-null values plus the `":` in its string values (less those
     before `null`). An object with a bad row is left out: it is scanned (its rows are not all
-    there to count)."""
+    there to count). Per column, only what is there costs: a column without nulls adds its
+    object's row count, and string values are searched only when their bytes hold `":`."""
     if rows.num_rows == 0:
         return {}
-    parts = []
+    src = rows.column("src")
+    counts: dict[int, int] = defaultdict(int)
+    per_object = _by_src(src)
     for name, typ in columns:
         col = rows.column(name)
-        parts.append(pc.cast(pc.is_valid(col), pa.int64()))
-        if typ != "string":
+        for s, n in per_object.items():
+            counts[s] += n
+        if col.null_count:
+            for s, n in _by_src(src.filter(pc.is_null(col))).items():
+                counts[s] -= n
+        if typ == "string" and _may_hold_key(col):
+            inside = pc.fill_null(pc.count_substring(col, '":'), 0).cast(pa.int64())
+            for null in ('":null', '": null'):
+                nulls = pc.fill_null(pc.count_substring(col, null), 0).cast(pa.int64())
+                inside = pc.subtract(inside, nulls)
+            for s, n in _summed_by_src(src, inside).items():
+                counts[s] += n
+    reasons = rows.column("_reason")
+    bad = (
+        set(src.filter(pc.is_valid(reasons)).to_pylist())
+        if reasons.null_count < len(reasons)
+        else set()
+    )
+    return {s: n for s, n in counts.items() if s not in bad}
+
+
+def _by_src(src: pa.ChunkedArray | pa.Array) -> dict[int, int]:
+    """Rows per object."""
+    counted = pc.value_counts(src)
+    return dict(
+        zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)
+    )
+
+
+def _summed_by_src(src: pa.ChunkedArray, values: pa.ChunkedArray) -> dict[int, int]:
+    sums = pa.table({"src": src, "n": values}).group_by("src").aggregate([("n", "sum")])
+    return dict(zip(sums.column("src").to_pylist(), sums.column("n_sum").to_pylist(), strict=True))
+
+
+def _may_hold_key(col: pa.ChunkedArray) -> bool:
+    """Whether some value of a string column may hold `":`: its chunks' character data
+    searched at once (a false yes only costs the exact count)."""
+    for chunk in col.chunks:
+        if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+            return True
+        data = chunk.buffers()[2]
+        if data is None:
             continue
-        inside = pc.fill_null(pc.count_substring(col, '":'), 0).cast(pa.int64())
-        if not pc.sum(inside).as_py():
-            continue  # the common case: no value holds `":` (nor, then, `":null`)
-        parts.append(inside)
-        for null in ('":null', '": null'):
-            nulls = pc.fill_null(pc.count_substring(col, null), 0).cast(pa.int64())
-            parts.append(pc.negate(nulls))
-    total = parts[0]
-    for part in parts[1:]:
-        total = pc.add(total, part)
-    bad = pc.cast(pc.is_valid(rows.column("_reason")), pa.int64())
-    grouped = pa.table({"src": rows.column("src"), "n": total, "bad": bad}).group_by("src")
-    sums = grouped.aggregate([("n", "sum"), ("bad", "sum")])
-    return {
-        int(src): int(n)
-        for src, n, b in zip(
-            sums.column("src").to_pylist(),
-            sums.column("n_sum").to_pylist(),
-            sums.column("bad_sum").to_pylist(),
-            strict=True,
-        )
-        if b == 0
-    }
+        view = np.frombuffer(data, dtype=np.uint8)
+        colons = np.flatnonzero(view == COLON)
+        if (view[colons[colons > 0] - 1] == QUOTE).any():
+            return True
+    return False
 
 
-def holds_only_known(path: Path, expected: int | None) -> bool:
-    """Whether the counts prove the (staged) object at `path` holds no non-null field outside
-    the schema, `expected` being its `known_counts` (None: not countable). Each check is one
-    substring count over the object (CPython's fast search); a check for a byte that is absent
-    (found with `memchr`) is skipped, so a typical object costs two passes."""
-    if expected is None:
+def count_bytes(path: Path) -> ObjectBytes:
+    """`ObjectBytes` of the (staged) object at `path` (gzip when named `.gz`): one vectorised
+    pass for the colons, then only the bytes around them. Releases the GIL for most of its time,
+    so it runs on a thread beside the Spark job that reads the same object."""
+    if path.name.endswith(".gz"):
+        return _counted(gzip.decompress(path.read_bytes()))
+    if path.stat().st_size == 0:
+        return ObjectBytes(0, 0, False)
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _counted(data)
+
+
+def _counted(data: bytes | mmap.mmap) -> ObjectBytes:
+    view = np.frombuffer(data, dtype=np.uint8)
+    try:
+        colons = np.flatnonzero(view == COLON)
+        colons = colons[colons > 0]
+        before = view[colons - 1]
+        blurred = bool(BLUR_BEFORE_COLON[before].any())
+        if not blurred and data.find(BACKSLASH) >= 0:
+            blurred = any(data.find(escape) >= 0 for escape in BLUR_ESCAPES)
+        keys_at = colons[before == QUOTE]
+        return ObjectBytes(len(keys_at), _null_values(view, keys_at), blurred)
+    finally:
+        del view  # an mmap cannot close while a view of it is alive
+
+
+def _null_values(view: np.ndarray, keys_at: np.ndarray) -> int:
+    """How many of the colons at `keys_at` are followed by `null` or ` null`: an `n` one or two
+    bytes on picks the candidates (few, unless many values are null), whose bytes are then
+    compared whole, all at once."""
+    last = len(view) - 1
+    near = view[np.minimum(keys_at + 1, last)] == ord("n")
+    near |= view[np.minimum(keys_at + 2, last)] == ord("n")
+    candidates = keys_at[near]
+    nulls = 0
+    for pattern in (NULL, SPACED_NULL):
+        fits = candidates[candidates + len(pattern) <= last]
+        match = np.ones(len(fits), dtype=bool)
+        for offset, byte in enumerate(pattern, 1):
+            match &= view[fits + offset] == byte
+        nulls += int(np.count_nonzero(match))
+    return nulls
+
+
+def holds_only_known(counted: ObjectBytes | None, expected: int | None) -> bool:
+    """Whether the counts prove the object holds no non-null field outside the schema:
+    `counted` its `count_bytes`, `expected` its `known_counts` (None: not countable)."""
+    if counted is None or expected is None or counted.blurred:
         return False
-    data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-    keys = data.count(b'":')
-    if keys < expected:
-        return False
-    for byte, blur in BLURS:
-        if byte in data and blur in data:
-            return False  # whitespace before a colon, a single-quoted name, an escape
-    if keys == expected:
-        return True  # no null value and no other key: both would have added to `keys`
-    return keys - data.count(b'":null') - data.count(b'": null') == expected
+    return counted.keys - counted.null_keys == expected
 
 
 def scan_fields(path: Path, known: set[str], first_line: int = 1) -> ObjectFields:
@@ -137,6 +212,30 @@ def scan_fields(path: Path, known: set[str], first_line: int = 1) -> ObjectField
     malformed line, a field of two kinds of value, an array line) is read line by line."""
     found = _scan_with_arrow(path, known, first_line)
     return found if found is not None else _scan_lines(path, known, first_line)
+
+
+def first_record_fields(path: Path, known: set[str], first_line: int = 1) -> ObjectFields:
+    """The fields outside `known` of the object's first record line, typed by its values: a
+    guess, nearly free (one line), of what the whole object holds — a source that changed
+    usually carries its new fields from an object's first record on. The first non-blank line
+    within `GUESS_LINES`; nothing when it does not parse."""
+    found = ObjectFields()
+    with open_lines(path) as lines:
+        for n, line in enumerate(lines, first_line):
+            text = line.strip().removeprefix(BOM)
+            if not text:
+                if n - first_line < GUESS_LINES:
+                    continue
+                return found
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                return found
+            for record in parsed if isinstance(parsed, list) else [parsed]:
+                if isinstance(record, dict):
+                    _note(found, record, known, n)
+            return found
+    return found
 
 
 def _scan_with_arrow(path: Path, known: set[str], first_line: int) -> ObjectFields | None:

@@ -31,6 +31,8 @@ from resources.ingestion.work_units import UnitCoverage, plan_units
 
 @dataclass(frozen=True)
 class ReconcileState:
+    """Where the reconciliation pass stands, kept with discovery's state between ticks."""
+
     after: str | None = None
     """Where the pass in progress continues (None: at the beginning of the source)."""
     last_finished_ms: int = 0
@@ -61,6 +63,8 @@ class ReconcileState:
 
 @dataclass(frozen=True)
 class ReconcileStep:
+    """What one reconciliation tick did: units created, objects listed, the state to keep."""
+
     created: list[str]
     """Work units cut this tick from listed objects no unit held; their items now exist."""
     listed: int
@@ -69,6 +73,9 @@ class ReconcileStep:
 
 
 class Reconciliation:
+    """Lists the source again behind discovery's cursor, a bounded step per tick, and makes units of
+    objects no unit holds."""
+
     def __init__(
         self,
         store: LeaseStore,
@@ -97,9 +104,9 @@ class Reconciliation:
             state = ReconcileState(None, state.last_finished_ms, in_pass=True)
         listed = []
         done = discovery_cursor is None  # nothing listed yet: nothing lies before the cursor
-        if not done:
+        if discovery_cursor is not None:
             page, _ = self.lister(state.after, self.max_objects)
-            listed = [o for o in page if o.key <= discovery_cursor]  # type: ignore[operator]
+            listed = [o for o in page if o.key <= discovery_cursor]
             done = len(page) < self.max_objects or len(listed) < len(page)
         created: list[str] = []
         coverage = UnitCoverage(self.store, self.sid, state.after, state.covering)

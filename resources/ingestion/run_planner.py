@@ -24,6 +24,8 @@ from resources.errors import ConfigError
 
 @dataclass(frozen=True)
 class RunPlan:
+    """One range run to request: its first and last partition, how many it covers, its run key."""
+
     first: str
     last: str
     count: int

@@ -284,6 +284,11 @@ class _ReadChunk:
 
 
 class IngestionRunner:
+    """Ingests a stream's source partitions (work units: one or more source objects) into
+    its table: for each unit, take its lease, fetch and read its objects, publish the table
+    and quarantine objects, and commit them with the lease in one fenced transaction
+    (`Ledger.commit`), so each unit's rows land exactly once however often it is tried."""
+
     def __init__(
         self,
         *,
@@ -341,6 +346,12 @@ class IngestionRunner:
         in a background thread. Commits stay on the caller's thread, in key order. A chunk is
         whole units up to `chunk_size` objects (at least one unit): how many objects a unit
         holds is known once its lease is taken, so the reading thread cuts the chunks.
+
+        A unit that fails (unreadable, lease lost, commit refused) is an outcome, not an
+        error: its lease is closed or handed back and a later run retries it. Raises the lease
+        store's `StoreUnavailableError`/`StoreRefusedError` when acquiring fails, after
+        handing back the leases of the chunk being read; units committed before stay
+        committed.
         """
         if not source_keys:
             return

@@ -108,6 +108,9 @@ def write_story_sources(
 
 @dataclass
 class SampleSummary:
+    """What the sample data generator wrote: objects, records, days, and how many were gzipped or
+    late."""
+
     objects: int = 0
     records: int = 0
     days: int = 0

@@ -59,7 +59,7 @@ def inspect_source(path: Path) -> tuple[str | None, int]:
 def open_lines(path: Path) -> IO[str]:
     """The object's lines as Spark's text reader sees them: \\n, \\r\\n and \\r all end a line,
     invalid UTF-8 becomes U+FFFD."""
-    binary: IO[bytes] = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+    binary = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
 
 

@@ -31,7 +31,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,10 @@ from resources.ingestion.csv_records import (
     stage_csv,
 )
 from resources.ingestion.field_scan import (
+    ObjectBytes,
     ObjectFields,
+    count_bytes,
+    first_record_fields,
     holds_only_known,
     known_counts,
     scan_fields,
@@ -61,6 +64,7 @@ from resources.ingestion.table_objects import (
     runs_by_source_and_date,
     write_table_object,
 )
+from resources.schema.arrow import arrow_type
 from resources.schema.columns import ColumnSpec
 from resources.schema.field_types import widen
 from resources.schema.modes import ADD, FAIL, RESCUE
@@ -103,7 +107,7 @@ class SourceReader:
         self.record_schema = record_schema
         self._csv = config.format == "csv"
         self._plan: ReadPlan | None = None
-        self._plan_version = 0
+        self._plan_columns: tuple[ColumnSpec, ...] = ()
         self._lock = threading.Lock()
         self._writing: Future[Any] | None = None  # the latest read's writes, maybe still going
 
@@ -152,6 +156,7 @@ class SourceReader:
         out = staging / "out"
         out.mkdir(parents=True, exist_ok=True)
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-write")
+        counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-count")
         writes: list[Future[None]] = []
         try:
             for n, read in enumerate(_group_reads(sizes, self.max_read_bytes)):
@@ -173,12 +178,20 @@ class SourceReader:
                     else:
                         stage_input(path, target)
                     staged_inputs[i] = target
-                batch = _Batch(
-                    files, index, groups, line_offsets or {}, staged_inputs, results, headers
-                )
                 read_bytes = sum(sizes[i] for i in read)
+                countable = read_bytes <= self.max_read_bytes
+                batch = _Batch(
+                    files,
+                    index,
+                    groups,
+                    line_offsets or {},
+                    staged_inputs,
+                    results,
+                    headers,
+                    self._count_bytes(counter, staged_inputs) if countable else {},
+                )
                 with read_splits(self.spark, read_bytes, len(read)):
-                    if read_bytes <= self.max_read_bytes:
+                    if countable:
                         config, table, found = self._read_following(inputs, batch)
                         tables: Iterator[pa.Table] = iter([table])
                     else:  # one object, too big to hold in the driver: scanned before
@@ -197,6 +210,7 @@ class SourceReader:
             wait(writes)  # nothing may still write into `staging` once the caller cleans up
             raise
         finally:
+            counter.shutdown(wait=True, cancel_futures=True)
             writer.shutdown(wait=False)
         return staged
 
@@ -266,39 +280,81 @@ class SourceReader:
             target.unlink(missing_ok=True)
             return f"cannot read: {exc.strerror or exc}"
 
+    def _count_bytes(
+        self, counter: ThreadPoolExecutor, staged: dict[int, Path]
+    ) -> dict[int, Future[ObjectBytes]]:
+        """The raw side of `field_scan`'s proof for each staged JSON object, counted on
+        `counter` while Spark reads the same objects (nothing to count for CSV, whose header
+        names its fields, or under rescue, whose read keeps them)."""
+        if self._csv or self.config.schema_evolution == RESCUE:
+            return {}
+        return {i: counter.submit(count_bytes, path) for i, path in staged.items()}
+
     def _current(self) -> StreamConfig:
         with self._lock:
             return self.config
 
     def _plan_of(self, config: StreamConfig) -> ReadPlan:
-        """The read plan of `config`, built once per schema version (py4j round trips)."""
+        """The read plan of `config`, built once per list of columns (py4j round trips)."""
         with self._lock:
-            if self._plan is None or self._plan_version != config.schema_version:
-                self._plan, self._plan_version = read_plan(config), config.schema_version
+            if self._plan is None or self._plan_columns != config.columns:
+                self._plan, self._plan_columns = read_plan(config), config.columns
             return self._plan
 
     def _read_following(
         self, inputs: Path, batch: _Batch
     ) -> tuple[StreamConfig, pa.Table, dict[int, ObjectFields]]:
         """The batch's rows as Arrow, read with the latest schema version this reader knows.
-        With `add`, the objects holding new fields are read again with the version that
-        records them (the others' rows only gain the new columns, as nulls: they hold none of
-        those fields) — at most a few times: a second read finds only fields another run gave
-        another type, which stay out."""
+        With `add`, fields that objects' first records hold beyond it (`_guessed`) are read
+        at once, as columns not yet recorded; the exact check after the read (`_found`) then
+        names every field outside the recorded version, in every record, and they are recorded
+        as the next version. Only objects whose rows do not stand as read are read again with
+        it: holding a field the read did not have, or one whose recorded type is not the one
+        read (`_read_again`) — at most a few times: a second read finds only fields another
+        run gave another type, which stay out."""
         config = self._current()
-        table = self._arrow(config, inputs)
-        found = self._found(config, batch, known_counts(table, _typed(config)))
+        guessed = self._guessed(config, batch)
+        reading = _with_columns(config, _columns_of(guessed, config))
+        table = self._arrow(reading, inputs)
+        found = {
+            **guessed,
+            **self._found(
+                reading,
+                batch,
+                known_counts(table, _typed(reading)),
+                known=set(config.column_names),
+                unproven=_non_numbers(table, reading, config),
+            ),
+        }
         for _ in range(ADD_ATTEMPTS):
             if not found or not self._added(config, found, batch):
                 break
             config = self._current()
-            dirty = sorted(found)
-            again = self._arrow(config, [batch.staged[i] for i in dirty])
+            redo = _read_again(reading, config, found, table)
+            if not redo:
+                found = {}
+                break
+            again = self._arrow(config, [batch.staged[i] for i in redo])
             src = table.column("src")
-            clean = table.filter(pc.invert(pc.is_in(src, pa.array(dirty, src.type))))
-            table = pa.concat_tables([_as_schema(clean, again.schema), again])
-            found = self._found(config, batch, known_counts(again, _typed(config)), dirty)
-        return config, table, found
+            kept = table.filter(pc.invert(pc.is_in(src, pa.array(redo, src.type))))
+            table = pa.concat_tables([_as_schema(kept, again.schema), again])
+            reading = config
+            found = self._found(config, batch, known_counts(again, _typed(config)), only=redo)
+        return config, _with_nulls(table, config), found
+
+    def _guessed(self, config: StreamConfig, batch: _Batch) -> dict[int, ObjectFields]:
+        """`add` on JSON: src -> the fields outside `config` its object's first record holds
+        (`first_record_fields`), for the objects holding any — read with the batch, so that a
+        source that changed is read once, not read and then read again."""
+        if self._csv or config.schema_evolution != ADD or self.record_schema is None:
+            return {}
+        known = set(config.column_names)
+        guessed = {}
+        for i, path in batch.staged.items():
+            fields = first_record_fields(path, known, 1 + batch.line_offsets.get(batch.index[i], 0))
+            if fields.fields:
+                guessed[i] = fields
+        return guessed
 
     def _arrow(self, config: StreamConfig, inputs: Path | list[Path]) -> pa.Table:
         return source_rows(self.spark, config, self._plan_of(config), inputs).toArrow()
@@ -319,10 +375,13 @@ class SourceReader:
         batch: _Batch,
         expected: dict[int, int],
         only: list[int] | None = None,
+        known: set[str] | None = None,
+        unproven: set[int] | frozenset[int] = frozenset(),
     ) -> dict[int, ObjectFields]:
-        """src -> the fields outside `config`'s columns its object holds, for each object of
-        the batch (of `only`, when given) holding any."""
-        known = set(config.column_names)
+        """src -> the fields outside `known` (default: `config`'s columns) its object holds, for
+        each object of the batch (of `only`, when given) holding any. `expected` is the proof's
+        known side, counted with `config`'s columns; an `unproven` object is scanned anyway."""
+        known = set(config.column_names) if known is None else known
         found: dict[int, ObjectFields] = {}
         if config.schema_evolution == RESCUE:
             return found  # the read itself keeps them, in `_rescued`
@@ -333,7 +392,11 @@ class SourceReader:
                 if set(batch.headers.get(i, ())) <= known:
                     continue
                 known = known | CSV_KEYS
-            elif holds_only_known(path, expected.get(i)):
+            elif (
+                i not in unproven
+                and i in batch.counted
+                and holds_only_known(batch.counted[i].result(), expected.get(i))
+            ):
                 continue
             shift = 0 if self._csv else batch.line_offsets.get(batch.index[i], 0)
             fields = scan_fields(path, known, 1 + shift)
@@ -361,7 +424,7 @@ class SourceReader:
         key = batch.index[src]
         origin = SchemaOrigin(batch.groups[key], key, line)
         version = self.record_schema(columns, origin)
-        log.warning(
+        log.info(  # news, not a fault: the run's story line says it once, by name
             "%s: schema version %d adds %s, first seen in %s",
             config.name,
             version.version,
@@ -423,6 +486,66 @@ def _as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     )
 
 
+def _with_columns(config: StreamConfig, columns: list[ColumnSpec]) -> StreamConfig:
+    """`config` also reading `columns` (not recorded: its version number stays)."""
+    return replace(config, columns=(*config.columns, *columns)) if columns else config
+
+
+def _columns_of(found: dict[int, ObjectFields], config: StreamConfig) -> list[ColumnSpec]:
+    """The columns of the fields in `found`, each typed by its values in every object."""
+    types: dict[str, str | None] = {}
+    for fields in found.values():
+        for name, seen in fields.fields.items():
+            types[name] = widen(types.get(name), seen.type)
+    return [ColumnSpec(n, t or "string") for n, t in types.items() if n not in config.column_names]
+
+
+def _non_numbers(table: pa.Table, reading: StreamConfig, config: StreamConfig) -> set[int]:
+    """Objects with NaN or an infinity in a double column read but not recorded: Spark reads
+    the strings "NaN" and "Infinity" into a double column, so such a value may have been text
+    — only the object's scan can say which type the field asks for."""
+    recorded = set(config.column_names)
+    suspects: set[int] = set()
+    for column in reading.columns:
+        if column.name in recorded or column.type != "double":
+            continue
+        values = table.column(column.name)
+        odd = pc.fill_null(pc.or_(pc.is_nan(values), pc.is_inf(values)), False)
+        suspects.update(table.column("src").filter(odd).to_pylist())
+    return suspects
+
+
+def _read_again(
+    reading: StreamConfig, config: StreamConfig, found: dict[int, ObjectFields], table: pa.Table
+) -> list[int]:
+    """The objects whose rows, read with `reading`, are not what `config` (the version now
+    recorded) reads: each one holding a field that `reading` did not read with its recorded
+    type — as found, or (read, so cleared by the proof) as its rows show."""
+    read_as = {c.name: c.type for c in reading.columns}
+    recorded = {c.name: c.type for c in config.columns}
+    retyped = {n for n, t in recorded.items() if n in read_as and read_as[n] != t}
+    again = {
+        i
+        for i, fields in found.items()
+        if any(read_as.get(name) != recorded.get(name) for name in fields.fields)
+    }
+    src = table.column("src")
+    for name in retyped:
+        again.update(src.filter(pc.is_valid(table.column(name))).to_pylist())
+    return sorted(again)
+
+
+def _with_nulls(table: pa.Table, config: StreamConfig) -> pa.Table:
+    """`table` with every column of `config`, one it lacks (another run's, that none of these
+    objects holds) as nulls."""
+    for column in config.columns:
+        if column.name not in table.column_names:
+            table = table.append_column(
+                column.name, pa.nulls(table.num_rows, arrow_type(column.type))
+            )
+    return table
+
+
 def _typed(config: StreamConfig) -> list[tuple[str, str]]:
     return [(c.name, c.type) for c in config.columns]
 
@@ -437,7 +560,8 @@ def _input_name(i: int, path: Path, csv: bool) -> str:
 @dataclass
 class _Batch:
     """One read's objects: source key by index, unit by source key, quarantine line shifts,
-    staged inputs by index, the per-unit results being filled and (CSV) headers."""
+    staged inputs by index, the per-unit results being filled, (CSV) headers and (JSON) byte
+    counts."""
 
     files: dict[str, Path]
     index: dict[int, str]
@@ -447,6 +571,8 @@ class _Batch:
     results: dict[str, SourceBatchResult]
     headers: dict[int, list[str]]
     """CSV: each staged object's header names."""
+    counted: dict[int, Future[ObjectBytes]]
+    """JSON: each staged object's `count_bytes`, being counted beside the read."""
 
 
 def source_rows(spark: Any, config: StreamConfig, plan: ReadPlan, inputs: Path | list[Path]) -> Any:

@@ -46,6 +46,8 @@ SAMPLE_BYTES = 256 << 10
 
 @dataclass
 class SampledObject:
+    """One source object sampled for inference: its key, size, format and the text read."""
+
     key: str
     size: int
     format: ObjectFormat
@@ -59,6 +61,8 @@ class SampledObject:
 
 @dataclass
 class SourceSample:
+    """What sampling a source found: the objects listed and those sampled."""
+
     listed: list[ObjectInfo]
     complete: bool  # the listing holds every object (fewer than LIST_LIMIT)
     sampled: list[SampledObject]

@@ -37,6 +37,8 @@ quarter of DynamoDB's item limit whatever the keys' length."""
 
 @dataclass(frozen=True)
 class UnitObject:
+    """One source object of a work unit: key and size."""
+
     key: str
     size: int
     """Bytes, as listed; -1 where unknown (an item written before units had sizes)."""
@@ -44,6 +46,8 @@ class UnitObject:
 
 @dataclass(frozen=True)
 class WorkUnit:
+    """A work unit: the source objects one lease item holds, keyed by its first object's key."""
+
     key: str
     objects: tuple[UnitObject, ...]
 

@@ -22,7 +22,13 @@ from resources.ledger.publication import Publication
 
 
 class Ledger(ABC):
-    """Which small objects make up each table partition, registered by fenced commits."""
+    """Which small objects make up each table partition, registered by fenced commits.
+
+    Implemented by each store beside `LeaseStore`, so its errors are the store's: "the store
+    errors" in a method's "Raises" are `StoreUnavailableError` (not reached, or throttled,
+    within the bounded retry: a write may or may not have landed, so read before retrying)
+    and `StoreRefusedError` (refused in a way no retry changes). A refused condition writes
+    nothing: each write below is one transaction or one conditional write."""
 
     @abstractmethod
     def commit(
@@ -45,36 +51,48 @@ class Ledger(ABC):
         `delayed_merge_after_s[table]` seconds from now (default: the same) — unless a pending
         job is due earlier already: later commits ride along (`commit_merge_due`). The
         transaction decides which, since only it knows whether the partition is closed.
-        Raises `PartitionNotOwnedError` (fenced: nothing written) or
-        `AlreadyCommittedError`."""
+        Returns the lease item as written and the objects as registered (with their ids).
+        Raises `PartitionNotOwnedError` (fenced: nothing written), `AlreadyCommittedError`
+        (the source partition has a commit record already: nothing written),
+        `CommitTooLargeError` (more objects than one transaction holds: checked before any
+        write), and the store errors."""
 
     @abstractmethod
-    def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None: ...
+    def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None:
+        """The commit record of a source partition (the epoch that committed it and the ids
+        of its objects), None if it was never committed with one. Strongly consistent.
+        Read-only. Raises the store errors."""
 
     @abstractmethod
     def ledger_objects(
         self, table: str, dt: str | None = None, *, after: int = 0
     ) -> list[RegisteredObject]:
         """Committed small objects, by (dt, id): what readers may read, and nothing else. With
-        `after`, only ids above it (one key range: a reader of what is new pays for that)."""
+        `after`, only ids above it (one key range: a reader of what is new pays for that).
+        Read-only. Raises the store errors."""
 
     @abstractmethod
-    def table_partitions(self, table: str) -> list[TablePartition]: ...
+    def table_partitions(self, table: str) -> list[TablePartition]:
+        """Every partition of `table` that has a row (something was committed to it), by
+        dt. Read-only. Raises the store errors."""
 
     @abstractmethod
     def table_partition(self, table: str, dt: str) -> TablePartition | None:
-        """One table partition's row, strongly consistent; None if nothing was committed to it."""
+        """One table partition's row, strongly consistent; None if nothing was committed to it.
+        Read-only. Raises the store errors."""
 
     @abstractmethod
     def merge_ranges(self, table: str, dt: str) -> list[MergeRange]:
-        """The partition's chain, sentinel first, by `upper`; empty if it was never merged."""
+        """The partition's chain, sentinel first, by `upper`; empty if it was never merged.
+        Read-only. Raises the store errors."""
 
     @abstractmethod
     def close_partition(self, table: str, dt: str) -> TablePartition | None:
         """Close the table partition, idempotently: if it is open, `last_live_object_id` becomes
         the last committed id and its merge job is due now, in one conditional write, so a
         racing ingestion commit lands either before it (live) or after it (delayed). A closed
-        partition is left as it is. Returns the partition as stored (None if it has no row)."""
+        partition is left as it is. Returns the partition as stored (None if it has no row).
+        Raises the store errors."""
 
     @abstractmethod
     def commit_merge(self, token: LeaseToken, merge: MergeCommit) -> MergeCommitResult:
@@ -84,8 +102,10 @@ class Ledger(ABC):
         merge; the open range replaced when rewritten), set `desired_manifest_version` and
         `merged_upper` to its `upper`, set `merge_due_at_ms` to `next_merge_due` of what is
         still unmerged at that moment, and hand the job lease back (UNASSIGNED: the next merge
-        acquires it with a new epoch). With `merged=None` only the last two happen. Raises
-        `PartitionNotOwnedError` (fenced: nothing written) or `MergeChainError`."""
+        acquires it with a new epoch). With `merged=None` only the last two happen. Returns
+        what was written. Raises `PartitionNotOwnedError` (fenced: nothing written),
+        `MergeChainError` (the range does not fit the stored chain: nothing written), and
+        the store errors."""
 
     @abstractmethod
     def record_publication(self, publication: Publication) -> Publication:
@@ -95,13 +115,15 @@ class Ledger(ABC):
         `published_upper` and `publication_seq` — and keep it as a history record. Assigns
         `seq` (the partition's `publication_seq + 1`) and `published_at_ms` (now); returns the
         record as stored. Raises `StalePublicationError` (nothing written) when the partition
-        already has this version or a newer one."""
+        already has this version or a newer one, and the store errors."""
 
     @abstractmethod
     def publications(self, table: str, dt: str) -> list[Publication]:
-        """The partition's publication records still kept, by `seq` (the last is current)."""
+        """The partition's publication records still kept, by `seq` (the last is current);
+        empty if it was never published. Read-only. Raises the store errors."""
 
     @abstractmethod
     def forget_publications(self, table: str, dt: str, before_seq: int) -> int:
         """Delete the history records with `seq < before_seq` (never the current one): garbage
-        collection calls it once their files are deleted. Returns how many were deleted."""
+        collection calls it once their files are deleted. Returns how many were deleted.
+        Idempotent. Raises the store errors."""

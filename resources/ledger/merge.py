@@ -92,6 +92,8 @@ class MergeCommit:
 
 @dataclass(frozen=True)
 class MergeCommitResult:
+    """What a merge commit wrote: its range, the job's next due time, the version to publish."""
+
     range: MergeRange | None
     merge_due_at_ms: int | None
     """When the partition's next merge job is due (None: nothing left to merge)."""

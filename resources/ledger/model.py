@@ -37,6 +37,9 @@ class SmallObject:
 
 @dataclass(frozen=True)
 class RegisteredObject:
+    """A small object as the ledger registered it: its id in its table partition, URL, size, rows
+    and origin."""
+
     table: str
     dt: str
     object_id: int
@@ -60,6 +63,8 @@ class RegisteredObject:
 
 @dataclass(frozen=True)
 class TablePartition:
+    """A table partition's ledger row: its id counter, close, merge and publication state."""
+
     table: str
     dt: str
     next_object_id: int
@@ -102,6 +107,8 @@ class CommitRecord:
 
 @dataclass(frozen=True)
 class CommitResult:
+    """What a commit wrote: the lease item after it and the objects registered."""
+
     item: LeaseItem
     objects: tuple[RegisteredObject, ...]
 

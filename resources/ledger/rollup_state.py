@@ -21,6 +21,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from resources.coordination.items import LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
@@ -48,6 +49,12 @@ def encode_value(value: Value | None) -> str | None:
     return None if value is None else json.dumps(list(value), separators=(",", ":"))
 
 
+@overload
+def decode_value(text: str) -> Value: ...
+@overload
+def decode_value(text: None) -> None: ...
+@overload
+def decode_value(text: str | None) -> Value | None: ...
 def decode_value(text: str | None) -> Value | None:
     return None if text is None else tuple(json.loads(text))
 
@@ -57,12 +64,19 @@ class RollupKeyMovedError(LeaseholdError):
 
 
 class RollupLedger(ABC):
+    """Where rollup state lives: one record per (rollup, dt, aggregate key) holding the last
+    batch applied to it (its txid), implemented by each store beside the ledger and written
+    only by `CoordinationStore.write_rollup_batch` under the rollup job's lease. Its errors
+    are the store's: `StoreUnavailableError` (not reached within the bounded retry) and
+    `StoreRefusedError` (refused for good), both `LeaseStoreError`s."""
+
     @abstractmethod
     def rollup_states(
         self, rollup: str, dt: str, keys: Sequence[str] | None = None
     ) -> dict[str, KeyState]:
         """The stored states of `keys` (all of the partition's when None), strongly
-        consistent; a key without a record is absent from the result."""
+        consistent; a key without a record is absent from the result. Read-only. Raises the
+        store's errors (`LeaseStoreError`)."""
 
     @abstractmethod
     def _write_rollup_keys(
@@ -81,4 +95,6 @@ class RollupLedger(ABC):
 
     @abstractmethod
     def forget_rollup(self, rollup: str, dt: str) -> int:
-        """Delete the partition's records (a rollup rebuilt from scratch). Returns how many."""
+        """Delete the partition's records (a rollup rebuilt from scratch). Returns how many.
+        Idempotent. Not fenced: the caller holds the rollup job's lease. Raises the store's
+        errors (`LeaseStoreError`)."""

@@ -21,6 +21,11 @@ class SchemaVersionTakenError(LeaseholdError):
 
 
 class SchemaRegistry(ABC):
+    """Where a stream's schema versions are read and written, implemented by each store
+    beside the ledger (`CoordinationStore.record_schema` decides what to write). Its errors
+    are the store's: `LeaseStoreError`s, `StoreUnavailableError` when not reached within the
+    bounded retry and `StoreRefusedError` when refused for good."""
+
     @abstractmethod
     def schema_versions(self, stream: str) -> list[SchemaVersion]:
         """Every recorded version of `stream`'s schema, oldest first, strongly consistent (a

@@ -17,11 +17,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resources.errors import LeaseholdError
+from resources.errors import ComponentUnreachableError, LeaseholdError
 
 
 class ObjectStoreError(LeaseholdError):
     pass
+
+
+class ObjectStoreUnreachableError(ObjectStoreError, ComponentUnreachableError):
+    """An object store call failed after its bounded retries (endpoint down, throttling, no
+    credentials): the message names the call and the object or prefix."""
+
+    component = "an object store"
 
 
 @dataclass(frozen=True)
@@ -35,55 +42,91 @@ class ObjectInfo:
 
 
 class ObjectStore(ABC):
+    """Objects under one root URL, keyed by paths relative to it: a local directory
+    (`LocalObjectStore`) or an S3 bucket and prefix (`S3ObjectStore`).
+
+    A write is whole and atomic: a reader sees an object entirely or not at all (locally a
+    temporary name renamed onto the key, on S3 one request). Listings are in key order.
+    Errors, as each method's "Raises" names them: `ObjectStoreError` names the object and
+    the action — on S3 a call still failing after the bounded, jittered retry (throttling,
+    5xx, no connection), everywhere a key that escapes the root. What a method does not map
+    comes as the backend's own error: `OSError` locally (disk full, permissions), botocore's
+    `ClientError` on S3 (access denied, no such bucket)."""
+
     root_url: str
 
     @abstractmethod
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
-        """Up to `limit` objects with key > `start_after`, in key order."""
+        """Up to `limit` objects with key > `start_after` (None: from the first), in key
+        order: discovery's cursor (S3's `StartAfter`). Read-only. Raises `ObjectStoreError`
+        (S3: a page still failing after the retry)."""
 
     @abstractmethod
     def list_prefix(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object whose key starts with `prefix` ("" = all), in key order, fetched a page
         at a time: garbage collection walks a whole table root without holding it in memory
-        at once (S3) and without a cursor of its own."""
+        at once (S3) and without a cursor of its own. An object written during the walk may
+        or may not appear. Read-only. Raises `ObjectStoreError` while iterating (S3: a page
+        still failing after the retry)."""
 
     @abstractmethod
     def local_copy(self, key: str, scratch: Path) -> Path:
-        """A local file with the object's bytes (the object itself for a local store)."""
+        """A local file with the object's bytes: the object itself for a local store (not to
+        be changed or deleted), a download under `scratch` for S3 (the caller removes
+        `scratch`). Raises `ObjectStoreError` when the object does not exist or cannot be
+        fetched (S3: after the retry)."""
 
     @abstractmethod
     def move_file(self, local_path: Path, key: str) -> str:
-        """Publish a local file under `key` (moving it); returns the object's URL."""
+        """Publish a local file under `key`, moving it (`local_path` is gone afterwards) and
+        replacing any object there, atomically for readers; returns the object's URL. Its
+        age (`ObjectInfo.modified_ms`) starts now. Raises `ObjectStoreError` (S3: the upload
+        still failing after the retry; the local file is then kept), `OSError` locally."""
 
     @abstractmethod
-    def get_bytes(self, key: str) -> bytes: ...
+    def get_bytes(self, key: str) -> bytes:
+        """The object's whole content. Raises `ObjectStoreError` (S3: after the retry); an
+        absent object raises the backend's own error (`FileNotFoundError` locally,
+        botocore's `ClientError` `NoSuchKey` on S3): a caller that may meet one asks `size`
+        first."""
 
     def head_bytes(self, key: str, n: int) -> bytes:
         """The object's first `n` bytes (all of it when shorter): enough to sample a source
-        without fetching whole objects. Here by reading it all; backends read only the head."""
+        without fetching whole objects. Here by reading it all; backends read only the head.
+        Raises as `get_bytes` does (S3 raises `ObjectStoreError` for an absent object too)."""
         return self.get_bytes(key)[:n]
 
     @abstractmethod
-    def put_bytes(self, key: str, data: bytes) -> str: ...
+    def put_bytes(self, key: str, data: bytes) -> str:
+        """Write `data` as the object `key`, replacing any, atomically for readers; returns
+        its URL. Raises `ObjectStoreError` (S3: after the retry), `OSError` locally."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
-        """Idempotent."""
+        """Remove the object `key`. Idempotent: an absent object is no error. Raises
+        `ObjectStoreError` (S3: after the retry), `OSError` locally."""
 
     @abstractmethod
     def size(self, key: str) -> int | None:
         """The object's length in bytes, None if it does not exist: how a check confirms an
-        object the ledger names is there, in full, without reading it."""
+        object the ledger names is there, in full, without reading it. Raises
+        `ObjectStoreError` (S3: a HEAD failing otherwise than not found, after the retry)."""
 
     def parquet_metadata(self, key: str) -> pq.FileMetaData:
         """A Parquet object's footer (row count, row groups, schema). Here by reading the
-        whole object; backends override it to read only the footer."""
+        whole object; backends override it to read only the footer. Raises
+        `ObjectStoreError` when the object is not Parquet or its footer is unreadable (and
+        when it is absent, in the backends; here as `get_bytes` does)."""
         return parquet_footer(self.get_bytes(key), self.url(key))
 
     def url(self, key: str) -> str:
+        """The URL of `key`: `root_url/key` (what the ledger records). Pure: raises
+        nothing."""
         return f"{self.root_url}/{key}"
 
     def key_of(self, url: str) -> str:
+        """The key of `url` in this store (the inverse of `url`). Raises `ObjectStoreError`
+        when `url` is not under `root_url`."""
         prefix = self.root_url + "/"
         if not url.startswith(prefix):
             raise ObjectStoreError(f"{url!r} is not under {self.root_url!r}")

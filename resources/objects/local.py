@@ -25,6 +25,8 @@ from resources.objects.base import (
 
 
 class LocalObjectStore(ObjectStore):
+    """The object store as a local directory (`file://`)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.root_url = "file://" + str(self.root)

@@ -10,6 +10,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from resources.objects.base import (
     ObjectInfo,
     ObjectStore,
     ObjectStoreError,
+    ObjectStoreUnreachableError,
     parquet_footer,
     parquet_footer_length,
 )
@@ -33,6 +35,9 @@ FOOTER_GUESS = 64 * 1024
 
 
 class S3ObjectStore(ObjectStore):
+    """The object store as an S3 bucket and prefix (`s3://`), every call retried with bounded
+    backoff."""
+
     list_page_size = 1000
     """Keys per list request (S3's maximum); the contract tests lower it to cross pages."""
 
@@ -73,7 +78,7 @@ class S3ObjectStore(ObjectStore):
             return isinstance(exc, BotoCoreError)
 
         def give_up(exc: BaseException, attempts: int) -> BaseException:
-            return ObjectStoreError(
+            return ObjectStoreUnreachableError(
                 f"S3 {action} of s3://{self.bucket}/{self._key(key)} failed after "
                 f"{attempts} attempts: {exc}"
             )
@@ -104,7 +109,7 @@ class S3ObjectStore(ObjectStore):
         if start_after is not None:
             kwargs["StartAfter"] = start_after
         while True:
-            page = self._call("list", "", lambda kw=dict(kwargs): self.client.list_objects_v2(**kw))
+            page = self._call("list", "", partial(self.client.list_objects_v2, **kwargs))
             for obj in page.get("Contents", []):
                 modified = int(obj["LastModified"].timestamp() * 1000)
                 yield ObjectInfo(obj["Key"][len(base) :], obj["Size"], modified)
@@ -153,7 +158,8 @@ class S3ObjectStore(ObjectStore):
             )
 
         try:
-            return self._call("ranged get", key, get)["Body"].read()
+            body: bytes = self._call("ranged get", key, get)["Body"].read()
+            return body
         except ClientError as exc:
             raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 
@@ -198,7 +204,8 @@ class S3ObjectStore(ObjectStore):
             )
 
         try:
-            return self._call("ranged get", key, get)["Body"].read()
+            body: bytes = self._call("ranged get", key, get)["Body"].read()
+            return body
         except ClientError as exc:
             raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 

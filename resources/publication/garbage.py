@@ -58,6 +58,8 @@ REASONS = (SUPERSEDED_MERGED, MERGED_SMALL, EXPIRED_MANIFEST, ORPHAN)
 
 @dataclass(frozen=True)
 class Deletion:
+    """One file garbage collection deletes, and why."""
+
     key: str
     size: int
     reason: str
@@ -65,6 +67,8 @@ class Deletion:
 
 @dataclass(frozen=True)
 class GcPlan:
+    """What one collection will delete and which history records it may then forget."""
+
     deletions: tuple[Deletion, ...]
     forget: dict[str, int]
     """dt -> the first retained publication's `seq`: the history records before it name only
@@ -75,6 +79,8 @@ class GcPlan:
 
 @dataclass(frozen=True)
 class GcReport:
+    """What one collection deleted (or would, in a dry run), by reason, and what failed."""
+
     table: str
     dry_run: bool
     files: int
@@ -129,6 +135,9 @@ class _KeepSet:
 
 
 class GarbageCollector:
+    """Deletes a table's files that no retained publication, ledger state or running attempt may
+    still read."""
+
     def __init__(
         self,
         config: StreamConfig,

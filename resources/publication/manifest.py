@@ -28,6 +28,8 @@ SYMLINK_NAME = "manifest"
 
 @dataclass(frozen=True)
 class ManifestEntry:
+    """One data file a manifest version names: URL and size."""
+
     url: str
     content_length: int
 

@@ -68,6 +68,8 @@ MAX_CATCH_UPS = 3
 
 @dataclass(frozen=True)
 class PublicationOutcome:
+    """What publishing one partition did: the outcome, why, and the publication recorded."""
+
     dt: str
     outcome: str
     """PUBLISHED, UP_TO_DATE, CATALOG_REPAIRED or FAILED (retried by the next run)."""
@@ -118,6 +120,10 @@ class PublicationError(LeaseholdError):
 
 
 class Publisher:
+    """Publishes a table's date partitions to readers: writes a manifest version (the files
+    that make up each partition now), records it in the ledger as current
+    (`Ledger.record_publication`) and points the catalog partition at it."""
+
     def __init__(
         self,
         config: StreamConfig,
@@ -146,7 +152,7 @@ class Publisher:
 
     def table_definition(self, config: StreamConfig | None = None) -> TableDefinition:
         """The columns of `config` (default: the publisher's own), in their order (`dt` is
-        the partition key, not a column), and the table's root URL."""
+        the partition key, not a column), and the table's root URL. Pure: raises nothing."""
         config = config or self.config
         columns = tuple(Column(c.name, HIVE_TYPES[c.type]) for c in config.columns)
         return TableDefinition(self.table, columns, config.table)
@@ -155,7 +161,8 @@ class Publisher:
 
     def due(self) -> list[str]:
         """The dts whose publication is due, or whose catalog partition lags the ledger's
-        current publication (a publisher crashed between recording and cataloging), by dt."""
+        current publication (a publisher crashed between recording and cataloging), by dt.
+        Read-only. Raises the store errors (`LeaseStoreError`) and `CatalogError`."""
         catalog_seq = {p.dt: p.seq for p in self._catalog_partitions()}
         return sorted(
             tp.dt
@@ -171,12 +178,17 @@ class Publisher:
     # -- publishing ----------------------------------------------------------------------------
 
     def publish(self, dts: Sequence[str]) -> Iterator[PublicationOutcome]:
-        """Outcomes of publishing each table partition, in order; never raises for one
-        partition's failure."""
+        """Outcomes of publishing each table partition, in order (`publish_one` each), lazily;
+        never raises for one partition's failure. Raises what `publish_one` lets through."""
         for dt in dts:
             yield self.publish_one(dt)
 
     def publish_one(self, dt: str) -> PublicationOutcome:
+        """Publish partition `dt` if due: `PUBLISHED`, `UP_TO_DATE`, `CATALOG_REPAIRED` (the
+        catalog caught up with the ledger's current publication) or `FAILED` (a store, object
+        store or catalog error after its retries, or a ledger read this attempt cannot trust:
+        nothing current moved; the next run retries). Raises only what is neither a
+        `LeaseholdError` nor an `OSError` (a bug)."""
         try:
             return self._publish(dt)
         except (LeaseholdError, OSError) as exc:

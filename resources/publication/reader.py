@@ -32,12 +32,16 @@ class PublishedReadError(LeaseholdError):
 
 
 class TableNotPublishedError(PublishedReadError):
+    """The table is not in the catalog: nothing was published yet."""
+
     def __init__(self, table: str) -> None:
         super().__init__(f"table {table!r} is not in the catalog (nothing published yet?)")
         self.table = table
 
 
 class PartitionNotPublishedError(PublishedReadError):
+    """The table has no published partition for that date."""
+
     def __init__(self, table: str, dt: str) -> None:
         super().__init__(f"{table} has no published partition dt={dt}")
         self.table = table

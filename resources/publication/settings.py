@@ -16,12 +16,16 @@ from resources.settings import Settings, at_least, setting
 
 
 class PublicationConfigError(ConfigError):
+    """Invalid publication configuration (`PublicationSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="publication configuration")
 
 
 @dataclass(frozen=True)
 class PublicationSettings(Settings):
+    """Publication limits: how long garbage collection waits to delete, publications per run."""
+
     config_error = PublicationConfigError
 
     gc_safety_delay_seconds: float = setting(

@@ -21,6 +21,8 @@ Value = tuple[Number | None, ...]
 
 
 class Function(str, Enum):
+    """An aggregate function a rollup may use."""
+
     COUNT = "count"
     SUM = "sum"
     MIN = "min"

@@ -74,7 +74,7 @@ class StrictOrder(Generic[R]):
         if index < self._next or generation < self._valid_from[index]:
             return []  # committed already, or abandoned: never applied twice or out of turn
         self._results[index] = result
-        ready = []
+        ready: list[tuple[Batch, R]] = []
         while self._next + len(ready) in self._results:
             n = self._next + len(ready)
             ready.append((self._order[n], self._results.pop(n)))

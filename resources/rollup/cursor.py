@@ -21,6 +21,9 @@ def rollup_id(table: str, spec: RollupSpec) -> str:
 
 @dataclass(frozen=True)
 class RollupCursor:
+    """A rollup job's progress for one date, kept in its lease item: what is applied, what is being
+    written."""
+
     upto: int = 0
     """The txid of the last batch applied whole: every id up to it is in the state."""
     pending: tuple[int, int] | None = None

@@ -29,6 +29,8 @@ CALL = re.compile(r"(count|sum|min|max)\s*(?:\(\s*([A-Za-z_][A-Za-z0-9_]*)?\s*\)
 
 @dataclass(frozen=True)
 class RollupSpec:
+    """A rollup as streams.yaml declares it: its name, group_by columns, aggregates and mode."""
+
     name: str
     group_by: tuple[str, ...]
     aggregates: tuple[Aggregate, ...]

@@ -32,6 +32,9 @@ K = TypeVar("K")
 
 
 class Mode(str, Enum):
+    """How a rollup replays a batch: transactional (same txid, same rows) or opaque (keeps each
+    key's previous value)."""
+
     TRANSACTIONAL = "transactional"
     OPAQUE = "opaque"
 

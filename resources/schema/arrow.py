@@ -51,7 +51,7 @@ def arrow_schema(columns: Sequence[ColumnSpec], version: int | None = None) -> p
 
 
 def _strings(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def same_type(held: pa.DataType, wanted: pa.DataType) -> bool:

@@ -9,5 +9,7 @@ TYPES = ("string", "long", "int", "double", "boolean", "timestamp", "date")
 
 @dataclass(frozen=True)
 class ColumnSpec:
+    """A column of a stream's schema: its name and streams.yaml type."""
+
     name: str
     type: str

@@ -29,7 +29,9 @@ def version_metadata(version: int) -> dict[bytes, bytes]:
     """The key-value metadata saying an object holds `version`'s columns: merge it into the
     Arrow schema's metadata before writing (`schema.with_metadata({**old, **this})`).
     Raises `ValueError` for a version below 1 (versions count from 1)."""
-    if isinstance(version, bool) or not isinstance(version, int) or version < FIRST_VERSION:
+    # Checked beyond the annotation (mypy calls it redundant): a version also comes from
+    # files and run config.
+    if isinstance(version, bool) or not isinstance(version, int) or version < FIRST_VERSION:  # type: ignore[redundant-expr]
         raise ValueError(f"a schema version is an integer from 1, not {version!r}")
     return {SCHEMA_VERSION_KEY: str(version).encode("ascii")}
 

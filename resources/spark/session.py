@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resources.errors import ConfigError, LeaseholdError
+from resources.errors import ComponentUnreachableError, ConfigError
 from resources.settings import Settings, setting
+from resources.spark.reachable import require_reachable
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 
@@ -46,6 +47,8 @@ LOOPBACK_CONF = {
 
 
 class SparkConfigError(ConfigError):
+    """Invalid Spark configuration (`SparkSettings`), naming the field."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message, what="Spark configuration")
 
@@ -71,8 +74,10 @@ class SparkSettings(Settings):
     )
 
 
-class SparkSessionError(LeaseholdError):
+class SparkSessionError(ComponentUnreachableError):
     """Spark could not be started or reached: no Java, a bad master, a Connect server down."""
+
+    component = "Spark"
 
 
 def prepare_environment() -> None:
@@ -124,8 +129,10 @@ def session_conf(
 def starting_spark(master: str | None, remote: str | None, log_file: str | None) -> Iterator[None]:
     """Around the call that starts Spark: Java found, loopback only, the JVM's output to
     `log_file` (`LEASEHOLD_SPARK_LOG`), and whatever stops it from starting turned into one
-    message."""
+    message. A master or Connect server that is not listening fails first, in a second
+    (`require_reachable`), not after a minute of Spark's own attempts."""
     prepare_environment()
+    require_reachable(master, remote)
     try:
         with jvm_output_to(Path(log_file) if log_file else None):
             yield

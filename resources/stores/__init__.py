@@ -9,6 +9,8 @@ May import: `resources.coordination`, `resources.ledger`, `resources.errors`, `r
 
 from __future__ import annotations
 
+from typing import Any
+
 from resources.coordination.items import Clock
 from resources.stores.base import CoordinationStore
 from resources.stores.opening import Opening
@@ -23,7 +25,7 @@ def build_store(
     """Validate, then construct the backend. Nothing touches the store before validation;
     unless `opening` is `Opening.CREATE`, nothing is created (`StoreNotFoundError`)."""
     settings.validate()
-    extra = {} if clock is None else {"clock": clock}
+    extra: dict[str, Any] = {} if clock is None else {"clock": clock}
     if settings.backend == "sqlite":
         from resources.stores.sqlite.store import SqliteLeaseStore
 

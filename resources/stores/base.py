@@ -149,6 +149,17 @@ def _ms(seconds: float) -> int:
 
 
 class CoordinationStore(LeaseStore, Ledger, RollupLedger, SchemaRegistry, ABC):
+    """One store holding the leases, the ledger, rollup state and schema versions on one
+    connection, so that a commit can write the ledger and the lease item in one transaction:
+    what a backend implements (`SqliteLeaseStore`, `DynamoDbLeaseStore`) and what every
+    layer above is given. The fenced operations that span the parts are here, on the
+    backends' transactions (`_commit`, `_commit_merge`, `_write_rollup_keys`).
+
+    Errors are those of its parts: every call may raise the store errors
+    (`StoreUnavailableError` within the bounded retry, `StoreRefusedError` for good), a
+    fenced write `PartitionNotOwnedError` when its token no longer holds (nothing
+    written)."""
+
     def record_schema(
         self, stream: str, columns: Sequence[ColumnSpec], origin: SchemaOrigin
     ) -> SchemaVersion:

@@ -13,6 +13,8 @@ import enum
 
 
 class Opening(enum.Enum):
+    """How a store is opened: created when missing, required to exist, or read-only."""
+
     CREATE = "create"
     """Create the file and schema, or the table, when missing (and check an existing one)."""
     EXISTING = "existing"

@@ -36,6 +36,8 @@ def _partition_prefix(value: str) -> str | None:
 
 @dataclass(frozen=True)
 class StoreSettings(Settings):
+    """Which coordination store (SQLite file or DynamoDB table) and how to reach it."""
+
     config_error = StoreConfigError
 
     backend: str = setting(

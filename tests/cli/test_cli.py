@@ -61,12 +61,15 @@ def test_bad_configuration_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     ]
 
 
-def test_store_failure_is_one_line_and_exit_1(unreachable_dynamodb, capsys) -> None:
+def test_store_failure_is_two_lines_and_exit_1(unreachable_dynamodb, capsys) -> None:
+    """The error, then which component and `leasehold doctor` (tests/cli/test_faults_at_the_door.py
+    has one such test per component)."""
     assert main(["status"]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1, err
+    assert len(err) == 2, err
     assert err[0].startswith("leasehold: DynamoDB table 'leasehold-coordination': DescribeTable")
     assert "failed after 2 attempts" in err[0] and "Traceback" not in err[0]
+    assert err[1].startswith("leasehold: the lease store could not be used: run `leasehold doctor`")
 
 
 def test_debug_adds_the_traceback(unreachable_dynamodb, capsys) -> None:
@@ -75,7 +78,8 @@ def test_debug_adds_the_traceback(unreachable_dynamodb, capsys) -> None:
     assert err.startswith("Traceback (most recent call last):")
     assert "EndpointConnectionError" in err  # the cause, chained
     assert "StoreUnavailableError" in err
-    assert err.splitlines()[-1].startswith("leasehold: DynamoDB table 'leasehold-coordination'")
+    assert err.splitlines()[-2].startswith("leasehold: DynamoDB table 'leasehold-coordination'")
+    assert err.splitlines()[-1].endswith("(the traceback is above)")
 
 
 def test_debug_after_the_command_and_for_configuration_errors(monkeypatch, capsys) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 NOISE = ("WARN", "log4j", "incubator", "FutureWarning", "BetaWarning", "PreviewWarning")
@@ -27,9 +28,9 @@ AUDIT = re.compile(
 pytestmark = pytest.mark.slow
 
 
-def leasehold(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def leasehold(project: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DAGSTER_"))}
-    env.update(PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1")
+    env.update(PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1", **settings)
     return subprocess.run(
         [sys.executable, "-m", "resources.cli.main", *args],
         cwd=project,
@@ -80,3 +81,29 @@ def test_the_main_job_tells_the_story_quietly_and_its_audit_adds_up(tmp_path: Pa
         again.stdout.splitlines()
     )
     assert "nothing new: every source object listed is already ingested" in again.stdout
+
+
+def test_the_main_job_on_dagsters_own_event_log_then_on_leaseholds_again(tmp_path: Path) -> None:
+    """The fast event log turned off (`LEASEHOLD_EVENT_LOG=dagster`, docs/dagster-internals.md):
+    the main job runs on Dagster's own SQLite storage; turned on again over the same instance,
+    the next run finds everything ingested — each storage read what the other wrote."""
+    shutil.copy(REPO / "streams.yaml", tmp_path / "streams.yaml")
+    home = tmp_path / "data" / "dagster_home"
+
+    first = leasehold(tmp_path, "run", "--sample-objects", "20", LEASEHOLD_EVENT_LOG="dagster")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "checks: all 14 passed" in first.stdout, first.stdout
+    (audit,) = [m for m in map(AUDIT.match, first.stdout.splitlines()) if m]
+    assert audit.group(5, 6) == ("0", "0"), first.stdout  # duplicates, losses
+    assert yaml.safe_load((home / "dagster.yaml").read_text())["storage"] == {
+        "sqlite": {"base_dir": str(home.resolve())}
+    }
+    assert list((home / "history" / "runs").glob("*.db"))  # Dagster's layout and files
+
+    again = leasehold(tmp_path, "run")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "events: nothing new: no source object ingested twice, the table unchanged" in (
+        again.stdout.splitlines()
+    ), again.stdout
+    config = yaml.safe_load((home / "dagster.yaml").read_text())
+    assert config["event_log_storage"]["class"] == "PooledSqliteEventLogStorage"

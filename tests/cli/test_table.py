@@ -509,12 +509,12 @@ def test_status_shows_each_partitions_published_version(env: Published, capsys) 
 
 
 def test_the_readmes_duckdb_snippet_reads_the_published_partition(env: Published) -> None:
-    """README "Querying the table": its SQL, with the location `table ls` shows, counts the
+    """docs/concepts/querying.md: its SQL, with the location `table ls` shows, counts the
     partition's committed rows."""
     import duckdb
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("\n## Querying the table\n") :]
+    docs = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "querying.md"
+    section = docs.read_text(encoding="utf-8")
     sql = section[section.index("```sql\n") + len("```sql\n") :]
     sql = sql[: sql.index("```")]
     location = LocalCatalog(env.catalog_path).partition(STREAM, DT).location

@@ -27,11 +27,11 @@ from dagster import (
 )
 from dagster._core.storage.event_log import SqliteEventLogStorage
 
-from resources.dagster_resources.instance import (
+from resources.dagster_resources.dagster_internals import (
     MAX_OPEN_RUN_SHARDS,
     PooledSqliteEventLogStorage,
-    write_instance_yaml,
 )
+from resources.dagster_resources.instance import write_instance_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sources = DynamicPartitionsDefinition(name="sources")
@@ -49,7 +49,7 @@ def dagster_default_instance(home: Path) -> DagsterInstance:
 
 
 def leasehold_instance(home: Path) -> DagsterInstance:
-    write_instance_yaml(home)
+    write_instance_yaml(home, "pooled")
     return DagsterInstance.from_config(str(home))
 
 
@@ -207,7 +207,7 @@ def write_in_child(home: Path, run_id: str, count: int, then: str) -> int:
 def test_a_writer_killed_right_after_its_events_loses_none(tmp_path: Path) -> None:
     """Commits do not wait for the disk (synchronous=NORMAL): a killed process must still lose
     nothing that it committed."""
-    write_instance_yaml(tmp_path)
+    write_instance_yaml(tmp_path, "pooled")
     run_id = str(uuid.uuid4())
     assert write_in_child(tmp_path, run_id, 20, "killed") == -signal.SIGKILL
     reader = SqliteEventLogStorage(str(tmp_path / "history" / "runs"))
@@ -217,7 +217,7 @@ def test_a_writer_killed_right_after_its_events_loses_none(tmp_path: Path) -> No
 def test_a_writer_that_exits_leaves_its_last_events_in_the_watched_file(tmp_path: Path) -> None:
     """Checkpoints are deferred, but a run worker exits right after its last event: the shard's
     `.db` file itself, which the webserver's watcher follows, must hold that event."""
-    write_instance_yaml(tmp_path)
+    write_instance_yaml(tmp_path, "pooled")
     run_id = str(uuid.uuid4())
     assert write_in_child(tmp_path, run_id, 20, "exits") == 0
     shard = tmp_path / "history" / "runs" / f"{run_id}.db"

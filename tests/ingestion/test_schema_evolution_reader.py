@@ -8,9 +8,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from resources.ingestion.field_scan import holds_only_known, known_counts, scan_fields
+from resources.ingestion.field_scan import (
+    _counted,
+    count_bytes,
+    holds_only_known,
+    known_counts,
+    scan_fields,
+)
 from resources.ingestion.source_reader import MAX_READ_BYTES, SourceReader
+from resources.schema.columns import ColumnSpec
 from resources.schema.parquet_meta import read_version
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
@@ -156,6 +165,108 @@ def test_ignore_leaves_fields_out_and_counts_them_by_name(
     assert result.unknown_fields == {"country": 2, "device": 1, "score": 2}
 
 
+def corpus(d: Path, objects: dict[str, list[str]]) -> dict[str, Path]:
+    d.mkdir()
+    for name, lines in objects.items():
+        (d / name).write_text("\n".join(lines) + "\n")
+    return {name: d / name for name in objects}
+
+
+def test_fields_an_object_starts_with_are_read_at_once_typed_by_every_record(
+    spark, sqlite_store, tmp_path: Path
+) -> None:
+    """The first records' fields are read with the batch as guessed columns; the exact check
+    still types each by every value, and reads again only the objects the guess got wrong."""
+    files = corpus(
+        tmp_path / "src",
+        {
+            "a.jsonl": [rec(0), rec(1)],
+            "b.jsonl": [rec(2, score=1), rec(3, score=2.5)],  # long, then double
+            "c.jsonl": [rec(4, level=1), rec(5, level="high")],  # long, then text
+            "d.jsonl": [
+                rec(6, ratio=0.5),
+                '{"id": "r7", "ts": "2026-01-01T10:00:00Z", '
+                '"user": "u", "value": 7, "ratio": "NaN"}',
+            ],  # Spark reads "NaN" as a double
+            "e.jsonl": [rec(8, country="NZ"), rec(9, country="FR", zone=3)],  # zone unguessed
+        },
+    )
+    _, results = read(spark, sqlite_store, stream(tmp_path, "add"), files, tmp_path)
+    (result,) = results.values()
+    (_, version) = sqlite_store.schema_versions("ev")
+    assert {c.name: c.type for c in version.columns if c.name in version.added} == {
+        "score": "double",
+        "level": "string",
+        "ratio": "string",
+        "country": "string",
+        "zone": "long",
+    }
+    assert version.origin.object_key == "b.jsonl" and version.origin.line == 1
+    assert result.rows_quarantined == 0 and result.unknown_fields == {}
+    rows = {r["id"]: r for r in rows_of(result)}
+    assert [rows[f"r{i}"]["score"] for i in (2, 3)] == [1.0, 2.5]
+    assert [rows[f"r{i}"]["level"] for i in (4, 5)] == ["1", "high"]
+    assert [rows[f"r{i}"]["ratio"] for i in (6, 7)] == ["0.5", "NaN"]
+    assert [rows[f"r{i}"]["zone"] for i in (8, 9)] == [None, 3]
+    assert rows["r0"]["country"] is None and rows["r9"]["country"] == "FR"
+
+
+def test_a_source_that_changed_from_its_objects_first_records_is_read_once(
+    spark, sqlite_store, tmp_path: Path
+) -> None:
+    files = corpus(
+        tmp_path / "src",
+        {
+            "a.jsonl": [rec(0), rec(1)],
+            "b.jsonl": [rec(2, country="NZ"), rec(3, country="FR")],
+            "c.jsonl": [rec(4, country="NZ", device={"os": "ios"}), rec(5, device={"os": "a"})],
+        },
+    )
+    config = followed_config(sqlite_store, stream(tmp_path, "add"))
+    reader = SourceReader(
+        spark,
+        config,
+        record_schema=lambda cols, origin: sqlite_store.record_schema("ev", cols, origin),
+    )
+    reads = []
+    arrow = reader._arrow
+    reader._arrow = lambda config, inputs: reads.append(inputs) or arrow(config, inputs)
+    (result,) = reader.read(files, tmp_path / "stage", "a1", {k: "u" for k in files}).values()
+    assert len(reads) == 1
+    assert result.new_columns == ["country", "device"] and result.schema_version == 2
+    rows = {r["id"]: r for r in rows_of(result)}
+    assert rows["r3"]["country"] == "FR" and json.loads(rows["r5"]["device"]) == {"os": "a"}
+
+
+def test_a_guessed_column_another_run_recorded_with_another_type_keeps_that_type(
+    spark, sqlite_store, tmp_path: Path
+) -> None:
+    files = corpus(tmp_path / "src", {"a.jsonl": [rec(0, code="NZ"), rec(1, code=7)]})
+    config = followed_config(sqlite_store, stream(tmp_path, "add"))
+
+    def record_after_another_run(cols, origin):
+        sqlite_store.record_schema("ev", [ColumnSpec("code", "long")], origin)
+        return sqlite_store.record_schema("ev", cols, origin)
+
+    reader = SourceReader(spark, config, record_schema=record_after_another_run)
+    (result,) = reader.read(files, tmp_path / "stage", "a1", {k: "u" for k in files}).values()
+    assert [c.type for c in sqlite_store.schema_versions("ev")[-1].columns][-1] == "long"
+    assert [(r["id"], r["code"]) for r in rows_of(result)] == [("r1", 7)]
+    (q,) = result.quarantine_files
+    assert pq.read_table(q.local_path).column("reason").to_pylist() == [
+        "wrong type for code: expected long"
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b'"', b":", b"null", b" ", b"n", b"a", b"\\", b"'"]), max_size=40))
+def test_the_byte_counts_are_the_substring_counts(parts: list[bytes]) -> None:
+    data = b"".join(parts)
+    counted = _counted(data)
+    assert counted.keys == data.count(b'":')
+    assert counted.null_keys == data.count(b'":null') + data.count(b'": null')
+
+
 @pytest.mark.parametrize(
     ("line", "unknown"),
     [
@@ -167,6 +278,11 @@ def test_ignore_leaves_fields_out_and_counts_them_by_name(
         ('{"id": "a", "n": 1, "\\u0078": 2}', True),
         ('[{"id": "a", "n": 1}, {"id": "b", "x": 1}]', True),
         ('{"id": "{\\"x\\": 1}", "n": 1}', False),
+        ('{"id": "caf\\u00e9", "n": 1}', False),  # non-ASCII text escaped: no blur
+        ('{"id": "a\\u0022:", "n": 1, "x": 2}', True),  # an escaped quote fakes a key
+        ('{"id": "a\\":nope", "n": 1, "x": 2}', True),  # `":n` in a value is not a null
+        ('{"id": "a\\":null", "n": 1}', False),
+        ('{"id": "a", "n": 1, "x": null, "y": 3}', True),
     ],
 )
 def test_the_byte_count_proof_never_clears_an_object_holding_another_field(
@@ -188,7 +304,9 @@ def test_the_byte_count_proof_never_clears_an_object_holding_another_field(
         }
     )
     expected = known_counts(rows, [("id", "string"), ("n", "long")])[0]
-    assert holds_only_known(path, expected) == (not unknown)  # these clean ones it clears
+    assert holds_only_known(count_bytes(path), expected) == (
+        not unknown
+    )  # these clean ones it clears
 
 
 @READS

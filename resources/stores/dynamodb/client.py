@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 import botocore.session
@@ -32,6 +32,9 @@ from botocore.exceptions import (
     NoCredentialsError,
     ReadTimeoutError,
 )
+
+if TYPE_CHECKING:  # boto3-stubs, a dev extra: only the type checker reads them
+    from mypy_boto3_dynamodb.type_defs import KeysAndAttributesTypeDef, WriteRequestUnionTypeDef
 
 from resources.coordination.errors import (
     StoreConfigError,
@@ -96,8 +99,8 @@ def is_retryable(exc: BaseException) -> bool:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if status >= 500:
             return True
-    if error_code(exc) == "TransactionCanceledException":
-        reasons = set(cancellation_reasons(exc)) - {"None"}  # type: ignore[arg-type]
+    if isinstance(exc, ClientError) and error_code(exc) == "TransactionCanceledException":
+        reasons = set(cancellation_reasons(exc)) - {"None"}
         return reasons == {"TransactionConflict"}
     return False
 
@@ -128,7 +131,8 @@ class AssumedRole:
             "access_key": creds["AccessKeyId"],
             "secret_key": creds["SecretAccessKey"],
             "token": creds["SessionToken"],
-            "expiry_time": expiry.isoformat() if isinstance(expiry, datetime) else str(expiry),
+            # A datetime from botocore; the text of anything else a stubbed client gives.
+            "expiry_time": expiry.isoformat() if isinstance(expiry, datetime) else str(expiry),  # type: ignore[redundant-expr]
         }
 
     def session(self, first: dict[str, Any], region: str) -> boto3.session.Session:
@@ -224,7 +228,7 @@ class DynamoDbClient:
         exist, strongly consistent, only `attributes` when given, `BATCH_GET_KEYS` per call.
         Keys left unprocessed are asked again, and only those, with the same bounded, jittered
         backoff as any throttled call."""
-        request: dict[str, Any] = {"ConsistentRead": True}
+        request: KeysAndAttributesTypeDef = {"Keys": [], "ConsistentRead": True}
         if attributes:
             placeholders = {f"#a{i}": name for i, name in enumerate(attributes)}
             request["ProjectionExpression"] = ", ".join(placeholders)
@@ -236,11 +240,14 @@ class DynamoDbClient:
         return found
 
     def _batch_attempt(
-        self, request: dict[str, Any], keys: list[dict[str, Any]], found: list[dict[str, Any]]
+        self,
+        request: KeysAndAttributesTypeDef,
+        keys: list[dict[str, Any]],
+        found: list[dict[str, Any]],
     ) -> Callable[[], None]:
         """One batch as a retryable call: each attempt asks for the keys still unprocessed and
         adds what it got to `found`."""
-        pending = keys
+        pending: Sequence[Mapping[str, Any]] = keys
 
         def attempt() -> None:
             nonlocal pending
@@ -249,7 +256,8 @@ class DynamoDbClient:
             )
             found.extend(out.get("Responses", {}).get(self.table_name, []))
             asked = len(pending)
-            pending = out.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+            unprocessed = out.get("UnprocessedKeys", {}).get(self.table_name)
+            pending = unprocessed.get("Keys", []) if unprocessed else []
             if pending:
                 raise UnprocessedKeysError(f"{len(pending)} of {asked} keys left unprocessed")
 
@@ -260,11 +268,13 @@ class DynamoDbClient:
         no error. Keys left unprocessed are sent again, and only those, with the same bounded,
         jittered backoff as any throttled call."""
         for start in range(0, len(keys), BATCH_WRITE_KEYS):
-            batch = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + BATCH_WRITE_KEYS]]
+            batch: list[WriteRequestUnionTypeDef] = [
+                {"DeleteRequest": {"Key": k}} for k in keys[start : start + BATCH_WRITE_KEYS]
+            ]
             self.call(action, self._delete_attempt(batch))
 
-    def _delete_attempt(self, requests: list[dict[str, Any]]) -> Callable[[], None]:
-        pending = requests
+    def _delete_attempt(self, requests: list[WriteRequestUnionTypeDef]) -> Callable[[], None]:
+        pending: Sequence[WriteRequestUnionTypeDef] = requests
 
         def attempt() -> None:
             nonlocal pending

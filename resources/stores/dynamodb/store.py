@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from resources.coordination.errors import StoreRefusedError
 from resources.coordination.items import (
     ATTR,
     Clock,
@@ -39,6 +41,9 @@ METRICS_SID = "__leasehold__|metrics"
 
 
 class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
+    """The coordination store on one DynamoDB table: leases, ledger, rollup state and schema
+    versions."""
+
     backend = "dynamodb"
 
     def __init__(
@@ -63,12 +68,17 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         self.dynamodb = DynamoDbClient(settings, retry=retry, sleep=sleep)
         self.client = self.dynamodb.client
         self._call = self.dynamodb.call
-        if opening is not Opening.CREATE:
-            require_table(self.dynamodb, settings)
-        elif settings.skip_table_creation:
-            check_table(self.dynamodb, settings)
-        else:
-            create_table(self.dynamodb, settings)
+        try:
+            if opening is not Opening.CREATE:
+                require_table(self.dynamodb, settings)
+            elif settings.skip_table_creation:
+                check_table(self.dynamodb, settings)
+            else:
+                create_table(self.dynamodb, settings)
+        except (ClientError, BotoCoreError) as exc:
+            # What no retry changes — no credentials, access denied — said as the store's
+            # error, naming the table and where it is, like an endpoint that never answered.
+            raise StoreRefusedError(f"{settings.location()}: {exc}") from exc
 
     @property
     def retry(self) -> RetryPolicy:
@@ -88,7 +98,8 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             try:
                 self._call(
                     "create",
-                    lambda items=items: self.client.transact_write_items(
+                    partial(
+                        self.client.transact_write_items,
                         TransactItems=[
                             {
                                 "Put": {
@@ -99,7 +110,7 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
                                 }
                             }
                             for item in items
-                        ]
+                        ],
                     ),
                 )
                 return len(items)
@@ -128,7 +139,7 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            old = exc.response.get("Item")
+            old = cast("dict[str, Any] | None", exc.response.get("Item"))
             if old is None:  # the server did not return the old item
                 return None, self.get(source_identifier, partition_key)
             return None, codec.item_from(old)
@@ -148,6 +159,7 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         page short of `limit` does not mean there are no more."""
         values = {":sk": codec.s(status_key(sid, status))}
         if op == "BETWEEN":
+            assert not isinstance(bound, str)  # BETWEEN takes (low, high)
             low, high = bound
             condition = "#status_key = :sk AND #priority BETWEEN :p AND :q"
             values.update({":p": codec.s(low), ":q": codec.s(high)})
@@ -169,7 +181,7 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             }
             if start is not None:
                 query["ExclusiveStartKey"] = start
-            out = self._call("query_status", lambda query=query: self.client.query(**query))
+            out = self._call("query_status", partial(self.client.query, **query))
             items += [codec.item_from(raw) for raw in out.get("Items", [])]
             start = out.get("LastEvaluatedKey")
             if start is None:
@@ -274,7 +286,7 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
         # Without progress: every attribute but it (DynamoDB still charges reads by item size,
         # but the bytes never cross the network or get decoded).
         names = [] if progress else [a for c, a in ATTR.items() if c != "progress"]
-        projection = {
+        projection: dict[str, Any] = {
             "ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(names))),
             "ExpressionAttributeNames": {f"#p{i}": name for i, name in enumerate(names)},
         }
@@ -303,7 +315,8 @@ class DynamoDbLeaseStore(DynamoDbLedger, CoordinationStore):
             values = {f":m{i}": codec.n(v) for i, v in enumerate(metrics.values())}
             self._call(
                 "flush_metrics",
-                lambda names=names, values=values, sid=sid: self.client.update_item(
+                partial(
+                    self.client.update_item,
                     TableName=self.table_name,
                     Key=codec.key(METRICS_SID, sid),
                     UpdateExpression="ADD " + ", ".join(f"{n} :{n[1:]}" for n in names),

@@ -6,7 +6,7 @@ creates it: a missing table is a `StoreNotFoundError` naming table, region and e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -14,6 +14,9 @@ from resources.coordination.errors import StoreConfigError, StoreNotFoundError
 from resources.coordination.items import ATTR
 from resources.stores.dynamodb.client import DynamoDbClient, error_code
 from resources.stores.settings import StoreSettings
+
+if TYPE_CHECKING:  # boto3-stubs, a dev extra: only the type checker reads them
+    from mypy_boto3_dynamodb.type_defs import TableDescriptionTypeDef
 
 GSI = "source-status"
 
@@ -80,7 +83,9 @@ def create_table(client: DynamoDbClient, settings: StoreSettings) -> None:
     check_table(client, settings)
 
 
-def describe_table(client: DynamoDbClient, settings: StoreSettings) -> dict[str, Any] | None:
+def describe_table(
+    client: DynamoDbClient, settings: StoreSettings
+) -> TableDescriptionTypeDef | None:
     """The table's description, None if there is no such table."""
     try:
         return client.call(
@@ -112,7 +117,9 @@ def check_table(client: DynamoDbClient, settings: StoreSettings) -> None:
     _check_fit(client, settings, table)
 
 
-def _check_fit(client: DynamoDbClient, settings: StoreSettings, table: dict[str, Any]) -> None:
+def _check_fit(
+    client: DynamoDbClient, settings: StoreSettings, table: TableDescriptionTypeDef
+) -> None:
     keys = {k["AttributeName"]: k["KeyType"] for k in table["KeySchema"]}
     want = {ATTR["sid"]: "HASH", ATTR["key"]: "RANGE"}
     if keys != want:

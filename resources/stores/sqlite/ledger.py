@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resources.coordination.items import ATTR, LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
@@ -40,6 +40,11 @@ from resources.schema.versions import SchemaVersion
 from resources.stores.base import forget_bound, merge_writes, stamped_publication
 from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, OBJECT_COLUMNS, RANGE_COLUMNS
 
+if TYPE_CHECKING:
+    from resources.coordination.errors import StoreRefusedError
+
+T = TypeVar("T")
+
 PUBLICATION_COLUMNS = (
     "tbl, dt, seq, switched, upper, location, file_count, row_count, byte_count, published_at"
 )
@@ -47,7 +52,12 @@ PUBLICATION_COLUMNS = (
 
 def _partition(row: Any) -> TablePartition:
     return TablePartition(
-        *row[:6],
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
         switched=bool(row[6]),
         merged_upper=row[7],
         merge_due_at_ms=row[8],
@@ -85,6 +95,18 @@ class SqliteLedger:
     _has_publications: bool
     _has_rollup_keys: bool
     _has_schema_versions: bool
+
+    if TYPE_CHECKING:  # provided by SqliteLeaseStore (resources/stores/sqlite/store.py)
+
+        def _connection(self) -> sqlite3.Connection: ...
+        def _run(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+        def _store_error(self, action: str, exc: sqlite3.Error) -> StoreRefusedError: ...
+        def now_ms(self) -> int: ...
+        @staticmethod
+        def _fetch(db: sqlite3.Connection, sid: str, key: str) -> LeaseItem | None: ...
+        def _apply_in(
+            self, db: sqlite3.Connection, sid: str, key: str, transition: Transition
+        ) -> tuple[LeaseItem | None, LeaseItem | None]: ...
 
     def _commit(
         self,
@@ -169,7 +191,8 @@ class SqliteLedger:
                     ),
                 )
             item, _ = self._apply_in(db, sid, key, lease_change)
-            return CommitResult(item, tuple(registered)), None  # type: ignore[arg-type]
+            assert item is not None  # the guard held at the top of this same transaction
+            return CommitResult(item, tuple(registered)), None
 
         return self._run(lease_change.action, commit)
 
@@ -183,7 +206,7 @@ class SqliteLedger:
         if row is None:
             return None
         ids = tuple(tuple(x) for x in json.loads(row[1]))
-        return CommitRecord(sid, key, row[0], ids, row[2])  # type: ignore[arg-type]
+        return CommitRecord(sid, key, row[0], ids, row[2])
 
     def commit_record(self, source_identifier: str, partition_key: str) -> CommitRecord | None:
         return self._commit_record(self._connection(), source_identifier, partition_key)
@@ -202,7 +225,10 @@ class SqliteLedger:
         rows = self._connection().execute(sql + " ORDER BY dt, object_id", args).fetchall()
         return [
             RegisteredObject(
-                *r[:9], delayed=bool(r[9]), committed_at_ms=r[10], schema_version=r[11]
+                *(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]),
+                delayed=bool(r[9]),
+                committed_at_ms=r[10],
+                schema_version=r[11],
             )
             for r in rows
         ]
@@ -412,7 +438,7 @@ class SqliteLedger:
                     f"{select} AND key IN ({', '.join('?' * len(part))})", (rollup, dt, *part)
                 ).fetchall()
         return {
-            k: KeyState(txid, decode_value(value), decode_value(prev))  # type: ignore[arg-type]
+            k: KeyState(txid, decode_value(value), decode_value(prev))
             for k, txid, value, prev in rows
         }
 

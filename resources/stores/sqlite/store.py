@@ -38,6 +38,9 @@ T = TypeVar("T")
 
 
 class SqliteLeaseStore(SqliteLedger, CoordinationStore):
+    """The coordination store in one SQLite file (the embedded default): leases, ledger, rollup
+    state and schema versions."""
+
     backend = "sqlite"
 
     def __init__(
@@ -171,9 +174,9 @@ class SqliteLeaseStore(SqliteLedger, CoordinationStore):
         self, db: sqlite3.Connection, sid: str, key: str, transition: Transition
     ) -> tuple[LeaseItem | None, LeaseItem | None]:
         current = self._fetch(db, sid, key)
-        if not transition.guard.holds(current):
+        if current is None or not transition.guard.holds(current):
             return None, current
-        item = transition.apply(current)  # type: ignore[arg-type]
+        item = transition.apply(current)
         db.execute(schema.UPSERT, schema.item_row(item))
         return item, None
 

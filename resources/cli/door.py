@@ -1,0 +1,31 @@
+"""`leasehold run`'s look at the door: the components its runs need answer before any starts.
+
+The main job starts its runs one after another in this process. A component that is down where
+a step first needs it — the Spark master when the first range is read, Glue when the first date
+is published — fails that step in every run, each failure logged by Dagster with its stack:
+thousands of lines over minutes, and the cause said a hundred times. The lease store, Dagster's
+storage and the source are reached before any run starts (the discovery sensor's resources,
+the instance, the source listing); this asks the other two once, with the same bounded retries,
+and ends the command at the first that does not answer (`ComponentUnreachableError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from resources.catalog.opening import catalog_for
+from resources.catalog.settings import CatalogSettings
+from resources.spark.reachable import require_reachable
+from resources.spark.session import SparkSettings
+
+
+def check_door(streams: Sequence[str]) -> None:
+    """A Spark master or Connect server that is not listening, or a Glue catalog that does not
+    answer, raises its `ComponentUnreachableError` here; local ones are not asked."""
+    spark = SparkSettings.from_env()
+    require_reachable(spark.master, spark.remote)
+    settings = CatalogSettings.from_env()
+    if settings.catalog == "glue":
+        catalog = catalog_for(settings)
+        for stream in streams:
+            catalog.table(stream)  # the table is named after its stream (LakeResource)
