@@ -37,7 +37,9 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 from dagster import DagsterInstance, Definitions  # noqa: E402
 from ingest import SCHEMA, STREAM, measured, process_cpu  # noqa: E402
 
-from coordination_assets.main_job import MainJobReport, PlainProgress, run_stream  # noqa: E402
+from coordination_assets.main_job import run_stream  # noqa: E402
+from coordination_assets.run_progress import PlainProgress  # noqa: E402
+from coordination_assets.run_report import MainJobReport  # noqa: E402
 from resources.dagster_resources.catalog import CatalogResource  # noqa: E402
 from resources.dagster_resources.coordination import CoordinationResource  # noqa: E402
 from resources.dagster_resources.instance import write_instance_yaml  # noqa: E402

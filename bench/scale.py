@@ -104,8 +104,7 @@ import sys, time
 from dataclasses import replace
 from dagster import DagsterInstance, build_sensor_context
 from coordination_assets.definitions import build_definitions
-from coordination_assets.ingestion import build_discovery_sensor
-from coordination_assets.main_job import main_job_cursor_key
+from coordination_assets.ingestion import build_discovery_sensor, main_job_cursor_key
 from resources.dagster_resources.discovery_tick import SensorCursor
 from resources.ingestion.reconciliation import ReconcileState
 defs = build_definitions()

@@ -102,16 +102,7 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
         spark: SparkResource,
     ):
         keys = list(context.partition_keys)
-        expected = context.run.tags.get(EXPECTED_COUNT)
-        if expected is not None and int(expected) != len(keys):
-            # A range is positional: if partitions were added between its ends by someone
-            # else, it now covers keys this run was not planned for. Refuse before any work;
-            # the partitions stay as they are and the next discovery tick plans them again.
-            raise Failure(
-                f"range {keys[0]!r}..{keys[-1]!r} covers {len(keys)} partitions, "
-                f"the sensor planned {expected}; nothing was done, the next discovery tick "
-                "requests them again"
-            )
+        _refuse_unplanned_range(context, keys)
         runner = lake.ingestion_runner(stream, coordination, spark, owner=coordination.owner)
         columns = VersionColumns(coordination.store, lake.stream(stream))
         failed: dict[str, str] = {}  # partition key -> failure line
@@ -119,37 +110,9 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
         for outcome in runner.ingest(list(by_source)):
             key = by_source[outcome.source_key]
             if outcome.ok:
-                metadata = with_row_count(outcome.metadata(), outcome.rows_written)
-                if outcome.schema_version:
-                    # The asset page shows the columns of its latest materialization.
-                    metadata[COLUMN_SCHEMA] = columns.schema(outcome.schema_version)
-                if outcome.new_columns:  # news, not a fault: info, as the story line says it
-                    context.log.info(
-                        f"{key}: schema version {outcome.schema_version} adds "
-                        + ", ".join(outcome.new_columns)
-                    )
-                if outcome.outcome == ALREADY_COMPLETE:
-                    # Recorded again, with its commit's own counts, so that a backfill or a
-                    # Materialize of a complete partition counts it materialized (issue 23);
-                    # `recorded_before` tells a report not to count its rows twice.
-                    before = recorded_before(context.instance, context.asset_key, key)
-                    metadata[RECORDED_BEFORE] = before
-                    context.log.info(
-                        f"{key}: already complete ({outcome.message}); recorded "
-                        + ("again with its commit's counts" if before else "for the first time")
-                    )
-                yield AssetMaterialization(
-                    asset_key=context.asset_key, partition=key, metadata=metadata
-                )
-            elif outcome.outcome == UNKNOWN_PARTITION:
-                # Added by hand (or its item expired): nothing can ever ingest it under this
-                # key, so it leaves Dagster's partitions instead of staying failed for good.
-                context.instance.delete_dynamic_partition(partitions.name, key)
-                failed[key] = failure_line(key, outcome) + "; removed from the partitions"
-                context.log.error(failed[key])
+                yield _committed(context, key, outcome, columns)
             else:
-                failed[key] = failure_line(key, outcome)
-                context.log.error(failed[key])
+                failed[key] = _not_ingested(context, partitions, key, outcome)
         flush_or_keep(coordination.store)
         evaluate_planned_checks(
             context,
@@ -157,17 +120,77 @@ def build_ingestion_asset(stream: str) -> AssetsDefinition:
             lambda name: run_ingestion_check(stream, name, coordination, lake),
         )
         if failed:
-            lines = list(failed.values())
-            raise Failure(
-                f"{len(failed)} of {len(keys)} source partitions not ingested:\n"
-                + "\n".join(lines[:20]),
-                metadata={
-                    FAILED_PARTITIONS: MetadataValue.json(lines[:1000]),
-                    FAILED_KEYS: MetadataValue.json(list(failed)[:1000]),
-                },
-            )
+            raise _partitions_failed(failed, len(keys))
 
     return ingested
+
+
+def _refuse_unplanned_range(context: AssetExecutionContext, keys: list[str]) -> None:
+    """A range is positional: if partitions were added between its ends by someone else, it
+    now covers keys this run was not planned for. Refuse before any work; the partitions stay
+    as they are and the next discovery tick plans them again."""
+    expected = context.run.tags.get(EXPECTED_COUNT)
+    if expected is not None and int(expected) != len(keys):
+        raise Failure(
+            f"range {keys[0]!r}..{keys[-1]!r} covers {len(keys)} partitions, "
+            f"the sensor planned {expected}; nothing was done, the next discovery tick "
+            "requests them again"
+        )
+
+
+def _committed(
+    context: AssetExecutionContext, key: str, outcome: PartitionOutcome, columns: VersionColumns
+) -> AssetMaterialization:
+    """The materialization of a partition committed (now, or by an earlier run)."""
+    metadata = with_row_count(outcome.metadata(), outcome.rows_written)
+    if outcome.schema_version:
+        # The asset page shows the columns of its latest materialization.
+        metadata[COLUMN_SCHEMA] = columns.schema(outcome.schema_version)
+    if outcome.new_columns:  # news, not a fault: info, as the story line says it
+        context.log.info(
+            f"{key}: schema version {outcome.schema_version} adds " + ", ".join(outcome.new_columns)
+        )
+    if outcome.outcome == ALREADY_COMPLETE:
+        # Recorded again, with its commit's own counts, so that a backfill or a
+        # Materialize of a complete partition counts it materialized (issue 23);
+        # `recorded_before` tells a report not to count its rows twice.
+        before = recorded_before(context.instance, context.asset_key, key)
+        metadata[RECORDED_BEFORE] = before
+        context.log.info(
+            f"{key}: already complete ({outcome.message}); recorded "
+            + ("again with its commit's counts" if before else "for the first time")
+        )
+    return AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata)
+
+
+def _not_ingested(
+    context: AssetExecutionContext,
+    partitions: DynamicPartitionsDefinition,
+    key: str,
+    outcome: PartitionOutcome,
+) -> str:
+    """The failure line of a partition not ingested, logged. One added by hand (or whose item
+    expired) can never be ingested under this key: it leaves Dagster's partitions instead of
+    staying failed for good."""
+    if outcome.outcome == UNKNOWN_PARTITION:
+        context.instance.delete_dynamic_partition(partitions.name, key)
+        line = failure_line(key, outcome) + "; removed from the partitions"
+    else:
+        line = failure_line(key, outcome)
+    context.log.error(line)
+    return line
+
+
+def _partitions_failed(failed: dict[str, str], planned: int) -> Failure:
+    """The run's failure: its partitions not ingested, their lines and keys in its metadata."""
+    lines = list(failed.values())
+    return Failure(
+        f"{len(failed)} of {planned} source partitions not ingested:\n" + "\n".join(lines[:20]),
+        metadata={
+            FAILED_PARTITIONS: MetadataValue.json(lines[:1000]),
+            FAILED_KEYS: MetadataValue.json(list(failed)[:1000]),
+        },
+    )
 
 
 FAILED_PARTITIONS = "failed_partitions"

@@ -39,7 +39,6 @@ RUNNERS = [
 # only the interfaces' docstrings could change. Goes with the mypy override of the same modules.
 UNDOCUMENTED_FOR_NOW = {
     "resources/catalog/glue.py:GlueCatalog",
-    "resources/cli/doctor.py:Check",
     "resources/ingestion/runner.py:PartitionOutcome",
     "resources/objects/base.py:ObjectStoreError",
     "resources/objects/base.py:ObjectInfo",

@@ -9,8 +9,10 @@ with the same one-line message naming the field (exit 2).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,3 +120,23 @@ def configuration_text(config: Configuration) -> str:
         f"streams: {', '.join(config.streams)}",
     ]
     return "\n".join(lines)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    config = effective_configuration()
+    if args.json:
+        print(json.dumps(config.as_json(), indent=2))
+    else:
+        print(configuration_text(config))
+    return 0
+
+
+def add_config_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register the command with `parser.build_parser`'s `add(name, help)`."""
+    config = add(
+        "config",
+        help="every setting: its variable, value and whether the environment set it; "
+        "validates them all",
+    )
+    config.add_argument("--json", action="store_true", help="machine-readable output")
+    config.set_defaults(fn=cmd_config)

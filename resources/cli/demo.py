@@ -8,17 +8,20 @@ a partition in two files (or none) is a coordination bug, whatever the store say
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming, new_owner_id
+from resources.settings import default_data_dir
 from resources.stores import build_store
-from resources.stores.settings import StoreSettings
+from resources.stores.settings import StoreSettings, settings_from_env
 
 
 @dataclass(frozen=True)
@@ -143,3 +146,24 @@ def _result(
         lost_leases=lost,
         elapsed_s=elapsed,
     )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    # Here, not at the top: each spawned worker imports this module, and needs none of it.
+    from resources.cli.status import print_status
+
+    settings = settings_from_env()
+    work_dir = Path(args.work_dir) if args.work_dir else default_data_dir() / "demo"
+    result = run_demo(settings, workers=args.workers, partitions=args.partitions, work_dir=work_dir)
+    print(result.describe())
+    print_status(settings)
+    return 0 if result.ok else 1
+
+
+def add_demo_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register the command with `parser.build_parser`'s `add(name, help)`."""
+    demo = add("demo", help="worker processes racing over one lease store")
+    demo.add_argument("--workers", type=int, default=4)
+    demo.add_argument("--partitions", type=int, default=300)
+    demo.add_argument("--work-dir", default=None)
+    demo.set_defaults(fn=cmd_demo)

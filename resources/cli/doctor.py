@@ -21,170 +21,25 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from resources.catalog.settings import CatalogSettings
 from resources.cli.config import effective_configuration
+from resources.cli.doctor_check import SCRATCH_PREFIX, Check, error_text
+from resources.cli.doctor_store import check_store
 from resources.errors import ConfigError
 from resources.objects.factory import object_store_for
-from resources.retry import RetryPolicy
 from resources.settings import default_data_dir
 from resources.spark.session import SparkSettings
-from resources.stores.settings import StoreSettings, settings_from_env
+from resources.stores.settings import settings_from_env
 from resources.streams import LakeSettings
 
-SCRATCH_SID = "leasehold-doctor"
-SCRATCH_PREFIX = "_leasehold_doctor"
 SPARK_TIMEOUT_S = 180.0
 CONNECT_TIMEOUT_S = 3.0
-# A doctor reports; it does not wait out an outage: two quick attempts per call.
-DOCTOR_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.05, max_delay_s=0.2)
 CONFIG_FIX = "`leasehold config` shows every setting and its variable (README, Configuration)"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-    def text(self) -> str:
-        line = f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
-        return line if self.ok or not self.fix else f"{line}\n      fix: {self.fix}"
-
-
-def _error(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:400] or type(exc).__name__
-
-
-# -- store ---------------------------------------------------------------------------------------
-
-
-def check_store(settings: StoreSettings) -> Iterator[Check]:
-    if settings.backend == "sqlite":
-        yield _check_sqlite(settings)
-        return
-    yield from _check_dynamodb(settings)
-
-
-def _check_sqlite(settings: StoreSettings) -> Check:
-    path = settings.resolved_sqlite_path().resolve()
-    where = path if path.exists() else path.parent
-    existing = next((p for p in [where, *where.parents] if p.exists()), Path("/"))
-    if os.access(existing, os.W_OK):
-        state = "exists" if path.exists() else "is created at the first run"
-        return Check("store: SQLite file writable", True, f"{path} {state}")
-    return Check(
-        "store: SQLite file writable",
-        False,
-        f"{existing} is not writable: the store {path} cannot be written",
-        "set LEASEHOLD_SQLITE_PATH (or LEASEHOLD_DATA_DIR) to a writable place",
-    )
-
-
-def _check_dynamodb(settings: StoreSettings) -> Iterator[Check]:
-    import boto3
-
-    from resources.coordination.items import ATTR
-    from resources.stores.dynamodb.client import DynamoDbClient
-    from resources.stores.dynamodb.table import GSI, describe_table, require_table
-
-    where = f"table {settings.table_name!r} in {settings.region} at " + (
-        settings.endpoint_url or "the AWS endpoint"
-    )
-    if not settings.sts_role_arn:
-        creds = boto3.session.Session(region_name=settings.region).get_credentials()
-        if creds is None:
-            yield Check(
-                "store: AWS credentials",
-                False,
-                "no AWS credentials found (environment, profile, container or instance role)",
-                "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with a role",
-            )
-            return
-    try:
-        client = DynamoDbClient(settings, retry=DOCTOR_RETRY)
-        table = describe_table(client, settings)
-    except Exception as exc:  # noqa: BLE001 - refused, unreachable, no such role: say it
-        yield Check(
-            "store: AWS credentials",
-            False,
-            f"{where}: DescribeTable failed: {_error(exc)}",
-            "check the credentials (or LEASEHOLD_STS_ROLE_ARN) may call dynamodb:DescribeTable "
-            "and that LEASEHOLD_DYNAMODB_ENDPOINT_URL/REGION are right",
-        )
-        return
-    yield Check("store: AWS credentials", True, f"DescribeTable answered for {where}")
-    if table is None:
-        yield Check(
-            "store: table exists",
-            False,
-            f"{where} does not exist",
-            "create it: one `leasehold run` (or the code location's start) without "
-            "LEASEHOLD_SKIP_TABLE_CREATION creates it with its keys, GSI and TTL; or fix "
-            "LEASEHOLD_DYNAMODB_TABLE / LEASEHOLD_DYNAMODB_REGION",
-        )
-        return
-    yield Check("store: table exists", True, f"{where}, {table.get('TableStatus', '?')}")
-    try:
-        require_table(client, settings)  # keys, the GSI, TTL when one is configured
-    except ConfigError as exc:
-        yield Check(
-            "store: keys, GSI and TTL",
-            False,
-            _error(exc),
-            "recreate the table as leasehold creates it (README, DynamoDB), or point "
-            "LEASEHOLD_DYNAMODB_TABLE at one that fits",
-        )
-        return
-    ttl = (
-        client.client.describe_time_to_live(TableName=settings.table_name)
-        .get("TimeToLiveDescription", {})
-        .get("TimeToLiveStatus", "DISABLED")
-    )
-    gsi = {i["IndexName"]: i.get("IndexStatus", "?") for i in table["GlobalSecondaryIndexes"]}
-    ttl_note = (
-        f"TTL {ttl} on {ATTR['expiration']!r}"
-        if settings.ttl
-        else f"TTL {ttl} (LEASEHOLD_TTL unset: items do not expire)"
-    )
-    if gsi[GSI] != "ACTIVE":
-        yield Check(
-            "store: keys, GSI and TTL",
-            False,
-            f"global secondary index {GSI!r} is {gsi[GSI]}, not ACTIVE",
-            "wait until the index is ACTIVE (it is being built) and run doctor again",
-        )
-        return
-    yield Check(
-        "store: keys, GSI and TTL",
-        True,
-        f"keys {ATTR['sid']}/{ATTR['key']}, index {GSI!r} ACTIVE, {ttl_note}",
-    )
-    key = {
-        ATTR["sid"]: {"S": f"{SCRATCH_SID}|{uuid.uuid4().hex}"},
-        ATTR["key"]: {"S": "scratch"},
-    }
-    try:
-        client.client.put_item(TableName=settings.table_name, Item=key)
-        got = client.client.get_item(TableName=settings.table_name, Key=key, ConsistentRead=True)
-        client.client.delete_item(TableName=settings.table_name, Key=key)
-        if "Item" not in got:
-            raise RuntimeError("the item written was not read back")
-    except Exception as exc:  # noqa: BLE001 - whatever the write path refuses, say it
-        yield Check(
-            "store: write, read, delete",
-            False,
-            f"a scratch item in {where}: {_error(exc)}",
-            "grant dynamodb:PutItem, GetItem, DeleteItem, Query, TransactWriteItems on the "
-            "table and its index",
-        )
-        return
-    yield Check("store: write, read, delete", True, f"a scratch item under {SCRATCH_SID!r}")
 
 
 # -- object stores -------------------------------------------------------------------------------
@@ -217,7 +72,7 @@ def _check_source(lake: LakeSettings, name: str, url: str) -> Check:
         store = object_store_for(url, endpoint_url=lake.s3_endpoint_url, region=lake.region)
         found = store.list_after(None, 1)
     except Exception as exc:  # noqa: BLE001
-        return Check(what, False, f"listing {url}: {_error(exc)}", _bucket_fix(url))
+        return Check(what, False, f"listing {url}: {error_text(exc)}", _bucket_fix(url))
     return Check(what, True, f"{url} listed ({'an object' if found else 'empty'})")
 
 
@@ -237,7 +92,9 @@ def _check_writable(lake: LakeSettings, name: str, role: str, url: str) -> Check
                 with contextlib.suppress(OSError):
                     (Path(url[len("file://") :]) / SCRATCH_PREFIX).rmdir()
     except Exception as exc:  # noqa: BLE001
-        return Check(what, False, f"write+read+delete under {url}: {_error(exc)}", _bucket_fix(url))
+        return Check(
+            what, False, f"write+read+delete under {url}: {error_text(exc)}", _bucket_fix(url)
+        )
     return Check(what, True, f"wrote, read and deleted {url}/{key}")
 
 
@@ -286,7 +143,7 @@ def check_catalog(settings: CatalogSettings) -> Check:
         return Check(
             "catalog: Glue database exists",
             False,
-            f"{where}: {_error(exc)}",
+            f"{where}: {error_text(exc)}",
             "check the credentials may call glue:GetDatabase, GetTable(s), CreateTable, "
             "UpdateTable, GetPartition(s), CreatePartition, UpdatePartition; and "
             "LEASEHOLD_GLUE_ENDPOINT_URL / LEASEHOLD_GLUE_REGION",
@@ -323,7 +180,7 @@ def check_spark(settings: SparkSettings, timeout_s: float, run: bool = True) -> 
             yield Check(
                 "spark: Connect server reachable",
                 False,
-                f"{settings.remote}: nothing answers at {host}:{port} ({_error(exc)})",
+                f"{settings.remote}: nothing answers at {host}:{port} ({error_text(exc)})",
                 "start the server ($SPARK_HOME/sbin/start-connect-server.sh, see "
                 "docs/production.md) or fix LEASEHOLD_SPARK_REMOTE",
             )
@@ -402,7 +259,7 @@ def check_dagster() -> Check:
                 "postgresql:// as psycopg 3, which is not installed; dagster-postgres uses "
                 "psycopg2)"
             )
-        return Check(what, False, f"{home}/dagster.yaml: {_error(exc)}", fix)
+        return Check(what, False, f"{home}/dagster.yaml: {error_text(exc)}", fix)
     if storage.spark_pool_limit is None:
         return Check(
             what,
@@ -425,7 +282,7 @@ def run_checks(
     try:
         config = effective_configuration()
     except ConfigError as exc:
-        return [Check("configuration valid", False, _error(exc), CONFIG_FIX)]
+        return [Check("configuration valid", False, error_text(exc), CONFIG_FIX)]
     checks = [
         Check(
             "configuration valid",

@@ -14,9 +14,11 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from resources.errors import ConfigError, LeaseholdError
+from resources.cli.stream_choice import chosen_streams
+from resources.errors import LeaseholdError
 from resources.objects.factory import object_store_for
 from resources.publication.settings import PublicationSettings
 from resources.stores import open_existing_store
@@ -36,16 +38,13 @@ def cmd_gc(args: argparse.Namespace) -> int:
     delay_s = PublicationSettings.from_env().gc_safety_delay_seconds
     lake = LakeSettings.from_env()
     streams = lake.streams()
-    if args.stream is not None and args.stream not in streams:
-        raise ConfigError(
-            "--stream", f"{args.stream!r} is not a stream; the streams file has {sorted(streams)}"
-        )
+    names = chosen_streams(args.stream, streams)
     reports: list[GcReport] = []
     failed: list[str] = []
     # A dry run only reads: the store is opened read-only, as `status` and `check` open it.
     store = open_existing_store(settings, read_only=args.dry_run)
     try:
-        for name in [args.stream] if args.stream else sorted(streams):
+        for name in names:
             config = streams[name]
             objects = object_store_for(
                 config.table, endpoint_url=lake.s3_endpoint_url, region=lake.region
@@ -105,3 +104,18 @@ def report_text(report: GcReport, safety_delay_s: float) -> str:
     if report.failed:
         lines.append(f"  {report.failed} deletions failed (left for the next run)")
     return "\n".join(lines)
+
+
+def add_gc_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register the command with `parser.build_parser`'s `add(name, help)`."""
+    gc = add(
+        "gc",
+        help="delete the table files no retained manifest version and no ledger state needs, "
+        "once LEASEHOLD_GC_SAFETY_DELAY_SECONDS passed",
+    )
+    gc.add_argument("--stream", default=None, help="only this stream of the streams file")
+    gc.add_argument(
+        "--dry-run", action="store_true", help="say what would be deleted; delete nothing"
+    )
+    gc.add_argument("--json", action="store_true", help="machine-readable output")
+    gc.set_defaults(fn=cmd_gc)

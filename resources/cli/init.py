@@ -29,6 +29,7 @@ import yaml
 
 from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.stream_inference import (
+    Column,
     InferenceChoiceError,
     ObjectFormat,
     SampleRecords,
@@ -71,7 +72,7 @@ class Inferred:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from resources.cli.main import quiet_spark
+    from resources.cli.spark_log import quiet_spark
     from resources.ingestion.stream_sampling import sample_lines, sample_source, stage_sample
     from resources.objects.factory import object_store_for
     from resources.spark.session import build_spark_session
@@ -192,20 +193,9 @@ def infer_entry(
     """The entry from the sampled lines (`lines`: JSON lines by sampled object's index; CSV
     is parsed from the sampled texts as the runtime parses it); local URLs it derives are
     written relative to `base` (the streams file's directory) when under it."""
-    records: SampleRecords
     fmt_name = fmt.format or "jsonl"
     csv_format = CsvFormat(fmt.delimiter)
-    if fmt_name == "csv":
-        records = parse_csv({o.key: o.text for o in sample.sampled if o.text}, csv_format)
-    else:
-        records = parse_jsonl(line for i in sorted(lines) for line in lines[i])
-    if records.records == 0:
-        examples = "; ".join(repr(e) for e in records.malformed_examples)
-        what = "JSON lines" if fmt_name == "jsonl" else "CSV records under its header"
-        raise SourceInferenceError(
-            f"no record in the sample parses as {what} ({records.malformed} lines, e.g. "
-            f"{examples}); --format says which format it is"
-        )
+    records = _sample_records(fmt_name, csv_format, sample, lines)
     columns = records.columns
     event, why_event = choose_event_time(columns, args.event_time)
     record_id, id_notes = choose_record_id(columns, args.record_id)
@@ -216,17 +206,7 @@ def infer_entry(
     comments[event.name] = "event_time: " + why_event
     if record_id is not None:
         comments[record_id.name] = "record_id: unique in the sample"
-    notes = list(id_notes)
-    if event.naive_timestamps:
-        notes.append(
-            f"{event.name} values carry no UTC offset: they are read as UTC; --timezone "
-            "only sets the zone a record's table date is taken in"
-        )
-    if records.malformed:
-        notes.append(
-            f"{records.malformed} sampled records are malformed (they go to quarantine), e.g. "
-            f"{records.malformed_examples[0]!r}"
-        )
+    notes = list(id_notes) + _sample_notes(event, records)
     table = f"file://{default_data_dir() / 'lake' / name}"
     local = source.startswith("file://")
     entry: dict[str, Any] = {
@@ -253,13 +233,54 @@ def infer_entry(
         table=args.table or relative_url(table, base),
         quarantine=args.quarantine or relative_url(table + "_quarantine", base),
     )
+    return Inferred(name, entry, comments, notes, _sample_summary(source, fmt, sample, records))
+
+
+def _sample_records(
+    fmt_name: str, csv_format: CsvFormat, sample: SourceSample, lines: dict[int, list[str]]
+) -> SampleRecords:
+    """The sample parsed as the runtime parses it; an error when no record parses."""
+    records: SampleRecords
+    if fmt_name == "csv":
+        records = parse_csv({o.key: o.text for o in sample.sampled if o.text}, csv_format)
+    else:
+        records = parse_jsonl(line for i in sorted(lines) for line in lines[i])
+    if records.records == 0:
+        examples = "; ".join(repr(e) for e in records.malformed_examples)
+        what = "JSON lines" if fmt_name == "jsonl" else "CSV records under its header"
+        raise SourceInferenceError(
+            f"no record in the sample parses as {what} ({records.malformed} lines, e.g. "
+            f"{examples}); --format says which format it is"
+        )
+    return records
+
+
+def _sample_notes(event: Column, records: SampleRecords) -> list[str]:
+    """What the user should know about the sample: naive timestamps, malformed records."""
+    notes = []
+    if event.naive_timestamps:
+        notes.append(
+            f"{event.name} values carry no UTC offset: they are read as UTC; --timezone "
+            "only sets the zone a record's table date is taken in"
+        )
+    if records.malformed:
+        notes.append(
+            f"{records.malformed} sampled records are malformed (they go to quarantine), e.g. "
+            f"{records.malformed_examples[0]!r}"
+        )
+    return notes
+
+
+def _sample_summary(
+    source: str, fmt: ObjectFormat, sample: SourceSample, records: SampleRecords
+) -> str:
+    """`<source>: 12 objects, 5 sampled (jsonl, gzip): 400 records, 7 columns`."""
     gz = ", gzip" if fmt.gzip else ""
     listed = f"{len(sample.listed)}{'' if sample.complete else '+'}"
-    summary = (
-        f"{source}: {listed} objects, {len(sample.sampled)} sampled ({fmt_name}{gz}): "
-        f"{records.records} records, {len(columns)} columns"
+    return (
+        f"{source}: {listed} objects, {len(sample.sampled)} sampled ({fmt.format or 'jsonl'}{gz}): "
+        f"{records.records} records, {len(records.columns)} columns"
     )
-    return Inferred(name, entry, comments, notes, summary)
 
 
 def render_entry(name: str, entry: dict[str, Any], comments: dict[str, str], indent: int) -> str:

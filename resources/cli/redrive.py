@@ -17,6 +17,7 @@ import json
 import sys
 from typing import Any
 
+from resources.cli.stream_choice import chosen_streams
 from resources.coordination.errors import PartitionNotFoundError, PartitionUnavailableError
 from resources.coordination.items import LeaseItem
 from resources.coordination.lease_store import LeaseStore
@@ -30,7 +31,7 @@ EXIT_SOME_REFUSED = 1
 
 
 def add_redrive_parser(add: Any) -> None:
-    """Register the command with `main.build_parser`'s `add(name, help)`."""
+    """Register the command with `parser.build_parser`'s `add(name, help)`."""
     redrive = add(
         "redrive",
         help="put dead-lettered source partitions back to be retried (after fixing the cause)",
@@ -55,11 +56,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         raise ConfigError(
             "PARTITION_KEY", "give dead letters' keys or --all, not both", what="command line"
         )
-    streams = LakeSettings.from_env().streams()
-    if args.stream not in streams:
-        raise ConfigError(
-            "stream", f"{args.stream!r} is not a stream; the streams file has {sorted(streams)}"
-        )
+    chosen_streams(args.stream, LakeSettings.from_env().streams(), field="stream")
     store = open_existing_store(settings_from_env(), read_only=args.dry_run)
     try:
         sid = store.source_identifier(args.stream)

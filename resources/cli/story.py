@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 from resources.ledger.model import TablePartition
 
 if TYPE_CHECKING:
-    from coordination_assets.main_job import MainJobReport, TablePartitionState
+    from coordination_assets.run_report import MainJobReport, TablePartitionState
 
 MAX_DATES = 30
 """Dates the table shows (those this run changed first); `leasehold table ls` lists all."""
@@ -84,7 +84,7 @@ def stream_table(
         lines.append("  " + "  ".join(cells) + ("  " + row[5] if row[5] else ""))
     if len(dates) > len(shown):
         lines.append(f"  (and {len(dates) - len(shown)} more dates: leasehold table ls {stream})")
-    from coordination_assets.main_job import checks_verdict
+    from coordination_assets.run_report import checks_verdict
 
     lines.append(f"  checks: {checks_verdict(report)}")
     return lines

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from resources.catalog.base import Catalog, CatalogPartition
 from resources.catalog.settings import CatalogSettings
+from resources.cli.exit_status import EPILOG
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.objects.factory import object_store_for
@@ -59,6 +60,17 @@ def date_arg(value: str) -> str:
     except ValueError:
         pass  # reported below, the same way as a malformed one
     raise argparse.ArgumentTypeError(f"{value!r} is not a date (YYYY-MM-DD)")
+
+
+def non_negative(value: str) -> int:
+    """argparse type of a count (a bad one is exit 2)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count (0, 1, 2, ...)")
+    return number
 
 
 def catalog_location(settings: CatalogSettings) -> str:
@@ -345,3 +357,40 @@ def _aligned(cells: Sequence[tuple[str, ...]]) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in cells
     ]
+
+
+def add_table_parser(
+    add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Register `table ls|files|read` with `parser.build_parser`'s `add(name, help)`; each
+    subcommand takes the common options (`common`) too."""
+    table = add(
+        "table",
+        help="a stream's published table as a query engine sees it: through the catalog "
+        "(LEASEHOLD_CATALOG) and the manifest each partition points at",
+    )
+    table_sub = table.add_subparsers(dest="table_command", required=True)
+
+    def add_table(name: str, help: str) -> argparse.ArgumentParser:
+        command = table_sub.add_parser(
+            name, help=help, parents=[common], epilog=EPILOG, formatter_class=table.formatter_class
+        )
+        command.add_argument("stream", help="the stream (its table has the stream's name)")
+        return command
+
+    ls = add_table(
+        "ls", help="the catalog's partitions: dt, publication seq, version, files, schema versions"
+    )
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(fn=cmd_table_ls)
+    files = add_table("files", help="the data files a partition's manifest lists, with lengths")
+    files.add_argument("date", type=date_arg, help="the partition's date, YYYY-MM-DD")
+    files.add_argument("--json", action="store_true", help="machine-readable output")
+    files.set_defaults(fn=cmd_table_files)
+    read = add_table("read", help="a partition's rows, read through its manifest")
+    read.add_argument("date", type=date_arg, help="the partition's date, YYYY-MM-DD")
+    read.add_argument(
+        "--limit", type=non_negative, default=None, help="at most N rows (default: all)"
+    )
+    read.add_argument("--json", action="store_true", help="one JSON object per row")
+    read.set_defaults(fn=cmd_table_read)

@@ -13,7 +13,8 @@ from resources.aggregation.checks import run_all
 from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import ROLLED_UP, RollupRunner
 from resources.catalog.local import LocalCatalog
-from resources.cli.main import EXIT_CHECK_FAILED, main
+from resources.cli.exit_status import EXIT_CHECK_FAILED
+from resources.cli.main import main
 from resources.coordination.items import ItemType
 from resources.coordination.lease import LeaseTiming
 from resources.objects.factory import object_store_for

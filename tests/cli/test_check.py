@@ -15,7 +15,8 @@ import pytest
 from dagster import materialize
 
 from coordination_assets.ingestion import build_ingestion_asset
-from resources.cli.main import EXIT_CHECK_FAILED, main
+from resources.cli.exit_status import EXIT_CHECK_FAILED
+from resources.cli.main import main
 from resources.coordination.items import ATTR, LeaseItem
 from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.sample_data import write_sample_sources

@@ -94,7 +94,7 @@ def test_other_errors_are_bugs_and_keep_their_traceback(monkeypatch) -> None:
     def broken(settings):
         raise KeyError("a bug")
 
-    monkeypatch.setattr("resources.cli.main.open_existing_store", broken)
+    monkeypatch.setattr("resources.cli.status.open_existing_store", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["status"])
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from resources.cli.doctor import SCRATCH_PREFIX, Check, run_checks
+from resources.cli.doctor import run_checks
+from resources.cli.doctor_check import SCRATCH_PREFIX, Check
 from resources.cli.main import main
 from resources.dagster_resources.instance import write_instance_yaml
 from resources.stores import build_store

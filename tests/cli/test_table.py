@@ -19,7 +19,8 @@ import pytest
 
 from resources.catalog.glue import GlueCatalog
 from resources.catalog.local import LocalCatalog
-from resources.cli.main import EXIT_CONFIG, EXIT_FAILURE, main
+from resources.cli.exit_status import EXIT_CONFIG, EXIT_FAILURE
+from resources.cli.main import main
 from resources.ledger.merge import MergedObject, merged_object_name
 from resources.ledger.model import SmallObject
 from resources.objects.base import ObjectStore

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from resources.cli.config import configuration_text, effective_configuration
-from resources.cli.main import build_parser
+from resources.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference.md"

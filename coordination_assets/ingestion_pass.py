@@ -1,0 +1,151 @@
+"""The discovery and ingestion stage of `leasehold run`: the discovery sensor ticked in this
+process, and each ingestion run it requests executed here.
+
+A tick's new work units and the commits it records without a run go into the report; a run key
+executes once, like the daemon's dedup; a failed run's partitions are listed with their reasons
+(a later run that ingests one takes it out), other errors are crashed runs.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    AssetMaterialization,
+    AssetsDefinition,
+    DagsterInstance,
+    ExecuteInProcessResult,
+    RunRequest,
+    SensorResult,
+    SkipReason,
+    materialize,
+)
+
+from coordination_assets.ingestion import (
+    FAILED_KEYS,
+    FAILED_PARTITIONS,
+    RECORDED_BEFORE,
+    build_discovery_sensor,
+    main_job_cursor_key,
+    partitions_for,
+)
+from coordination_assets.run_progress import Progress
+from coordination_assets.run_report import MainJobReport
+from coordination_assets.sensor_loop import QUIET, in_this_process, sensor_ticks
+from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
+
+
+def run_ingestion(
+    asset_def: AssetsDefinition,
+    instance: DagsterInstance,
+    resources: Mapping[str, Any],
+    stream: str,
+    report: MainJobReport,
+    max_ticks: int,
+    log: Callable[[str], None],
+    progress: Progress | None,
+) -> None:
+    """Tick the discovery sensor and do what it says, as the daemon would, until it asks for
+    nothing new: add its partitions, record its runless materializations, execute each run
+    it requests (a run key executes once) and keep its cursor."""
+    sensor = build_discovery_sensor(stream)
+    executed: set[str] = set()
+    ticks = sensor_ticks(
+        sensor, instance, resources, partitions_for(stream), main_job_cursor_key(stream), max_ticks
+    )
+    for result in ticks:
+        report.ticks += 1
+        if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
+            log(f"{stream}: discovery skipped: {getattr(result, 'skip_message', result)}")
+            break
+        _record_tick(result, report)
+        runs = [r for r in result.run_requests or [] if r.run_key not in executed]
+        if not runs:
+            break
+        for run in runs:
+            executed.add(str(run.run_key))
+            if progress is not None:
+                progress.update(
+                    f"run {report.runs + 1}: {run.tags.get(EXPECTED_COUNT, '1')} work units"
+                    f" ({report.rows['rows_read']:,} records read so far)"
+                )
+            _execute_ingestion_run(run, asset_def, instance, resources, report, log, stream)
+
+
+def _record_tick(result: SensorResult, report: MainJobReport) -> None:
+    """A tick's new work units, and the commits it recorded without a run (Dagster had missed
+    them), into the report."""
+    report.new_units += sum(
+        len(request.partition_keys)
+        for request in result.dynamic_partitions_requests or []
+        if isinstance(request, AddDynamicPartitionsRequest)
+    )
+    for event in result.asset_events or []:
+        report.recorded += 1
+        if isinstance(event, AssetMaterialization):
+            report.add_commit_rows(event.metadata)
+            if event.partition is not None:
+                report.not_ingested.pop(event.partition, None)
+
+
+def _execute_ingestion_run(
+    run: RunRequest,
+    asset_def: AssetsDefinition,
+    instance: DagsterInstance,
+    resources: Mapping[str, Any],
+    report: MainJobReport,
+    log: Callable[[str], None],
+    stream: str,
+) -> None:
+    """Execute an ingestion run in this process, into the report: its commits' rows (a
+    partition recorded before is not counted twice), its failed partitions, its crash."""
+    report.runs += 1
+    retry = run.tags.get(RETRY_TAG) == "true"
+    report.retry_runs += int(retry)
+    count = run.tags.get(EXPECTED_COUNT, "1")
+    report.partitions += int(count)
+    outcome = materialize(
+        [asset_def],
+        instance=instance,
+        resources=resources,
+        tags={**run.tags, **in_this_process()},
+        partition_key=run.partition_key,
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    for event in outcome.get_asset_materialization_events():
+        if event.partition is not None:
+            report.not_ingested.pop(event.partition, None)
+        recorded = event.materialization.metadata.get(RECORDED_BEFORE)
+        if recorded is not None and recorded.value:
+            continue  # a complete partition recorded again: its rows were counted when it was
+        report.materialized += 1
+        report.add_commit_rows(event.materialization.metadata)
+    first = run.tags.get(RANGE_START, run.partition_key)
+    what = f"{stream}: {'retry ' if retry else ''}run {first} .. ({count} partitions)"
+    if outcome.success:
+        log(f"{what}: ok")
+        return
+    partitions, errors = _failures(outcome)
+    report.not_ingested.update(partitions)
+    report.crashed_runs += errors
+    log(f"{what}: {len(partitions)} partitions failed" + (f"; {errors[0]}" if errors else ""))
+
+
+def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:
+    """(failure line per partition key, other errors) of a failed run."""
+    partitions: dict[str, str] = {}
+    errors: list[str] = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            data = event.step_failure_data
+            user = data.user_failure_data
+            if user is not None and FAILED_PARTITIONS in user.metadata:
+                lines = cast(list[str], user.metadata[FAILED_PARTITIONS].value)
+                keys = cast(list[str], user.metadata[FAILED_KEYS].value)
+                partitions.update(zip(keys, lines, strict=True))
+            else:
+                errors.append(data.error.message.strip() if data.error else str(event.message))
+        elif event.is_run_failure and not (partitions or errors):
+            errors.append(str(event.message))
+    return partitions, errors

@@ -1,0 +1,67 @@
+"""`leasehold status`: the lease store's counts, expired leases, dead letters and metrics, and
+each stream's table partitions (`print_status` is the same, after `run --verbose` and `demo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from resources.compaction.table_status import table_status_json, table_status_text
+from resources.coordination.status import status_json, status_text
+from resources.errors import ConfigError
+from resources.ledger.model import TablePartition
+from resources.stores import CoordinationStore, build_store, open_existing_store
+from resources.stores.settings import StoreSettings, settings_from_env
+from resources.streams import LakeSettings
+
+
+def print_status(settings: StoreSettings) -> None:
+    store = build_store(settings)
+    try:
+        print()
+        print(status_text(store.status()))
+        for table, partitions in _tables(store):
+            print(table_status_text(table, partitions))
+    finally:
+        store.close_store()
+
+
+def _tables(store: CoordinationStore) -> list[tuple[str, list[TablePartition]]]:
+    """Each stream's table and its partitions. Status works without a streams file (it reads
+    only the store): then there is no table to show, and it says why on stderr."""
+    try:
+        streams = LakeSettings.from_env().streams()
+    except ConfigError as exc:
+        print(f"leasehold: table partitions not shown: {exc}", file=sys.stderr)
+        return []
+    return [(name, store.table_partitions(name)) for name in sorted(streams)]
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = open_existing_store(settings_from_env())
+    try:
+        summaries = store.status()
+        tables = _tables(store)
+    finally:
+        store.close_store()
+    if args.json:
+        document = {
+            "sources": status_json(summaries),
+            "tables": [table_status_json(t, parts) for t, parts in tables],
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(status_text(summaries))
+        for table, partitions in tables:
+            print(table_status_text(table, partitions))
+    return 0
+
+
+def add_status_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register the command with `parser.build_parser`'s `add(name, help)`."""
+    status = add("status", help="lease counts, expired leases, dead letters, metrics")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(fn=cmd_status)
