@@ -35,24 +35,9 @@ RUNNERS = [
     ("resources.aggregation.runner", "RollupRunner"),
 ]
 
-# TEMPORARY (issue 32): public classes in modules that other branches are splitting now, where
-# only the interfaces' docstrings could change. Goes with the mypy override of the same modules.
-UNDOCUMENTED_FOR_NOW = {
-    "resources/catalog/glue.py:GlueCatalog",
-    "resources/ingestion/runner.py:PartitionOutcome",
-    "resources/objects/base.py:ObjectStoreError",
-    "resources/objects/base.py:ObjectInfo",
-}
 
 RAISES = re.compile(r"\braises?\b", re.IGNORECASE)
 
-# TEMPORARY (issue 32): the modules left unchecked by the mypy override in pyproject.toml that
-# hold type ignores; their ignores are fixed with the override.
-UNCHECKED_FOR_NOW = {
-    "coordination_assets/main_job.py",
-    "resources/coordination/lease_store.py",
-    "resources/stores/dynamodb/ledger.py",
-}
 IGNORE = re.compile(r"# type: ignore(?P<codes>\[[a-z-]+(, [a-z-]+)*\])?(?P<rest>.*)$")
 
 
@@ -156,10 +141,7 @@ def undocumented_classes(root: Path, base: Path = ROOT) -> list[str]:
 
 
 def test_every_public_class_in_resources_says_what_it_is() -> None:
-    missing = undocumented_classes(ROOT / "resources")
-    assert sorted(set(missing) - UNDOCUMENTED_FOR_NOW) == []
-    # An entry of the temporary list that got its docstring leaves the list too.
-    assert sorted(UNDOCUMENTED_FOR_NOW - set(missing)) == []
+    assert undocumented_classes(ROOT / "resources") == []
 
 
 def test_the_class_scan_finds_an_undocumented_class(tmp_path: Path) -> None:
@@ -192,8 +174,6 @@ def test_each_type_ignore_names_its_error_and_says_why() -> None:
     for top in ("resources", "coordination_assets"):
         for path in sorted((ROOT / top).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            if relative in UNCHECKED_FOR_NOW:
-                continue
             lines = path.read_text(encoding="utf-8").splitlines()
             found += [f"{relative}:{n}" for n in unexplained_ignores(lines)]
     assert found == []

@@ -30,7 +30,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+from botocore.model import StructureShape
 
 from resources.catalog import glue_items as items
 from resources.catalog.base import (
@@ -82,6 +84,9 @@ class _Expected(Exception):
 
 
 class GlueCatalog(Catalog):
+    """The `Catalog` in an AWS Glue database: a table's partitions point at their manifests,
+    each update conditional on the table's VersionId."""
+
     def __init__(
         self,
         database: str,
@@ -169,7 +174,7 @@ class GlueCatalog(Catalog):
             if exc.code == NOT_FOUND:
                 return None
             raise CatalogError(f"{self._where()}: get table {name!r}: {exc}") from exc
-        return answer["Table"]
+        return cast(dict[str, Any], answer["Table"])  # boto3-stubs: a TypedDict
 
     def _managed_table(self, table: str) -> tuple[str, dict[str, Any]]:
         """The Glue name and description of `table`, which must exist and be leasehold's."""
@@ -284,7 +289,9 @@ class GlueCatalog(Catalog):
     def _as_table_input(self, found: dict[str, Any]) -> dict[str, Any]:
         """A table as `GetTable` returns it, as the `TableInput` that writes it back unchanged
         (the members `TableInput` takes; the read-only ones, like `VersionId`, left out)."""
-        members = self.client.meta.service_model.shape_for("TableInput").members
+        shape = self.client.meta.service_model.shape_for("TableInput")
+        assert isinstance(shape, StructureShape)  # TableInput is a structure
+        members = shape.members
         return {k: v for k, v in found.items() if k in members}
 
     def _ensure_database(self) -> None:
@@ -316,7 +323,11 @@ class GlueCatalog(Catalog):
                 if exc.code == NOT_FOUND:
                     return []  # no database yet: no tables
                 raise CatalogError(f"{self._where()}: list tables: {exc}") from exc
-            names.extend(t["Name"] for t in page.get("TableList", []) if items.managed(t))
+            names.extend(
+                t["Name"]
+                for t in page.get("TableList", [])
+                if items.managed(cast(dict[str, Any], t))
+            )
             if not page.get("NextToken"):
                 return sorted(names)
             params["NextToken"] = page["NextToken"]
@@ -336,7 +347,7 @@ class GlueCatalog(Catalog):
             if exc.code == NOT_FOUND:
                 return None
             raise CatalogError(f"{self._where()}: get partition {name}/{dt}: {exc}") from exc
-        return answer["Partition"]
+        return cast(dict[str, Any], answer["Partition"])  # boto3-stubs: a TypedDict
 
     def publish_partition(self, table: str, dt: str, location: str, seq: int) -> bool:
         name, found = self._managed_table(table)
@@ -399,14 +410,17 @@ class GlueCatalog(Catalog):
                 )
             except _Expected as exc:
                 raise CatalogError(f"{self._where()}: list partitions of {name}: {exc}") from exc
-            out.extend(items.partition_from(name, p) for p in page.get("Partitions", []))
+            out.extend(
+                items.partition_from(name, cast(dict[str, Any], p))
+                for p in page.get("Partitions", [])
+            )
             if not page.get("NextToken"):
                 return sorted(out, key=lambda p: p.dt)
             params["NextToken"] = page["NextToken"]
 
 
 def _code(exc: Any) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -340,12 +340,13 @@ class LeaseStore(GlobalStateLeases, StoreStatus, ABC):
         if item is None:
             if transitions.refusal(closing, current) is not Refusal.CLOSED_TOO_OFTEN:
                 raise self._refused(token, closing, current)
+            assert current is not None  # closed too often: an item that exists, read back
             item = self._owner_write(
                 token,
                 transitions.dead_letter(
                     token,
                     now_ms=now,
-                    reason=reason or f"closed {current.closed_count + 1} times",  # type: ignore[union-attr]
+                    reason=reason or f"closed {current.closed_count + 1} times",
                     progress_state=progress_state,
                     expiration_time=self.expiration_at(now),
                 ),

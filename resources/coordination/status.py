@@ -141,6 +141,7 @@ def summarize(
             item.status is PartitionStatus.ASSIGNED
             and item.ownership_timeout_ms is not None
             and item.ownership_timeout_ms < now
+            # `oldest` is only ever an item whose ownership_timeout_ms is not None
             and (oldest is None or item.ownership_timeout_ms < oldest.ownership_timeout_ms)  # type: ignore[operator]
         ):
             oldest = item

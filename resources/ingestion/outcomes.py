@@ -20,6 +20,8 @@ FAILED = "failed"
 
 @dataclass
 class PartitionOutcome:
+    """What ingesting one source partition came to: its outcome, counts and reasons."""
+
     source_key: str
     outcome: str
     epoch: int | None = None

@@ -43,6 +43,12 @@ class KeyWrite:
     state: KeyState
 
 
+@overload
+def encode_value(value: Value) -> str: ...
+@overload
+def encode_value(value: None) -> None: ...
+@overload
+def encode_value(value: Value | None) -> str | None: ...
 def encode_value(value: Value | None) -> str | None:
     """A value as both backends store it: JSON keeps ints ints and floats floats (DynamoDB's
     numbers would come back as `Decimal`)."""

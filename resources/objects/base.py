@@ -21,7 +21,7 @@ from resources.errors import ComponentUnreachableError, LeaseholdError
 
 
 class ObjectStoreError(LeaseholdError):
-    pass
+    """An object store call that failed (the message names the call and the object)."""
 
 
 class ObjectStoreUnreachableError(ObjectStoreError, ComponentUnreachableError):
@@ -33,6 +33,8 @@ class ObjectStoreUnreachableError(ObjectStoreError, ComponentUnreachableError):
 
 @dataclass(frozen=True)
 class ObjectInfo:
+    """One object as a listing gives it."""
+
     key: str
     size: int
     modified_ms: int

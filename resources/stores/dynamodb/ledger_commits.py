@@ -81,8 +81,10 @@ class DynamoDbCommits(LedgerAccess):
                 return None, outcome.current
             if (reasons := outcome.reasons) is not None:
                 if record_index is not None and reasons[record_index] == "ConditionalCheckFailed":
+                    # the record's put failed its condition: the record exists
                     raise AlreadyCommittedError(self.commit_record(sid, key))  # type: ignore[arg-type]
                 continue  # a counter moved under us: read it again and retry
+            # the transaction just wrote the item: it is there to read
             return CommitResult(self.get(sid, key), tuple(registered)), None  # type: ignore[arg-type]
         raise StoreUnavailableError(
             f"DynamoDB table {self.table_name!r}: {lease_change.action} kept losing the "

@@ -117,10 +117,10 @@ def rollup_item(state: KeyState) -> dict[str, Any]:
     """One key's rollup state's attributes (without its key)."""
     item = {
         "txid": codec.n(state.txid),
-        "value": codec.s(encode_value(state.value)),  # type: ignore[arg-type]
+        "value": codec.s(encode_value(state.value)),
     }
     if state.prev_value is not None:
-        item["prevValue"] = codec.s(encode_value(state.prev_value))  # type: ignore[arg-type]
+        item["prevValue"] = codec.s(encode_value(state.prev_value))
     return item
 
 
