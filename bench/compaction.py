@@ -8,7 +8,7 @@ A table partition of `--objects` small Parquet objects, written as ingestion wri
 object is sorted and none holds one hour alone). One process, one SparkSession (`local[*]`,
 6 GiB driver as in bench/ingest.py; its start-up is excluded from every path alike), the
 explicit-paths listing threshold raised and the stream's schema given for every path alike
-(ARCHITECTURE §8: either one left out flatters whichever path has it); a warm-up of every path
+(docs/architecture.md: either one left out flatters whichever path has it); a warm-up of every path
 first. Paths run alternately, three times each, best of each counts:
   (a) `MergeWriter.write` of all objects (read exactly those paths, sort by event time, one
       object at the target; in pyarrow since it fits `ARROW_MAX_BYTES`: the results in
@@ -265,7 +265,7 @@ def main() -> int:
     spark = build_spark_session(
         master="local[*]", app_name="bench-compaction", extra_conf={"spark.driver.memory": "6g"}
     )
-    # Every path below reads explicit paths: the same setting for all (ARCHITECTURE §8).
+    # Every path below reads explicit paths: the same setting for all (docs/architecture.md).
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", DISCOVERY_THRESHOLD)
     writer = MergeWriter(spark, config)
     strategies = {how: StrategyWriter(spark, config, how) for how in STRATEGIES}

@@ -48,7 +48,7 @@ from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
 from resources.streams import LakeSettings
 
-# BackfillPolicy.single_run() is what lets one run ingest a whole range (ARCHITECTURE §8); it
+# BackfillPolicy.single_run() is what lets one run ingest a whole range (docs/architecture.md); it
 # is stable in practice but still labelled beta, and the warning on every load is noise.
 warnings.filterwarnings("ignore", message=".*backfill_policy.*beta")
 

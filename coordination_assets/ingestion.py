@@ -2,7 +2,7 @@
 
 Thin on purpose: a discovery tick is `resources.dagster_resources.discovery_tick`, the asset's
 work is `resources.ingestion.runner`, the checks are `resources.ingestion.check_suite`. What
-lives here is the Dagster mapping of ARCHITECTURE §8: one dynamic partition per source
+lives here is the Dagster mapping of docs/architecture.md: one dynamic partition per source
 partition, one run per range of many partitions, checks in runs of their own.
 """
 
@@ -302,7 +302,7 @@ def newest_materialization(
 
 def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> SensorDefinition:
     """Asset checks attached to an asset that yields materializations instead of its output are
-    skipped in that asset's runs (ARCHITECTURE §8), so sensor runs plan none and they run in
+    skipped in that asset's runs (docs/architecture.md), so sensor runs plan none and they run in
     runs of their own: after every ingestion, merge or publication run of the stream ends,
     after anything else materializes its assets (a run launched from the UI, commits recorded
     without a run), and at least every `check_interval_seconds`. `checks`: the stream's

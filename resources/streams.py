@@ -52,7 +52,7 @@ class StreamConfigError(ConfigError):
 
 @dataclass(frozen=True)
 class MergeSettings:
-    """Compaction of a table partition (ARCHITECTURE §6; README "Compaction").
+    """Compaction of a table partition (docs/architecture.md, docs/concepts/compaction.md).
 
     `max_bytes` is the merged object's target size and a merge's byte budget; `max_objects`
     bounds one merge's inputs (Prism's 2,000); `interval` is how long after the first unmerged
@@ -96,16 +96,18 @@ DURATIONS = ("close_grace", "interval", "delayed_interval", "close_wait_max")
 
 @dataclass(frozen=True)
 class PartitionSettings:
-    """How discovery cuts a listing into work units (ARCHITECTURE §5; README "Work units").
+    """How discovery cuts a listing into work units (docs/architecture.md,
+    docs/concepts/work-units.md).
 
     A work unit — one lease item, one Dagster partition — is up to `max_objects` consecutive
-    objects of one listing holding at most `max_bytes` together. The defaults (README, "Work
-    units: sizes") keep a unit to one Spark read (`MAX_READ_BYTES`, 256 MiB) and make the
-    per-unit costs (a lease, a Dagster partition and its events, ~40 ms) a rounding error per
-    object, while a million objects a day stay ~1,000 Dagster partitions a day. `max_objects: 1`
-    is one object per partition. An object bigger than `commit_every_bytes` (a unit of its own
-    when it is over `max_bytes`) is read and committed in chunks of that much text, each chunk
-    one fenced transaction with the offset reached: a crash loses at most one chunk's work."""
+    objects of one listing holding at most `max_bytes` together. The defaults
+    (docs/concepts/work-units.md) keep a unit to one Spark read (`MAX_READ_BYTES`, 256 MiB) and
+    make the per-unit costs (a lease, a Dagster partition and its events, ~40 ms) a rounding
+    error per object, while a million objects a day stay ~1,000 Dagster partitions a day.
+    `max_objects: 1` is one object per partition. An object bigger than `commit_every_bytes` (a
+    unit of its own when it is over `max_bytes`) is read and committed in chunks of that much
+    text, each chunk one fenced transaction with the offset reached: a crash loses at most one
+    chunk's work."""
 
     max_objects: int = 1000
     max_bytes: int = 256 * 1024 * 1024
@@ -454,7 +456,7 @@ class LakeSettings(Settings):
         check=at_least(1),
     )
 
-    # Dagster advises at most 100,000 partitions per asset (README "Work units"): a week of
+    # Dagster advises at most 100,000 partitions per asset (docs/concepts/work-units.md): a week of
     # units of 1,000 objects is 7,000 partitions at 10⁶ objects a day, 70,000 at 10⁷, while a
     # week is long enough to look at or re-run a recent unit from the UI.
     partition_retention: str = setting(

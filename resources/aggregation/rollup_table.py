@@ -1,6 +1,6 @@
 """A rollup published as a small table readers query: `<stream>_<rollup>`, beside the stream's.
 
-Published the way the stream's table is (ARCHITECTURE §6), so an engine reads it the same way:
+Published the way the stream's table is (docs/architecture.md), so an engine reads it the same way:
 per date, a manifest version — its own directory, never written again, holding the Parquet
 file of the state (a row per key: the group_by columns, then the aggregates) and the two
 manifests — and the catalog partition switched to the version's `symlink/` directory. The

@@ -1,4 +1,4 @@
-"""Catalogs: where query engines look a table partition up (ARCHITECTURE §6).
+"""Catalogs: where query engines look a table partition up (docs/architecture.md).
 
 Holds `base` (the `Catalog` interface: tables with their schema, partitions `dt=...` whose
 location is a manifest version's `symlink/` directory and whose `seq` only ever grows;

@@ -9,7 +9,7 @@ over or written to, and is not listed.
 Glue has no conditional write, so `publish_partition` reads the partition's
 `leasehold.publication_seq` and then creates or updates it: two publishers racing may both pass
 the check, and the lower one may land last. The publisher compares the catalog with the ledger
-and repairs a partition that lags (ARCHITECTURE §6); the check here keeps a slow publisher from
+and repairs a partition that lags (docs/architecture.md); the check here keeps a slow publisher from
 moving a partition back in every case but that race.
 
 A table's columns only grow (`resources.catalog.base`). Glue's `UpdateTable` replaces the whole

@@ -114,7 +114,7 @@ def configuration_text(config: Configuration) -> str:
     ]
     lines += [
         "",
-        "unset (-) means the documented default: README.md's configuration tables;",
+        "unset (-) means the documented default: docs/reference.md's configuration tables;",
         "a setting without a variable (—) is set in code or in a run's resource config.",
         f"data directory: {config.data_dir} (LEASEHOLD_DATA_DIR)",
         f"streams: {', '.join(config.streams)}",

@@ -39,7 +39,7 @@ from resources.streams import LakeSettings
 
 SPARK_TIMEOUT_S = 180.0
 CONNECT_TIMEOUT_S = 3.0
-CONFIG_FIX = "`leasehold config` shows every setting and its variable (README, Configuration)"
+CONFIG_FIX = "`leasehold config` shows every setting and its variable (docs/reference.md)"
 
 
 # -- object stores -------------------------------------------------------------------------------

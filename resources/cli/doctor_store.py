@@ -117,7 +117,7 @@ def _table_shape(
             what,
             False,
             error_text(exc),
-            "recreate the table as leasehold creates it (README, DynamoDB), or point "
+            "recreate the table as leasehold creates it (docs/production.md), or point "
             "LEASEHOLD_DYNAMODB_TABLE at one that fits",
         )
     ttl = (

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported by the command itself: Spark's side loads only for
     from resources.ingestion.stream_sampling import SampledObject, SourceSample
 
 HEADER = """\
-# Streams: one source -> table pipeline each (README "Your own data"; the fields are documented
+# Streams: one source -> table pipeline each (docs/your-own-data.md; the fields are documented
 # in the header of the repository's streams.yaml). `leasehold init SOURCE` appends an entry.
 """
 

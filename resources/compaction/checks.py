@@ -6,7 +6,7 @@ layer may not import): one function per check taking plain arguments and returni
 check` only turn outcomes into results, so they cannot drift apart.
 
 They judge what readers will be served once a partition switches to its merged objects
-(ARCHITECTURE §6): a chain that covers each committed id exactly once, merged objects that
+(docs/architecture.md): a chain that covers each committed id exactly once, merged objects that
 exist in full and hold exactly the rows of the small objects they replace, and a merge job for
 every partition with something left to merge. Read-only but for the checks' memory
 (`resources.ledger.check_scope`): each judges the partitions changed since it last passed.

@@ -5,7 +5,7 @@ A table partition `dt` holds the rows whose event time falls on that calendar da
 stream's time zone (`StreamConfig.timezone`), so its day ends at the next local midnight —
 not 24 hours after it began (a DST day is 23 or 25 hours long) and not at UTC midnight.
 `merge.close_grace` then gives late sources time to land as live objects before the partition
-is closed; whatever is committed after that is *delayed* (ARCHITECTURE §6).
+is closed; whatever is committed after that is *delayed* (docs/architecture.md).
 
 Time alone is not enough: in a backfill every historical date is past its close time at once,
 so closing on time alone would close them all before their data is ingested, and most rows

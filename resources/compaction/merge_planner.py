@@ -1,6 +1,6 @@
 """`MergePlanner`: which small objects one merge of a table partition takes, and into which range.
 
-The rules (ARCHITECTURE §6, issue 13 item 4):
+The rules (docs/architecture.md, issue 13 item 4):
 
 - A merge takes the committed ids above the chain's last `upper`, in id order: at most
   `max_objects` of them and while their bytes stay within `max_bytes` — but always at least

@@ -303,7 +303,7 @@ class MergeRunner:
 
     def _local(self, url: str, scratch: Path) -> str:
         """A path Spark can read: local objects as they are, others copied to `scratch` first
-        (Spark here writes and reads locally; ARCHITECTURE §7)."""
+        (Spark here writes and reads locally; docs/architecture.md)."""
         if url.startswith("file://"):
             return url[len("file://") :]
         return str(self.objects.local_copy(self.objects.key_of(url), scratch / "in"))

@@ -30,7 +30,7 @@ without the key reads as version 1 (`parquet_meta.read_version`), and the ledger
 the version of a merged object.
 
 The Spark path uses the DataFrame API only (no RDD, no SparkContext), so the same code runs over
-Spark Connect. Facts it relies on (ARCHITECTURE §8, BENCHMARKS.md "Compaction"):
+Spark Connect. Facts it relies on (docs/architecture.md, BENCHMARKS.md "Compaction"):
 * Spark given many explicit paths first runs a distributed listing job, one task per path,
   unless `spark.sql.sources.parallelPartitionDiscovery.threshold` is above the path count: the
   writer raises it, so 2,000 inputs are stat'ed on the driver instead. Paths are handed over

@@ -1,4 +1,4 @@
-"""Coordination: who may work on which source partition (ARCHITECTURE §4).
+"""Coordination: who may work on which source partition (docs/architecture.md).
 
 Holds the lease item model (`items`), the pure state machine of a lease item (`transitions`)
 and how long a CLOSED one waits (`backoff`), the `LeaseStore` interface that store backends

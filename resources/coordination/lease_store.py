@@ -72,7 +72,7 @@ class LeaseStore(GlobalStateLeases, StoreStatus, ABC):
     # -- naming --------------------------------------------------------------------------------
 
     def source_identifier(self, stream: str, item_type: ItemType = ItemType.PARTITION) -> str:
-        """`[partition_prefix|]stream|type`, as ARCHITECTURE §4 prescribes. Pure: reads
+        """`[partition_prefix|]stream|type`, as docs/architecture.md prescribes. Pure: reads
         nothing, raises nothing."""
         parts = [self.partition_prefix] if self.partition_prefix else []
         return "|".join([*parts, stream, item_type.value])

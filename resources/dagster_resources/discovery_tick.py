@@ -1,6 +1,6 @@
 """One tick of a stream's discovery sensor: what to add, what to run, what to record.
 
-The store is the truth; a tick brings Dagster up to it (ARCHITECTURE §8):
+The store is the truth; a tick brings Dagster up to it (docs/architecture.md):
 1. runs whose process died are marked failed (`runs.fail_dead_runs`), so they stop holding
    queue slots and stop looking like they still cover their partitions;
 2. new objects after the discovery cursor, and (a bounded step of the reconciliation pass) objects

@@ -3,7 +3,7 @@
 Holds `work_units` (a lease item's objects: how a listing is cut into units, and which unit
 holds a listed object), `discovery` (list after a cursor, create work units, plan range runs),
 `reconciliation` (objects behind the cursor), `runner` (`IngestionRunner`: the commit protocol
-of ARCHITECTURE §5 over chunks of units) and its parts `unit_commit` (one unit's commit),
+of docs/architecture.md over chunks of units) and its parts `unit_commit` (one unit's commit),
 `large_objects` (large objects chunk by chunk), `outcomes` (`PartitionOutcome`) and
 `unit_progress` (a unit's progress fields); `batch_results` (what the reader hands the
 runner: `SourceBatchResult`, `StagedFile`), `source_reader` (one

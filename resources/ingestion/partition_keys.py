@@ -1,6 +1,6 @@
 """Source partition key <-> Dagster dynamic partition key: reversible, never ambiguous.
 
-Dagster accepts almost any key, with three traps measured on 1.13 (ARCHITECTURE §8): the empty
+Dagster accepts almost any key, with three traps measured on 1.13 (docs/architecture.md): the empty
 key can't be materialized, a key containing `...` can't end a CLI `--partition-range`, and `|`
 breaks inside a MultiPartitionsDefinition. Keys are therefore percent-escaped minimally: `%`
 (the escape itself), `|`, and the third dot of any run of dots. Everything else — spaces,

@@ -1,6 +1,6 @@
 """Bad records: find what a line-mode read does not know about them, and write quarantine.
 
-Bad records never vanish (ARCHITECTURE §7): each goes to its source's quarantine object with
+Bad records never vanish (docs/architecture.md): each goes to its source's quarantine object with
 source key, line number, reason and text. A line-mode read does not know two of those, and they
 are found afterwards, for the few bad records only: the text of a line that parsed but fails a
 check (no event time, no record id) — a second, text read of just the sources that have such

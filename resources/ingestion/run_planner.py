@@ -1,7 +1,7 @@
 """Which range runs to request: new partitions and work left behind, many partitions per run.
 
 A Dagster run costs seconds to launch and one SparkSession, so partitions are requested in
-ranges (ARCHITECTURE §8). A range is **positional** — whatever keys lie between its two ends
+ranges (docs/architecture.md). A range is **positional** — whatever keys lie between its two ends
 in the dynamic partitions' insertion order — and carries its expected count, so the asset can
 refuse a range that changed under it. New partitions are added together and so are contiguous.
 Work left behind (a crashed run's expired leases, handed-back or never-taken partitions,

@@ -1,4 +1,4 @@
-"""Exactly-once ingestion of a batch of work units (ARCHITECTURE §5), without Dagster.
+"""Exactly-once ingestion of a batch of work units (docs/architecture.md), without Dagster.
 
 A source partition is a work unit (`work_units`): the objects its lease item lists. Per chunk
 of units (whole units, up to `chunk_size` objects):

@@ -1,4 +1,4 @@
-"""Work units: what one lease item (and one Dagster partition) stands for (ARCHITECTURE §5).
+"""Work units: what one lease item (and one Dagster partition) stands for (docs/architecture.md).
 
 A unit is up to `partition.max_objects` consecutive objects of one discovery listing holding at
 most `partition.max_bytes` together; an object bigger than that is a unit on its own. One

@@ -1,4 +1,5 @@
-"""The ledger: which small objects make up each table partition (Prism's model, ARCHITECTURE §6).
+"""The ledger: which small objects make up each table partition (Prism's model;
+docs/architecture.md).
 
 Holds the model (`model`: small objects, table partitions, commit records), the merge model
 (`merge`: ranges chained from the `(None, 0)` sentinel, merge commits, when a merge job is due)

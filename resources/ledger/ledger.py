@@ -1,4 +1,4 @@
-"""The `Ledger` interface: the commit protocol of ARCHITECTURE §5 and what readers may read.
+"""The `Ledger` interface: the commit protocol of docs/architecture.md and what readers may read.
 
 Each store backend implements it beside `LeaseStore`, on the same connection, because a commit
 writes the ledger and the lease item in one transaction.

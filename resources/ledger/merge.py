@@ -1,4 +1,4 @@
-"""Merge ranges, merge commits and when a table partition's merge job is due (ARCHITECTURE §6).
+"""Merge ranges, merge commits and when a table partition's merge job is due (docs/architecture.md).
 
 Prism's model, with its ranges half-open: a range `(lower, upper]` covers the small objects with
 `lower < id <= upper` and is merged into one object `part-%019d-%019d.parquet` (lower, upper).

@@ -1,7 +1,7 @@
 """The ledger: which small objects make up each table partition (Prism's metadata model).
 
 A small object exists for readers only once the ledger names it. It is registered by the same
-transaction that marks its source partition COMPLETED (ARCHITECTURE §5), conditional on the
+transaction that marks its source partition COMPLETED (docs/architecture.md), conditional on the
 lease's owner and epoch, and that transaction also assigns its id: ids are dense per table
 partition and allocated inside the commit, so "every id up to the counter" is always a complete,
 committed set — Prism allocated ids before uploading and a merge could skip a late commit.

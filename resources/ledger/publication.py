@@ -1,4 +1,5 @@
-"""Publication: which manifest version readers of a table partition are served (ARCHITECTURE §6).
+"""Publication: which manifest version readers of a table partition are served
+(docs/architecture.md).
 
 Every published table partition is located by an immutable, versioned manifest, never by a
 prefix. Before the switch a manifest lists its live small objects (ids `1..upper`); once the

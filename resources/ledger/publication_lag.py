@@ -1,5 +1,5 @@
 """How long a table partition's committed rows have waited for publication, and by when they
-should have been published (the `publication_lag` check, README "Publication").
+should have been published (the `publication_lag` check, docs/concepts/publication.md).
 
 A committed small object is served to readers once the partition's current publication covers
 its id (`1..published_upper`). By when that must happen depends on the partition's state when

@@ -1,5 +1,5 @@
 """Publication without Dagster: manifests, switching, readers and garbage collection
-(ARCHITECTURE §6).
+(docs/architecture.md).
 
 Holds `manifest` (a version's two immutable manifests: Redshift Spectrum JSON and Hive symlink
 text, and where a version's files go), `publisher` (`Publisher`: for each table partition whose

@@ -5,7 +5,7 @@ may not import): one function per check taking plain arguments and returning a `
 and `run_all`; the Dagster asset checks on the published-table asset and `leasehold check` only
 turn outcomes into results.
 
-They judge what an external engine is served (ARCHITECTURE §6): the catalog points at the
+They judge what an external engine is served (docs/architecture.md): the catalog points at the
 ledger's current publication, whose manifest names files that exist in full and hold exactly
 the rows committed for the ids it covers, and a partition switched to merged objects only once
 its chain covers every live id; and that nothing committed waits for publication longer than

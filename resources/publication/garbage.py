@@ -1,4 +1,5 @@
-"""`GarbageCollector`: deleting what no reader and no ledger state needs any more (ARCHITECTURE §6).
+"""`GarbageCollector`: deleting what no reader and no ledger state needs any more
+(docs/architecture.md).
 
 A table's root holds four kinds of files: small objects (`dt=<dt>/…`, written by ingestion),
 merged objects (`merged/dt=<dt>/<epoch>-<uuid>/…`, written by merges), manifest versions

@@ -1,5 +1,5 @@
 """A manifest version: the two immutable files that tell an engine which data files a table
-partition is made of (ARCHITECTURE §6).
+partition is made of (docs/architecture.md).
 
 A version lives in its own directory under the table's root, named so that no two attempts
 share one (`_manifests/dt=<dt>/<kind>-<upper>-<token>/`), and is never written again once the

@@ -1,4 +1,4 @@
-"""Reading a published table partition exactly as an external engine does (ARCHITECTURE §6).
+"""Reading a published table partition exactly as an external engine does (docs/architecture.md).
 
 Athena, Trino and Presto look the partition up in the catalog, list the directory its location
 names (the manifest version's `symlink/` directory, read through `SymlinkTextInputFormat`),

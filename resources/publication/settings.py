@@ -3,8 +3,8 @@
 The safety delay is how long a file no retained manifest needs any more is kept anyway: a
 reader that resolved an older manifest version (a long Athena or Spark query, a paused job)
 keeps working through it, and an attempt still writing its files (ingestion, merge or
-publication, each bounded by a lease timeout) is never mistaken for an orphan. README says
-why the default.
+publication, each bounded by a lease timeout) is never mistaken for an orphan.
+docs/concepts/garbage-collection.md says why the default.
 """
 
 from __future__ import annotations

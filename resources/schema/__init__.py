@@ -1,4 +1,5 @@
-"""A stream's schema as it evolves (ARCHITECTURE §11): versions, evolution modes, field types.
+"""A stream's schema as it evolves (docs/schema-evolution.md): versions, evolution modes,
+field types.
 
 Holds `columns` (a column and the types it may have), `versions` (a schema version — the full
 column list, what it added, where it was first seen — and the rule that turns a request for

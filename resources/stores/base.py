@@ -1,6 +1,6 @@
 """`CoordinationStore`: leases and the ledger in one store, and the commits they share.
 
-A commit (ARCHITECTURE §5) writes the ledger and the lease item in one transaction, so one
+A commit (docs/architecture.md) writes the ledger and the lease item in one transaction, so one
 store implements both interfaces. What a commit decides is here, once: the size check, the
 lease transition (COMPLETED, or renewed for chunked work), the ids (`assign_ids`), the metrics
 and what a refusal means. A backend only writes it all as one transaction (`_commit`). A merge

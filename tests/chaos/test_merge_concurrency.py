@@ -1,4 +1,5 @@
-"""The merge protocol with real OS processes, on both store backends (issue 13, ARCHITECTURE §6).
+"""The merge protocol with real OS processes, on both store backends (issue 13,
+docs/architecture.md).
 
 - Prism's race: ingestion committers and mergers on the same table partitions at once; after a
   final merge, every committed small object is in exactly one range and every record in exactly

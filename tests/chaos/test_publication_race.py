@@ -1,5 +1,6 @@
-"""Publication with real OS processes, on both store backends (issue 14's acceptance, ARCHITECTURE
-§6): SQLite with the local catalog file, DynamoDB with Glue, both over the loopback server.
+"""Publication with real OS processes, on both store backends (issue 14's acceptance,
+docs/architecture.md): SQLite with the local catalog file, DynamoDB with Glue, both over the
+loopback server.
 
 - The race: ingestion committers commit small objects into three table partitions (closing two
   of them mid-way), a merger merges them, a publisher publishes whatever is due, over and over,

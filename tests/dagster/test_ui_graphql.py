@@ -605,7 +605,7 @@ def test_a_commit_dagster_did_not_record_is_shown_with_its_counts(ui: Ui, spark:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_partition_added_by_hand_fails_saying_discovery_creates_them(ui: Ui) -> None:
-    """README "Late objects": a partition added by hand in the UI, without a source object,
+    """docs/concepts/recovery.md: a partition added by hand in the UI, without a source object,
     fails saying partitions are created by discovery, and leaves Dagster's partitions: it does
     not stay failed for good, off by one from the store (issue 23)."""
     u = ui

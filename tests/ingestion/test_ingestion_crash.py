@@ -1,4 +1,4 @@
-"""Crash tests with real processes, on both store backends (ARCHITECTURE §5).
+"""Crash tests with real processes, on both store backends (docs/architecture.md).
 
 A child process runs the ingestion asset for one partition and is stopped at the dangerous
 moment — objects published but not committed; committed but Dagster not told — by SIGKILL or

@@ -1,6 +1,6 @@
 """The compaction half of the ledger every backend passes: merge jobs scheduled by ingestion
 commits, closing, and merge commits that extend the chain in one transaction fenced by the
-merge job's lease (ARCHITECTURE §6)."""
+merge job's lease (docs/architecture.md)."""
 
 from __future__ import annotations
 

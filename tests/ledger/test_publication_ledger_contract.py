@@ -1,7 +1,7 @@
 """The publication half of the ledger every backend passes: a partition's current publication
 only moves forward, each recorded version gets the next `seq`, the history is kept until
 garbage collection forgets it, and racing publishers of one version cannot both win
-(ARCHITECTURE §6)."""
+(docs/architecture.md)."""
 
 from __future__ import annotations
 

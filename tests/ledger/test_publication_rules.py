@@ -1,6 +1,6 @@
 """The pure publication rules both backends and the publisher rely on: when a partition is due
 and as what, when it may switch, which records garbage collection must keep, and which files a
-manifest lists (ARCHITECTURE §6)."""
+manifest lists (docs/architecture.md)."""
 
 from __future__ import annotations
 

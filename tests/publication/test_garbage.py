@@ -1,6 +1,6 @@
 """Garbage collection keeps every file a retained manifest, the current chain or an unpublished
 small object needs, and deletes the rest only once it is older than the safety delay
-(ARCHITECTURE §6). Publications are recorded by hand through the real ledger (SQLite; DynamoDB
+(docs/architecture.md). Publications are recorded by hand through the real ledger (SQLite; DynamoDB
 too for the full lifecycle) with real manifest files; time is the fake clock's, files' ages
 are set against it."""
 

@@ -274,7 +274,7 @@ def _status_ranges(*ranges: tuple[str, str]) -> str:
     return " UNION ALL ".join(selects)
 
 
-# Acquisition order of ARCHITECTURE §4: expired ASSIGNED, reopened CLOSED, then UNASSIGNED.
+# Acquisition order of docs/architecture.md: expired ASSIGNED, reopened CLOSED, then UNASSIGNED.
 AVAILABLE = (
     _status_ranges(("ASSIGNED", "< :now_prio"), ("CLOSED", "<= :now_prio"), ("UNASSIGNED", ""))
     + f" ORDER BY _range, {ATTR['priority']} LIMIT :limit"
