@@ -91,13 +91,22 @@ class ObjectFields:
 def known_counts(rows: pa.Table, columns: Iterable[tuple[str, str]]) -> dict[int, int]:
     """src -> the right side of the proof for each object in `rows` (a read's Arrow rows, with
     `src`): its known columns' non-null values plus the `":` in its string values (less those
-    before `null`). An object with a bad row is left out: it is scanned (its rows are not all
-    there to count). Per column, only what is there costs: a column without nulls adds its
+    before `null`). A line Spark rejected counts by its text (`_raw`: the line as read), not
+    its columns: its keys are all in the object's bytes, and a field only it holds goes to
+    quarantine with it. Per column, only what is there costs: a column without nulls adds its
     object's row count, and string values are searched only when their bytes hold `":`."""
     if rows.num_rows == 0:
         return {}
-    src = rows.column("src")
     counts: dict[int, int] = defaultdict(int)
+    raw = rows.column("_raw") if "_raw" in rows.column_names else None
+    if raw is not None and raw.null_count < len(raw):
+        rejected = pc.is_valid(raw)
+        for s, n in _summed_by_src(
+            rows.column("src").filter(rejected), _keys_in(raw.filter(rejected))
+        ).items():
+            counts[s] += n
+        rows = rows.filter(pc.invert(rejected))
+    src = rows.column("src")
     per_object = _by_src(src)
     for name, typ in columns:
         col = rows.column(name)
@@ -107,19 +116,18 @@ def known_counts(rows: pa.Table, columns: Iterable[tuple[str, str]]) -> dict[int
             for s, n in _by_src(src.filter(pc.is_null(col))).items():
                 counts[s] -= n
         if typ == "string" and _may_hold_key(col):
-            inside = pc.fill_null(pc.count_substring(col, '":'), 0).cast(pa.int64())
-            for null in ('":null', '": null'):
-                nulls = pc.fill_null(pc.count_substring(col, null), 0).cast(pa.int64())
-                inside = pc.subtract(inside, nulls)
-            for s, n in _summed_by_src(src, inside).items():
+            for s, n in _summed_by_src(src, _keys_in(col)).items():
                 counts[s] += n
-    reasons = rows.column("_reason")
-    bad = (
-        set(src.filter(pc.is_valid(reasons)).to_pylist())
-        if reasons.null_count < len(reasons)
-        else set()
-    )
-    return {s: n for s, n in counts.items() if s not in bad}
+    return dict(counts)
+
+
+def _keys_in(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Per value, its `":` less those before `null` (0 for a null value)."""
+    keys = pc.fill_null(pc.count_substring(text, '":'), 0).cast(pa.int64())
+    for null in ('":null', '": null'):
+        nulls = pc.fill_null(pc.count_substring(text, null), 0).cast(pa.int64())
+        keys = pc.subtract(keys, nulls)
+    return keys
 
 
 def _by_src(src: pa.ChunkedArray | pa.Array) -> dict[int, int]:

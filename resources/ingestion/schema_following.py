@@ -70,6 +70,19 @@ def non_numbers(table: pa.Table, reading: StreamConfig, config: StreamConfig) ->
     return suspects
 
 
+def mistyped(table: pa.Table, reading: StreamConfig, config: StreamConfig) -> set[int]:
+    """Objects with a line rejected for the type of a column read but not recorded: the type
+    read was a guess from a first record, so only the object's scan can say which type the
+    field asks for (the line's text alone would clear the object)."""
+    recorded = set(config.column_names)
+    guessed = [c for c in reading.columns if c.name not in recorded]
+    if not guessed:
+        return set()
+    reasons = pa.array([f"wrong type for {c.name}: expected {c.type}" for c in guessed])
+    odd = pc.fill_null(pc.is_in(table.column("_reason"), reasons), False)
+    return set(table.column("src").filter(odd).to_pylist())
+
+
 def read_again(
     reading: StreamConfig, config: StreamConfig, found: dict[int, ObjectFields], table: pa.Table
 ) -> list[int]:

@@ -58,6 +58,7 @@ from resources.ingestion.read_staging import inspected, stage_read
 from resources.ingestion.schema_following import (
     as_schema,
     columns_of,
+    mistyped,
     non_numbers,
     read_again,
     refused_fields,
@@ -304,7 +305,7 @@ class SourceReader:
                 batch,
                 known_counts(table, typed(reading)),
                 known=set(config.column_names),
-                unproven=non_numbers(table, reading, config),
+                unproven=non_numbers(table, reading, config) | mistyped(table, reading, config),
             ),
         }
         for _ in range(ADD_ATTEMPTS):

@@ -258,6 +258,32 @@ def test_a_guessed_column_another_run_recorded_with_another_type_keeps_that_type
     ]
 
 
+@pytest.mark.parametrize("new_field", [False, True])
+def test_an_object_with_a_malformed_line_is_still_cleared_by_the_counts(
+    spark, sqlite_store, tmp_path: Path, monkeypatch, new_field: bool
+) -> None:
+    """A rejected line counts by its text: the object is scanned only when a good record holds a
+    field outside the schema (a source with a few bad lines is not parsed again in Python)."""
+    import resources.ingestion.source_reader as source_reader
+
+    lines = [rec(0), '{"id": "r1", "ts": "2026-01-01T10:00:00Z", "us', rec(2, country="NZ")]
+    if not new_field:
+        lines[2] = rec(2)
+    files = corpus(tmp_path / "src", {"a.jsonl": [rec(3), *lines]})
+    scanned = []
+    scan = source_reader.scan_fields
+    monkeypatch.setattr(
+        source_reader, "scan_fields", lambda *a, **k: scanned.append(a[0]) or scan(*a, **k)
+    )
+    _, results = read(spark, sqlite_store, stream(tmp_path, "add"), files, tmp_path)
+    (result,) = results.values()
+    assert result.rows_quarantined == 1
+    assert len(scanned) == int(new_field)
+    assert result.new_columns == (["country"] if new_field else [])
+    if new_field:
+        assert {r["id"]: r for r in rows_of(result)}["r2"]["country"] == "NZ"
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([b'"', b":", b"null", b" ", b"n", b"a", b"\\", b"'"]), max_size=40))
 def test_the_byte_counts_are_the_substring_counts(parts: list[bytes]) -> None:
