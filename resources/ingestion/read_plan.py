@@ -38,6 +38,11 @@ def spark_type(type_name: str) -> Any:
     }[type_name]
 
 
+def wrong_type(name: str, type_name: str) -> str:
+    """The reason of a line whose value for column `name` is not a `type_name`."""
+    return f"wrong type for {name}: expected {type_name}"
+
+
 def text_reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[str, Any]]:
     """Parse `line` as text, cast per column: slow, but it names what is wrong."""
     from pyspark.sql import functions as F
@@ -55,7 +60,7 @@ def text_reason_and_columns(config: StreamConfig, line: Any) -> tuple[Any, dict[
     for c in config.columns:
         reason = reason.when(
             parsed[c.name].isNotNull() & typed[c.name].isNull(),
-            F.lit(f"wrong type for {c.name}: expected {c.type}"),
+            F.lit(wrong_type(c.name, c.type)),
         )
     return reason, typed
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from resources.ingestion.field_scan import ObjectFields
+from resources.ingestion.read_plan import wrong_type
 from resources.schema.arrow import arrow_type
 from resources.schema.columns import ColumnSpec
 from resources.schema.field_types import widen
@@ -59,10 +60,9 @@ def non_numbers(table: pa.Table, reading: StreamConfig, config: StreamConfig) ->
     """Objects with NaN or an infinity in a double column read but not recorded: Spark reads
     the strings "NaN" and "Infinity" into a double column, so such a value may have been text
     — only the object's scan can say which type the field asks for."""
-    recorded = set(config.column_names)
     suspects: set[int] = set()
-    for column in reading.columns:
-        if column.name in recorded or column.type != "double":
+    for column in _guessed(reading, config):
+        if column.type != "double":
             continue
         values = table.column(column.name)
         odd = pc.fill_null(pc.or_(pc.is_nan(values), pc.is_inf(values)), False)
@@ -74,13 +74,18 @@ def mistyped(table: pa.Table, reading: StreamConfig, config: StreamConfig) -> se
     """Objects with a line rejected for the type of a column read but not recorded: the type
     read was a guess from a first record, so only the object's scan can say which type the
     field asks for (the line's text alone would clear the object)."""
-    recorded = set(config.column_names)
-    guessed = [c for c in reading.columns if c.name not in recorded]
+    guessed = _guessed(reading, config)
     if not guessed:
         return set()
-    reasons = pa.array([f"wrong type for {c.name}: expected {c.type}" for c in guessed])
+    reasons = pa.array([wrong_type(c.name, c.type) for c in guessed])
     odd = pc.fill_null(pc.is_in(table.column("_reason"), reasons), False)
     return set(table.column("src").filter(odd).to_pylist())
+
+
+def _guessed(reading: StreamConfig, config: StreamConfig) -> list[ColumnSpec]:
+    """The columns `reading` reads that `config` (the recorded version) does not hold."""
+    recorded = set(config.column_names)
+    return [c for c in reading.columns if c.name not in recorded]
 
 
 def read_again(
