@@ -297,9 +297,9 @@ def _csv(name: str, csv: Any) -> tuple[dict[str, Any], str, str, str | None]:
     return csv, delimiter, quote, escape
 
 
-def _evolution(name: str, evolution: Any, fmt: str, names: list[str]) -> str:
+def _evolution(name: str, raw: Any, fmt: str, names: list[str]) -> str:
     """`schema_evolution`, checked against the format and the schema."""
-    evolution = _one_of(name, "schema_evolution", evolution, MODES)
+    evolution = _one_of(name, "schema_evolution", raw, MODES)
     if evolution == RESCUE and fmt != "jsonl":
         raise StreamConfigError(
             name,

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from resources.catalog.opening import catalog_for
 from resources.catalog.settings import CatalogSettings
+from resources.publication.targets import open_target
 from resources.spark.reachable import require_reachable
 from resources.spark.session import SparkSettings
+from resources.streams import StreamConfig
 
 
-def check_door(streams: Sequence[str]) -> None:
+def check_door(streams: Sequence[StreamConfig]) -> None:
     """A Spark master or Connect server that is not listening, or a Glue catalog that does not
-    answer, raises its `ComponentUnreachableError` here; local ones are not asked."""
+    answer (asked through each stream's `PublicationTarget`), raises its
+    `ComponentUnreachableError` here; local ones are not asked. A stream whose `table_format`
+    this build cannot publish raises `TableFormatUnavailableError`, before any run."""
     spark = SparkSettings.from_env()
     require_reachable(spark.master, spark.remote)
     settings = CatalogSettings.from_env()
+    targets = {s.table_format: open_target(settings, s.table_format) for s in streams}
     if settings.catalog == "glue":
-        catalog = catalog_for(settings)
         for stream in streams:
-            catalog.table(stream)  # the table is named after its stream (LakeResource)
+            # the table is named after its stream (LakeResource)
+            targets[stream.table_format].table(stream.name)
