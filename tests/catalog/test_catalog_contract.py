@@ -46,13 +46,6 @@ def loc(dt: str, seq: int) -> str:
     return catalog_child.location(dt, seq)
 
 
-@pytest.fixture(scope="module")
-def glue_proxy(aws_server: LocalAwsServer) -> Iterator[GlueProxy]:
-    # Checking UpdateTable's VersionId as AWS does: the loopback server alone ignores it.
-    with GlueProxy(aws_server.endpoint_url, page_size=50, check_table_versions=True) as proxy:
-        yield proxy
-
-
 def glue_catalog(proxy: GlueProxy, database: str | None = None) -> GlueCatalog:
     return GlueCatalog(
         database or f"db_{uuid.uuid4().hex[:12]}",

@@ -80,11 +80,7 @@ class IcebergCatalog:
             except NamespaceAlreadyExistsError:
                 pass
 
-        if not self.call("list namespaces", lambda: self._has_namespace()):
-            self.call("create namespace", create)
-
-    def _has_namespace(self) -> bool:
-        return (self.namespace,) in {tuple(n) for n in self.catalog.list_namespaces()}
+        self.call("create namespace", create)
 
 
 def open_catalog(
