@@ -38,12 +38,16 @@ def target_spec(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Ta
     local_root = f"file://{tmp_path}/lake/events"
     database = f"db_{uuid.uuid4().hex[:12]}"
     if kind == "hive-local":
-        return TargetSpec(CatalogSettings(catalog_path=str(tmp_path / "catalog.json")), "manifests", local_root)
+        return TargetSpec(
+            CatalogSettings(catalog_path=str(tmp_path / "catalog.json")), "manifests", local_root
+        )
     if kind == "iceberg-sql":
         settings = CatalogSettings(iceberg_catalog_path=str(tmp_path / "iceberg" / "catalog.db"))
         return TargetSpec(settings, "iceberg", local_root)
     proxy: GlueProxy = request.getfixturevalue("glue_proxy")
-    glue = CatalogSettings(catalog="glue", glue_database=database, glue_endpoint_url=proxy.endpoint_url)
+    glue = CatalogSettings(
+        catalog="glue", glue_database=database, glue_endpoint_url=proxy.endpoint_url
+    )
     if kind == "hive-glue":
         return TargetSpec(glue, "manifests", local_root)
     bucket = request.getfixturevalue("lake_bucket")

@@ -9,7 +9,7 @@ import json
 import multiprocessing
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3

@@ -126,7 +126,9 @@ def test_switch_is_idempotent_and_never_goes_back(spec: TargetSpec) -> None:
 def test_several_dates_in_one_call(spec: TargetSpec) -> None:
     target = spec.open()
     target.ensure_table(events(spec))
-    files = {dt: write_file(spec, f"{dt}.parquet", rows(dt, 2)) for dt in ("2024-01-02", "2024-01-01")}
+    files = {
+        dt: write_file(spec, f"{dt}.parquet", rows(dt, 2)) for dt in ("2024-01-02", "2024-01-01")
+    }
     switches = [switch(spec, dt, 3, f) for dt, f in files.items()]
     assert target.switch("events", switches, summary={"run": "r1"}) == sorted(files)
     for s in switches:
@@ -158,8 +160,13 @@ def test_processes_switching_different_dates_at_once_all_land(
     children = [
         ctx.Process(
             target=target_lake.switch_in_child,
-            args=(spec.as_json(), "events", target_lake.switches_json([wanted[dt]]), go,
-                  str(tmp_path / dt)),
+            args=(
+                spec.as_json(),
+                "events",
+                target_lake.switches_json([wanted[dt]]),
+                go,
+                str(tmp_path / dt),
+            ),
         )  # fmt: skip
         for dt in dts
     ]

@@ -77,7 +77,9 @@ def switch_in_child(spec_json: str, table: str, switches_json: str, go: Any, out
     """Open the target afresh, wait for `go`, switch once, write the dts switched to `out`."""
     target = TargetSpec.from_json(spec_json).open()
     switches = [
-        PartitionSwitch(s["dt"], s["seq"], s["version_url"], tuple(PartitionFile(**f) for f in s["files"]))
+        PartitionSwitch(
+            s["dt"], s["seq"], s["version_url"], tuple(PartitionFile(**f) for f in s["files"])
+        )
         for s in json.loads(switches_json)
     ]
     go.wait(60)

@@ -68,6 +68,9 @@ def read(
 ) -> pa.Table:
     """The rows (of `dt` when given) at the snapshot (default: current) with `columns`."""
     sid = _snapshot_id(table, snapshot_id)
-    selected = tuple(columns) if columns else ("*",)
+    if not columns:
+        return table.scan(row_filter=_dt_filter(dt), snapshot_id=sid).to_arrow()
+    # pyiceberg 0.12 filters the rows it read by the filter's columns: `dt` must be read too.
+    selected = tuple(dict.fromkeys([*columns, PARTITION_KEY]))
     scan = table.scan(row_filter=_dt_filter(dt), selected_fields=selected, snapshot_id=sid)
-    return scan.to_arrow()
+    return scan.to_arrow().select(list(columns))
