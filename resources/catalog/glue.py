@@ -155,7 +155,7 @@ class GlueCatalog(Catalog):
             return call_with_retries(
                 attempt,
                 policy=self.retry,
-                is_retryable=_retryable,
+                is_retryable=retryable_glue_error,
                 on_give_up=give_up,
                 sleep=self._sleep,
                 on_retry=log_retries(log, logging.WARNING, what, self.retry),
@@ -423,7 +423,7 @@ def _code(exc: Any) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _retryable(exc: BaseException) -> bool:
+def retryable_glue_error(exc: BaseException) -> bool:
     """Throttling, 5xx and connection errors: worth another attempt."""
     from botocore.exceptions import (
         ClientError,

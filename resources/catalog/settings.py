@@ -2,7 +2,20 @@
 
 Declared once (`resources.settings.setting`); the Dagster catalog resource takes its fields
 from here and the CLI reads the same variables. The embedded default (a catalog file under the
-data directory) needs no configuration.
+data directory for `manifests` tables, a SQLite Iceberg catalog beside it for `iceberg` ones)
+needs no configuration. `glue` serves both formats from one database; `rest` (an Iceberg REST
+catalog) serves `iceberg` tables only.
+
+Snapshot retention (`iceberg_snapshot_retention_seconds`, default 5 days): a snapshot older
+than that is expired by the next switch of its table. It must be at least the GC safety delay
+(`LEASEHOLD_GC_SAFETY_DELAY_SECONDS`, 1 day): leasehold's GC deletes a file only when no
+retained snapshot references it, so a shorter retention would let a reader that planned a
+query against the snapshot a switch just replaced lose its files sooner than a `manifests`
+reader would. Five days is Iceberg's own default (`history.expire.max-snapshot-age-ms`) and
+covers a long weekend: a bad publication noticed on Tuesday can still be read as it was on
+Friday. `iceberg_max_snapshots` (default 500) caps the count as well, since every commit
+rewrites the table's metadata file, which lists each retained snapshot: with publications
+every minute, 5 days would be 7,200 snapshots and a commit cost that grows with them.
 """
 
 from __future__ import annotations
@@ -12,9 +25,19 @@ from pathlib import Path
 
 from resources.catalog.glue_items import name_problem
 from resources.errors import ConfigError
-from resources.settings import Settings, default_data_dir, http_url, one_of, setting
+from resources.settings import (
+    Settings,
+    at_least,
+    default_data_dir,
+    http_url,
+    one_of,
+    positive,
+    setting,
+)
 
-BACKENDS = ("local", "glue")
+BACKENDS = ("local", "glue", "rest")
+ICEBERG_ONLY_BACKENDS = ("rest",)
+"""Backends that hold Iceberg tables only: a `manifests` table needs a Hive catalog."""
 
 
 class CatalogConfigError(ConfigError):
@@ -31,7 +54,10 @@ class CatalogSettings(Settings):
     config_error = CatalogConfigError
 
     catalog: str = setting(
-        "local", env="LEASEHOLD_CATALOG", doc="`local` or `glue`", check=one_of(*BACKENDS)
+        "local",
+        env="LEASEHOLD_CATALOG",
+        doc="`local`, `glue` or `rest` (Iceberg tables only)",
+        check=one_of(*BACKENDS),
     )
     catalog_path: str | None = setting(
         None,
@@ -52,5 +78,53 @@ class CatalogSettings(Settings):
         None, env="LEASEHOLD_GLUE_CATALOG_ID", doc="Glue catalog id (default: the account's)"
     )
 
+    iceberg_catalog_path: str | None = setting(
+        None,
+        env="LEASEHOLD_ICEBERG_CATALOG_PATH",
+        doc="the embedded Iceberg catalog's SQLite file (default "
+        "`$LEASEHOLD_DATA_DIR/iceberg/catalog.db`)",
+    )
+    iceberg_rest_uri: str | None = setting(
+        None, env="LEASEHOLD_ICEBERG_REST_URI", doc="Iceberg REST catalog URI", check=http_url
+    )
+    iceberg_rest_warehouse: str | None = setting(
+        None, env="LEASEHOLD_ICEBERG_REST_WAREHOUSE", doc="REST catalog warehouse"
+    )
+    iceberg_rest_credential: str | None = setting(
+        None,
+        env="LEASEHOLD_ICEBERG_REST_CREDENTIAL",
+        doc="REST catalog OAuth2 client credential (`client_id:client_secret`)",
+    )
+    iceberg_rest_token: str | None = setting(
+        None, env="LEASEHOLD_ICEBERG_REST_TOKEN", doc="REST catalog bearer token"
+    )
+    iceberg_snapshot_retention_seconds: float = setting(
+        432000.0,
+        env="LEASEHOLD_ICEBERG_SNAPSHOT_RETENTION_SECONDS",
+        doc="an Iceberg snapshot older than this is expired by the next switch (at least the "
+        "GC safety delay)",
+        check=positive,
+    )
+    iceberg_max_snapshots: int = setting(
+        500,
+        env="LEASEHOLD_ICEBERG_MAX_SNAPSHOTS",
+        doc="snapshots an Iceberg table keeps at most (older ones expire with the next switch)",
+        check=at_least(1),
+    )
+
+    def validate(self) -> CatalogSettings:
+        super().validate()
+        if self.catalog == "rest" and not self.iceberg_rest_uri:
+            raise CatalogConfigError(
+                "iceberg_rest_uri", "must be set when LEASEHOLD_CATALOG is rest"
+            )
+        return self
+
     def local_path(self) -> Path:
         return Path(self.catalog_path) if self.catalog_path else default_data_dir() / "catalog.json"
+
+    def iceberg_sqlite_path(self) -> Path:
+        """The embedded Iceberg catalog's SQLite file."""
+        if self.iceberg_catalog_path:
+            return Path(self.iceberg_catalog_path)
+        return default_data_dir() / "iceberg" / "catalog.db"

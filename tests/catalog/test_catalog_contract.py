@@ -9,7 +9,7 @@ import json
 import multiprocessing
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -44,13 +44,6 @@ QUICK = RetryPolicy(max_attempts=4, base_delay_s=0.001, max_delay_s=0.005)
 
 def loc(dt: str, seq: int) -> str:
     return catalog_child.location(dt, seq)
-
-
-@pytest.fixture(scope="module")
-def glue_proxy(aws_server: LocalAwsServer) -> Iterator[GlueProxy]:
-    # Checking UpdateTable's VersionId as AWS does: the loopback server alone ignores it.
-    with GlueProxy(aws_server.endpoint_url, page_size=50, check_table_versions=True) as proxy:
-        yield proxy
 
 
 def glue_catalog(proxy: GlueProxy, database: str | None = None) -> GlueCatalog:

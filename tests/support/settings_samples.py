@@ -34,6 +34,7 @@ VALID: dict[str, str] = {
     "LEASEHOLD_DYNAMODB_BILLING_MODE": "PAY_PER_REQUEST",
     "LEASEHOLD_DYNAMODB_ENDPOINT_URL": "http://127.0.0.1:8000",
     "LEASEHOLD_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+    "LEASEHOLD_ICEBERG_REST_URI": "http://127.0.0.1:8181",
     "LEASEHOLD_TTL": "P2D",
     "LEASEHOLD_PARTITION_RETENTION": "P30D",
     # passes as any text, but a realistic value reads better in a failure

@@ -1,0 +1,138 @@
+"""Every use of pyiceberg's private API, in one place. Written against pyiceberg 0.12.0
+(pyproject pins `>=0.12,<0.13`); `tests/catalog/test_iceberg_internals.py` fails loudly when
+the behaviour relied on here changes.
+
+Relied on:
+- `_OverwriteFiles` (what `UpdateSnapshot.overwrite()` returns) keeps, in every later snapshot,
+  a manifest that holds only DELETED entries (its `_existing_manifests` carries any manifest
+  with no live entry to delete). `LeaseholdOverwrite._process_manifests` drops such a manifest
+  once it was written by an earlier snapshot, as Java's `MergingSnapshotProducer` does (the
+  snapshot that deleted the files still lists it: the deletions stay in its history), and then
+  merges small manifests with `_ManifestMergeManager` under the table's
+  `commit.manifest.min-count-to-merge` / `commit.manifest.target-size-bytes`, as a merge append
+  does: the manifest list of a table switched 10,000 times stays as short as of one switched
+  100 times.
+- A producer staged with `Transaction._apply(*producer._commit())` is not registered for
+  pyiceberg's own commit retry (`Transaction.commit_transaction` replays registered producers
+  against the new head but keeps the other staged updates as they were: leasehold's per-date
+  `seq` properties would be written as decided on the old head). Leasehold retries itself,
+  re-planning everything on the new head; so the manifests of a commit that failed are deleted
+  here (`_clean_all_uncommitted`), as pyiceberg would.
+- `ExpireSnapshots(transaction)` stages its `RemoveSnapshotsUpdate` in a transaction that is
+  not autocommitting: expiry lands in the same commit as the switch. It removes snapshots from
+  the metadata only: no manifest, manifest list or data file is deleted.
+- `pyiceberg.io.pyarrow._check_pyarrow_schema_compatible` checks a data file's schema against
+  the table's, as `parquet_file_to_data_file` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyiceberg
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.schema import Schema
+from pyiceberg.table import TableProperties, Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import (
+    ExpireSnapshots,
+    _ManifestMergeManager,
+    _OverwriteFiles,
+)
+from pyiceberg.utils.properties import property_as_bool, property_as_int
+
+WRITTEN_AGAINST = "0.12."
+"""The pyiceberg release line this module was written against."""
+
+INSTALLED = pyiceberg.__version__
+
+
+class LeaseholdOverwrite(_OverwriteFiles):
+    """An overwrite that drops earlier delete-only manifests and merges small ones."""
+
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        live = [m for m in manifests if not self._delete_only_from_earlier(m)]
+        props = self._transaction.table_metadata.properties
+        merger: _ManifestMergeManager[Any] = _ManifestMergeManager(
+            target_size_bytes=_int(props, TableProperties.MANIFEST_TARGET_SIZE_BYTES),
+            min_count_to_merge=_int(props, TableProperties.MANIFEST_MIN_MERGE_COUNT),
+            merge_enabled=property_as_bool(
+                props,
+                TableProperties.MANIFEST_MERGE_ENABLED,
+                TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
+            ),
+            snapshot_producer=self,
+        )
+        return merger.merge_manifests(live)
+
+    def _delete_only_from_earlier(self, manifest: ManifestFile) -> bool:
+        return (
+            manifest.added_snapshot_id != self._snapshot_id
+            and not manifest.has_added_files()
+            and not manifest.has_existing_files()
+        )
+
+
+def _int(props: dict[str, str], key: str) -> int:
+    default = getattr(TableProperties, _DEFAULTS[key])
+    value = property_as_int(props, key, default)
+    assert value is not None
+    return value
+
+
+_DEFAULTS = {
+    TableProperties.MANIFEST_TARGET_SIZE_BYTES: "MANIFEST_TARGET_SIZE_BYTES_DEFAULT",
+    TableProperties.MANIFEST_MIN_MERGE_COUNT: "MANIFEST_MIN_MERGE_COUNT_DEFAULT",
+}
+
+
+def stage_overwrite(
+    tx: Transaction,
+    deleted: Iterable[DataFile],
+    added: Iterable[DataFile],
+    snapshot_properties: dict[str, str],
+) -> LeaseholdOverwrite:
+    """Stage in `tx` one snapshot that deletes `deleted` (entries of the current snapshot) and
+    adds `added`, not registered for pyiceberg's commit retry. Returns the producer, for
+    `commit`."""
+    io = tx._table.io
+    has_snapshot = tx.table_metadata.current_snapshot() is not None
+    producer = LeaseholdOverwrite(
+        operation=Operation.OVERWRITE if has_snapshot else Operation.APPEND,
+        transaction=tx,
+        io=io,
+        snapshot_properties=snapshot_properties,
+    )
+    for f in deleted:
+        producer.delete_data_file(f)
+    for f in added:
+        producer.append_data_file(f)
+    tx._apply(*producer._commit())
+    return producer
+
+
+def stage_expiry(tx: Transaction, snapshot_ids: Iterable[int]) -> None:
+    """Stage in `tx` the removal of `snapshot_ids` from the table's metadata."""
+    ids = list(snapshot_ids)
+    if ids:
+        ExpireSnapshots(tx).by_ids(ids).commit()
+
+
+def commit(tx: Transaction, producer: LeaseholdOverwrite) -> None:
+    """Commit `tx` once (no pyiceberg retry). On `CommitFailedException` (another writer
+    committed first) or `ValidationException` the commit did not land: the manifests written
+    for it are deleted and the error raised."""
+    try:
+        tx.commit_transaction()
+    except (CommitFailedException, ValidationException):
+        producer._clean_all_uncommitted()
+        raise
+
+
+def check_file_schema(schema: Schema, file_schema: pa.Schema, format_version: int) -> None:
+    """Raises `ValueError` when a data file's schema does not fit the table's."""
+    _check_pyarrow_schema_compatible(schema, file_schema, format_version=format_version)  # type: ignore[arg-type]

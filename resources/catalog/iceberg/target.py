@@ -1,0 +1,247 @@
+"""`IcebergTarget`: `table_format: iceberg` — each leasehold table an Apache Iceberg table
+(`resources.catalog.iceberg.catalogs`: SQLite, Glue or REST), each `switch` call ONE snapshot.
+
+A commit is optimistic: it names the snapshot it was planned on, and the catalog refuses it
+(`CommitFailedException`) when another writer committed first. pyiceberg's own replay is not
+used (`internals`): the table is loaded again, the switch re-planned on the new head (the
+dates' seqs, their files) and committed again, at most `COMMIT_POLICY.max_attempts` times with
+full jitter. Because every switch re-plans from scratch, no pyiceberg conflict validation is
+involved: two publishers switching different dates both land, one after the other, and the
+same date switched twice lands once. Snapshots past the retention expire in the same commit
+(`switching.expired_snapshots`); expiry removes metadata only, and `gc.enabled=false` keeps any
+other engine's expiry from deleting data files.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.table import Table
+
+from resources.catalog.base import (
+    CatalogError,
+    CatalogUnreachableError,
+    Column,
+    TableDefinition,
+    grown_columns,
+)
+from resources.catalog.iceberg import history, internals
+from resources.catalog.iceberg.catalogs import IcebergCatalog, unreachable
+from resources.catalog.iceberg.schema import (
+    hive_columns,
+    iceberg_type,
+    partition_spec,
+    table_properties,
+    table_schema,
+)
+from resources.catalog.iceberg.switching import expired_snapshots, plan_switch, seqs
+from resources.catalog.target import (
+    ICEBERG,
+    PartitionFile,
+    PartitionSwitch,
+    PublicationTarget,
+    PublishedPartition,
+    TableSnapshot,
+)
+from resources.retry import RetryPolicy, call_with_retries, log_retries
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+COMMIT_POLICY = RetryPolicy(max_attempts=10, base_delay_s=0.05, max_delay_s=2.0)
+"""Commit rounds (another writer first, or the catalog not answering) before giving up."""
+
+
+class IcebergTarget(PublicationTarget):
+    """Publication into Iceberg tables: `switch` commits one snapshot per call; the history
+    (`snapshots`, `snapshot_as_of`) and reads at any retained snapshot (`data_files`, `read`)
+    come with it."""
+
+    table_format = ICEBERG
+
+    def __init__(
+        self,
+        catalog: IcebergCatalog,
+        *,
+        retention_s: float = 432000.0,
+        max_snapshots: int = 500,
+        commit_policy: RetryPolicy = COMMIT_POLICY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.catalog = catalog
+        self.retention_ms = int(retention_s * 1000)
+        self.max_snapshots = max_snapshots
+        self.commit_policy = commit_policy
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"IcebergTarget({self.catalog.where})"
+
+    # -- tables ------------------------------------------------------------------------------
+
+    def load(self, table: str) -> Table:
+        """The table as the catalog holds it now. Raises `CatalogError` when it is missing."""
+        found = self._find(table)
+        if found is None:
+            raise CatalogError(f"{self.catalog.where} has no table {table!r}")
+        return found
+
+    def _find(self, table: str) -> Table | None:
+        ident = self.catalog.identifier(table)
+
+        def load() -> Table | None:
+            try:
+                return self.catalog.catalog.load_table(ident)
+            except NoSuchTableError:
+                return None
+
+        return self.catalog.call(f"load table {table!r}", load)
+
+    def ensure_table(self, table: TableDefinition) -> None:
+        schema = table_schema(table.name, table.columns)  # a bad column: nothing written
+        if self._find(table.name) is None:
+            self.catalog.ensure_namespace()
+            ident = self.catalog.identifier(table.name)
+
+            def create() -> bool:
+                try:
+                    self.catalog.catalog.create_table(
+                        ident,
+                        schema,
+                        location=table.location.rstrip("/"),
+                        partition_spec=partition_spec(schema),
+                        properties=table_properties(schema),
+                    )
+                    return True
+                except TableAlreadyExistsError:
+                    return False  # created meanwhile by another process: grown below
+
+            if self.catalog.call(f"create table {table.name!r}", create):
+                log.info("%s: created table %s", self.catalog.where, table.name)
+                return
+        self.add_columns(table.name, table.columns)
+
+    def add_columns(self, table: str, columns: Sequence[Column]) -> list[Column]:
+        def attempt() -> list[Column]:
+            found = self.load(table)
+            held = hive_columns(table, found.schema())
+            added = list(grown_columns(table, held, columns)[len(held) :])
+            if added:
+                with found.update_schema() as update:
+                    for c in added:
+                        update.add_column(c.name, iceberg_type(table, c))
+            return added
+
+        added = self._committing(f"add columns to {table!r}", attempt)
+        if added:
+            log.info("%s: table %s gained columns %s", self.catalog.where, table, added)
+        return added
+
+    def table(self, name: str) -> TableDefinition | None:
+        found = self._find(name)
+        if found is None:
+            return None
+        columns = hive_columns(name, found.schema())
+        return TableDefinition(name, columns, found.metadata.location)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def partitions(self, table: str) -> list[PublishedPartition]:
+        found = self.load(table)
+        location = found.metadata.location
+        return [
+            PublishedPartition(table, dt, seq, location)
+            for dt, seq in sorted(seqs(found.metadata.properties).items())
+        ]
+
+    def partition(self, table: str, dt: str) -> PublishedPartition | None:
+        return next((p for p in self.partitions(table) if p.dt == dt), None)
+
+    def switch(
+        self,
+        table: str,
+        switches: Sequence[PartitionSwitch],
+        *,
+        summary: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Commits, when a switch applies, one snapshot whose summary holds `summary` and
+        `leasehold.seq.<dt>` per date switched; snapshots past the retention expire in it."""
+
+        def attempt() -> list[str]:
+            found = self.load(table)
+            plan = plan_switch(found, switches, summary or {})
+            if plan is None:
+                return []
+            tx = found.transaction()
+            tx.set_properties(plan.properties)
+            now_ms = int(self.clock() * 1000)
+            internals.stage_expiry(
+                tx,
+                expired_snapshots(found.metadata, now_ms, self.retention_ms, self.max_snapshots),
+            )
+            producer = internals.stage_overwrite(tx, plan.deleted, plan.added, plan.summary)
+            internals.commit(tx, producer)
+            return plan.dts
+
+        switched = self._committing(f"switch {table!r}", attempt)
+        if switched:
+            log.info("%s: switched %s of %s", self.catalog.where, ", ".join(switched), table)
+        return switched
+
+    def _committing(self, what: str, attempt: Callable[[], T]) -> T:
+        """`attempt()` (load, decide on the table as it is now, commit), again after another
+        writer committed first or the catalog did not answer, bounded, with full jitter.
+        Raises `CatalogError` / `CatalogUnreachableError` naming the catalog after the last."""
+        where = f"{self.catalog.where}: {what}"
+
+        def give_up(exc: BaseException, attempts: int) -> BaseException:
+            if isinstance(exc, CommitFailedException):
+                return CatalogError(
+                    f"{where}: another writer committed first {attempts} times in a row: {exc}"
+                )
+            return CatalogUnreachableError(f"{where} failed after {attempts} attempts: {exc}")
+
+        return call_with_retries(
+            attempt,
+            policy=self.commit_policy,
+            is_retryable=lambda e: isinstance(e, CommitFailedException) or unreachable(e),
+            on_give_up=give_up,
+            sleep=self.catalog.sleep,
+            on_retry=log_retries(log, logging.INFO, where, self.commit_policy),
+        )
+
+    # -- history -----------------------------------------------------------------------------
+
+    def snapshots(self, table: str) -> list[TableSnapshot]:
+        """Every retained snapshot of `table`, oldest first. Raises `CatalogError`."""
+        return history.snapshots(self.load(table))
+
+    def snapshot_as_of(self, table: str, timestamp_ms: int) -> TableSnapshot | None:
+        """The snapshot that was current at `timestamp_ms` (None: before the first, or
+        expired). Raises `CatalogError`."""
+        return history.snapshot_as_of(self.load(table), timestamp_ms)
+
+    def data_files(
+        self, table: str, dt: str, snapshot_id: int | None = None
+    ) -> list[PartitionFile]:
+        """The files of date `dt` at `snapshot_id` (default: the current snapshot), by URL.
+        Raises `CatalogError` (also for a snapshot the table does not hold)."""
+        return history.data_files(self.load(table), dt, snapshot_id)
+
+    def read(
+        self,
+        table: str,
+        dt: str | None = None,
+        snapshot_id: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """The rows of `table` (of date `dt` only, when given) at `snapshot_id` (default: the
+        current snapshot) with `columns` (default: all, in the schema's order), read by
+        pyiceberg's scan. Raises `CatalogError`."""
+        return history.read(self.load(table), dt, snapshot_id, columns)
