@@ -181,7 +181,7 @@ def run_publication_check(
         config,
         coordination.store,
         lake.object_store(config.table),
-        catalog.target(config.table_format),
+        catalog.target(config.table_format, lake),
     )
 
 

@@ -46,7 +46,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         for name in names:
             table_format = streams[name].table_format
             if table_format not in targets:
-                targets[table_format] = open_target(catalog_settings, table_format)
+                targets[table_format] = open_target(
+                    catalog_settings,
+                    table_format,
+                    s3_endpoint_url=lake.s3_endpoint_url,
+                    s3_region=lake.region,
+                )
             target = targets[table_format]
             outcomes = stream_checks(store, target, lake, timing, streams[name], name, args.full)
             results += [(name, outcome) for outcome in outcomes]

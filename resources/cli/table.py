@@ -94,11 +94,13 @@ def catalog_location(settings: CatalogSettings) -> str:
     return f"the Glue database {database!r} in {settings.glue_region} at {where}{account}"
 
 
-def open_reading_target(settings: CatalogSettings, table_format: str) -> PublicationTarget:
+def open_reading_target(
+    settings: CatalogSettings, table_format: str, lake: LakeSettings
+) -> PublicationTarget:
     """The target of `table_format` over the configured catalog, for reading: a local catalog
     file must exist (an empty one in the wrong directory would answer "no such table" for the
     wrong reason). Raises `CatalogNotFoundError`, `CatalogConfigError`,
-    `TableFormatUnavailableError`."""
+    `CatalogUnreachableError`."""
     from resources.publication.targets import open_target
 
     if settings.catalog == "local" and not settings.local_path().exists():
@@ -106,7 +108,9 @@ def open_reading_target(settings: CatalogSettings, table_format: str) -> Publica
             f"no catalog: {catalog_location(settings)} does not exist; "
             "publication creates it (`leasehold run`)"
         )
-    return open_target(settings, table_format)
+    return open_target(
+        settings, table_format, s3_endpoint_url=lake.s3_endpoint_url, s3_region=lake.region
+    )
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ class TableReader:
         """table -> the `table_format` it is published in."""
         self._targets: dict[str, PublicationTarget] = {}
         if settings.catalog == "local" and not settings.local_path().exists():
-            open_reading_target(settings, MANIFESTS)  # says where it looked, before any read
+            open_reading_target(settings, MANIFESTS, lake)  # says where it looked, before any read
 
     def where(self) -> str:
         return catalog_location(self.settings)
@@ -199,7 +203,9 @@ class TableReader:
 
     def _format_target(self, table_format: str) -> PublicationTarget:
         if table_format not in self._targets:
-            self._targets[table_format] = open_reading_target(self.settings, table_format)
+            self._targets[table_format] = open_reading_target(
+                self.settings, table_format, self.lake
+            )
         return self._targets[table_format]
 
     def require_table(self, table: str) -> None:

@@ -49,12 +49,16 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
         with failing_the_run():
             self.validate_settings()  # a bad setting fails the run before any step does work
 
-    def target(self, table_format: str) -> PublicationTarget:
+    def target(self, table_format: str, lake: LakeResource) -> PublicationTarget:
         """The target of `table_format` (a stream's `table_format`) over the configured
-        catalog, opened once. Raises `CatalogConfigError`, `TableFormatUnavailableError`."""
+        catalog, with the lake's S3 endpoint and region, opened once. Raises
+        `CatalogConfigError`, `CatalogUnreachableError`."""
         if table_format not in self._targets:
             self._targets[table_format] = open_target(
-                self.settings_of(CatalogSettings), table_format
+                self.settings_of(CatalogSettings),
+                table_format,
+                s3_endpoint_url=lake.s3_endpoint_url,
+                s3_region=lake.region,
             )
         return self._targets[table_format]
 
@@ -70,7 +74,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
             config,
             coordination.store,
             lake.object_store(config.table),
-            self.target(config.table_format),
+            self.target(config.table_format, lake),
         )
 
     def garbage_collector(
@@ -104,7 +108,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
                 config,
                 spec,
                 coordination.store,
-                self.target(config.table_format),
+                self.target(config.table_format, lake),
                 lake.object_store(RollupTable.table_url(config, spec)),
                 safety_delay_s=self.gc_safety_delay_seconds,
                 clock_ms=lambda: int(time.time() * 1000),
@@ -127,7 +131,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
     def rollup_positions(self, stream: str, lake: LakeResource) -> dict[str, dict[str, int]]:
         """Per rollup of the stream, the state position its table serves, by dt."""
         config = lake.stream(stream)
-        target = self.target(config.table_format)
+        target = self.target(config.table_format, lake)
         positions: dict[str, dict[str, int]] = {}
         for spec in config.rollups:
             name = rollup_table_name(config, spec)

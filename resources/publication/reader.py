@@ -72,18 +72,20 @@ def partition_files(
 ) -> list[str]:
     """The data-file URLs of partition `dt` as an engine of the target's table format
     resolves them: `manifests`, every symlink file in the directory the Hive partition points
-    at, in manifest order (`symlink_files`). Another format (`iceberg`: the current
-    snapshot's files, `IcebergTarget.data_files`) is dispatched here. Raises
+    at, in manifest order (`symlink_files`); `iceberg`, the current snapshot's files
+    (`IcebergTarget.data_files`), by URL. Raises
     `PublishedReadError` (and its subclasses for a table or partition never published),
     `CatalogError`."""
     partition = served_partition(target, table, dt)
     if target.table_format == MANIFESTS:
         return symlink_files(partition, s3_endpoint_url=s3_endpoint_url, region=region)
-    # The seam for the Iceberg table format: its branch returns `target.data_files(...)` here.
-    raise PublishedReadError(
-        f"{table} dt={dt}: reading the files of a {target.table_format!r} table is not "
-        "available in this build"
-    )
+    from resources.catalog.iceberg.target import IcebergTarget  # pyiceberg: only when needed
+
+    if not isinstance(target, IcebergTarget):
+        raise PublishedReadError(
+            f"{table} dt={dt}: no way to resolve the files of a {target.table_format!r} table"
+        )
+    return [f.url for f in target.data_files(table, dt)]
 
 
 def symlink_files(

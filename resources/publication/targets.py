@@ -1,32 +1,26 @@
 """The `PublicationTarget` of a stream's `table_format`, opened from the catalog settings.
 
-The one place publication, its checks, the CLI and the Dagster resource open a target. Until
-`IcebergTarget` is in the tree (issue 33, `resources.catalog.opening.target_for`), only
-`manifests` opens: `HiveManifestsTarget` over the configured catalog. When `target_for` lands,
-`open_target`'s body becomes `return target_for(settings, table_format)`.
+The one place publication, its checks, the CLI and the Dagster resource open a target:
+`resources.catalog.opening.target_for` (`manifests`: `HiveManifestsTarget` over the configured
+catalog; `iceberg`: `IcebergTarget` on the Iceberg catalog of the same backend).
 """
 
 from __future__ import annotations
 
-from resources.catalog.hive_target import HiveManifestsTarget
-from resources.catalog.opening import catalog_for
+from resources.catalog.opening import target_for
 from resources.catalog.settings import CatalogSettings
-from resources.catalog.target import MANIFESTS, PublicationTarget
-from resources.errors import LeaseholdError
+from resources.catalog.target import PublicationTarget
 
 
-class TableFormatUnavailableError(LeaseholdError):
-    """The stream's `table_format` has no target in this build."""
-
-
-def open_target(settings: CatalogSettings, table_format: str) -> PublicationTarget:
-    """The target serving tables of `table_format` through the catalog `settings` name.
-    Raises `CatalogConfigError` (a bad catalog setting, before anything is contacted),
-    `TableFormatUnavailableError` (`iceberg` before `IcebergTarget` is in the tree)."""
-    if table_format != MANIFESTS:
-        raise TableFormatUnavailableError(
-            f"table_format {table_format!r} cannot be published by this build (only "
-            f"{MANIFESTS!r}: Iceberg tables land with issue 33); set `table_format: "
-            f"{MANIFESTS}` on the stream"
-        )
-    return HiveManifestsTarget(catalog_for(settings))
+def open_target(
+    settings: CatalogSettings,
+    table_format: str,
+    *,
+    s3_endpoint_url: str | None = None,
+    s3_region: str | None = None,
+) -> PublicationTarget:
+    """The target serving tables of `table_format` through the catalog `settings` name
+    (`s3_endpoint_url` / `s3_region`: the lake's, for Iceberg metadata on `s3://`). Raises
+    `CatalogConfigError` (a bad catalog setting or format, before anything is contacted),
+    `CatalogUnreachableError` (an Iceberg catalog that does not answer)."""
+    return target_for(settings, table_format, s3_endpoint_url=s3_endpoint_url, s3_region=s3_region)
