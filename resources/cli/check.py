@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Every check of every stream (or of --stream): exit 4 when one fails."""
+    from resources.catalog.opening import target_for
     from resources.catalog.settings import CatalogSettings
     from resources.coordination.lease import TimingSettings
-    from resources.publication.targets import open_target
 
     settings = settings_from_env()
     timing = TimingSettings.from_env()
@@ -46,7 +46,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for name in names:
             table_format = streams[name].table_format
             if table_format not in targets:
-                targets[table_format] = open_target(
+                targets[table_format] = target_for(
                     catalog_settings,
                     table_format,
                     s3_endpoint_url=lake.s3_endpoint_url,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from resources.catalog.opening import target_for
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import PublicationTarget
-from resources.publication.targets import open_target
 from resources.spark.reachable import require_reachable
 from resources.spark.session import SparkSettings
 from resources.streams import LakeSettings, StreamConfig
@@ -35,7 +35,7 @@ def check_door(streams: Sequence[StreamConfig]) -> None:
     targets: dict[str, PublicationTarget] = {}
     for stream in streams:
         if stream.table_format not in targets:
-            targets[stream.table_format] = open_target(
+            targets[stream.table_format] = target_for(
                 settings,
                 stream.table_format,
                 s3_endpoint_url=lake.s3_endpoint_url,

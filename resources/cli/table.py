@@ -101,14 +101,14 @@ def open_reading_target(
     file must exist (an empty one in the wrong directory would answer "no such table" for the
     wrong reason). Raises `CatalogNotFoundError`, `CatalogConfigError`,
     `CatalogUnreachableError`."""
-    from resources.publication.targets import open_target
+    from resources.catalog.opening import target_for
 
     if settings.catalog == "local" and not settings.local_path().exists():
         raise CatalogNotFoundError(
             f"no catalog: {catalog_location(settings)} does not exist; "
             "publication creates it (`leasehold run`)"
         )
-    return open_target(
+    return target_for(
         settings, table_format, s3_endpoint_url=lake.s3_endpoint_url, s3_region=lake.region
     )
 

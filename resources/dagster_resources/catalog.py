@@ -5,7 +5,7 @@ Its fields are the settings `CatalogSettings` (which catalog: the local file, or
 `PublicationSettings` (how many partitions a publication run covers, the garbage collector's
 safety delay) declare, so a bad `LEASEHOLD_CATALOG` fails the code location at load naming the
 field, like every other variable. A stream's table, and its rollups' tables, are published
-through the `PublicationTarget` of its `table_format` (`resources.publication.targets`), plain
+through the `PublicationTarget` of its `table_format` (`target_for`), plain
 Python; this file builds the publication objects the assets, sensor and GC job use from it —
 and the rollup runners, which publish each rollup's table — so they stay free of how a target,
 a store or an object store is opened.
@@ -21,6 +21,7 @@ from pydantic import PrivateAttr
 from resources.aggregation.partials import SizedPartials
 from resources.aggregation.rollup_table import RollupTable, rollup_table_name
 from resources.aggregation.runner import RollupRunner
+from resources.catalog.opening import target_for
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import PublicationTarget
 from resources.dagster_resources.coordination import CoordinationResource
@@ -31,7 +32,6 @@ from resources.dagster_resources.spark import SparkResource
 from resources.publication.garbage import GarbageCollector
 from resources.publication.publisher import Publisher
 from resources.publication.settings import PublicationSettings
-from resources.publication.targets import open_target
 from resources.stores.stream_schema import followed_config
 
 
@@ -54,7 +54,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
         catalog, with the lake's S3 endpoint and region, opened once. Raises
         `CatalogConfigError`, `CatalogUnreachableError`."""
         if table_format not in self._targets:
-            self._targets[table_format] = open_target(
+            self._targets[table_format] = target_for(
                 self.settings_of(CatalogSettings),
                 table_format,
                 s3_endpoint_url=lake.s3_endpoint_url,
