@@ -35,8 +35,9 @@ from resources.settings import (
 FORMATS = ("jsonl", "csv")
 TABLE_FORMATS = ("iceberg", "manifests")
 """`resources.catalog.target.TABLE_FORMATS` (a layer above: a test keeps them equal)."""
-DEFAULT_TABLE_FORMAT = "manifests"
-"""Of a stream naming none. To be `iceberg` (issue 33) once `IcebergTarget` is in the tree."""
+DEFAULT_TABLE_FORMAT = "iceberg"
+"""Of a stream naming none: Iceberg, which every lake engine reads
+(docs/concepts/table-formats.md)."""
 CSV_FIELDS = ("header", "delimiter", "quote", "escape")
 DEFAULT_PATH = "streams.yaml"
 RESERVED_PREFIX = "__leasehold"

@@ -62,6 +62,9 @@ class PublishedPartition:
     location: str
     """`manifests`: the manifest version's `symlink/` directory; `iceberg`: the table's root
     (an engine plans the date's files from the current snapshot)."""
+    version_url: str = ""
+    """Leasehold's manifest version directory of the publication served (ends with `/`; ""
+    when the target does not know it)."""
 
 
 @dataclass(frozen=True)

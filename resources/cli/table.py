@@ -22,6 +22,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from resources.aggregation.rollup_table import rollup_table_name
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.cli.exit_status import EPILOG
+from resources.cli.table_history import as_of_arg, iceberg_target, print_history, snapshot_for
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.objects.factory import object_store_for
@@ -42,11 +44,9 @@ from resources.streams import LakeSettings
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
-VERSION_DIR = re.compile(
-    r"/(?:(?P<kind>live|merged)-|(?P<state>v))(?P<upper>\d+)-[0-9a-f]+/symlink/$"
-)
-"""A catalog location's version directory (`resources.publication.manifest.new_version_key`),
-or a rollup table's (`v<position>-<token>`: kind "state")."""
+VERSION_DIR = re.compile(r"/(?:(?P<kind>live|merged)-|(?P<state>v))(?P<upper>\d+)-[0-9a-f]+/$")
+"""A manifest version directory's URL (`resources.publication.manifest.new_version_key`), or a
+rollup table's (`v<position>-<token>`: kind "state")."""
 
 
 class CatalogNotFoundError(LeaseholdError):
@@ -75,19 +75,35 @@ def non_negative(value: str) -> int:
     return number
 
 
-def catalog_location(settings: CatalogSettings) -> str:
+def local_catalog_path(settings: CatalogSettings, table_format: str) -> Path:
+    """The local catalog file of `table_format`: the catalog file of `manifests` tables, the
+    SQLite file of the Iceberg SQL catalog."""
+    if table_format == MANIFESTS:
+        return settings.local_path()
+    return settings.iceberg_sqlite_path()
+
+
+def catalog_location(settings: CatalogSettings, table_format: str = MANIFESTS) -> str:
     """Where the catalog is, for messages: the file and the variable that chose it, or the
-    Glue database, region and endpoint."""
+    Glue database, region and endpoint, or the REST catalog's URI."""
     if settings.catalog == "local":
-        path = settings.local_path().resolve()
-        if settings.catalog_path:
-            return f"the local catalog {path} (LEASEHOLD_CATALOG_PATH)"
-        if DATA_DIR_ENV in os.environ:
-            return f"the local catalog {path} ({DATA_DIR_ENV}; LEASEHOLD_CATALOG_PATH unset)"
-        return (
-            f"the local catalog {path} (the default under the working directory: "
-            f"LEASEHOLD_CATALOG_PATH and {DATA_DIR_ENV} unset)"
+        path = local_catalog_path(settings, table_format).resolve()
+        what = "local catalog" if table_format == MANIFESTS else "local Iceberg catalog"
+        variable = (
+            "LEASEHOLD_CATALOG_PATH"
+            if table_format == MANIFESTS
+            else "LEASEHOLD_ICEBERG_CATALOG_PATH"
         )
+        if settings.catalog_path if table_format == MANIFESTS else settings.iceberg_catalog_path:
+            return f"the {what} {path} ({variable})"
+        if DATA_DIR_ENV in os.environ:
+            return f"the {what} {path} ({DATA_DIR_ENV}; {variable} unset)"
+        return (
+            f"the {what} {path} (the default under the working directory: "
+            f"{variable} and {DATA_DIR_ENV} unset)"
+        )
+    if settings.catalog == "rest":
+        return f"the Iceberg REST catalog at {settings.iceberg_rest_uri}"
     where = settings.glue_endpoint_url or "AWS"
     account = f", catalog {settings.glue_catalog_id}" if settings.glue_catalog_id else ""
     database = settings.glue_database
@@ -103,9 +119,9 @@ def open_reading_target(
     `CatalogUnreachableError`."""
     from resources.catalog.opening import target_for
 
-    if settings.catalog == "local" and not settings.local_path().exists():
+    if settings.catalog == "local" and not local_catalog_path(settings, table_format).exists():
         raise CatalogNotFoundError(
-            f"no catalog: {catalog_location(settings)} does not exist; "
+            f"no catalog: {catalog_location(settings, table_format)} does not exist; "
             "publication creates it (`leasehold run`)"
         )
     return target_for(
@@ -184,11 +200,16 @@ class TableReader:
         self.formats = table_formats(lake)
         """table -> the `table_format` it is published in."""
         self._targets: dict[str, PublicationTarget] = {}
-        if settings.catalog == "local" and not settings.local_path().exists():
-            open_reading_target(settings, MANIFESTS, lake)  # says where it looked, before any read
+        if settings.catalog == "local":
+            used = sorted(set(self.formats.values())) or [MANIFESTS]
+            if not any(local_catalog_path(settings, f).exists() for f in used):
+                open_reading_target(settings, used[0], lake)  # says where it looked, first
 
-    def where(self) -> str:
-        return catalog_location(self.settings)
+    def where(self, table: str | None = None) -> str:
+        """Where `table`'s catalog is (default: the first format the streams file uses)."""
+        formats = sorted(set(self.formats.values())) or [MANIFESTS]
+        table_format = self.formats.get(table or "", formats[0])
+        return catalog_location(self.settings, table_format)
 
     def target(self, table: str) -> PublicationTarget:
         """The target serving `table`; a `LeaseholdError` naming the tables published when
@@ -198,7 +219,7 @@ class TableReader:
         if target is None or target.table(table) is None:
             tables = [t for t, f in sorted(self.formats.items()) if self._format_target(f).table(t)]
             has = f"it has {', '.join(tables)}" if tables else "it has no tables yet"
-            raise LeaseholdError(f"no table {table!r} in {self.where()} ({has})")
+            raise LeaseholdError(f"no table {table!r} in {self.where(table)} ({has})")
         return target
 
     def _format_target(self, table_format: str) -> PublicationTarget:
@@ -221,7 +242,7 @@ class TableReader:
                 if dates
                 else "no date is published yet"
             )
-            raise LeaseholdError(f"{table} dt={dt} is not published in {self.where()} ({has})")
+            raise LeaseholdError(f"{table} dt={dt} is not published in {self.where(table)} ({has})")
         return partition
 
     def published(self, partition: PublishedPartition) -> Published:
@@ -233,7 +254,7 @@ class TableReader:
             s3_endpoint_url=self.lake.s3_endpoint_url,
             region=self.lake.region,
         )
-        match = VERSION_DIR.search(partition.location)
+        match = VERSION_DIR.search(partition.version_url)
         kind = (match["kind"] or "state") if match else None
         upper = int(match["upper"]) if match else None
         return Published(partition, kind, upper, urls)
@@ -242,10 +263,16 @@ class TableReader:
         return [self.published(p) for p in self.target(table).partitions(table)]
 
     def files(self, table: str, dt: str) -> tuple[PublishedPartition, list[tuple[str, int | None]]]:
-        """The symlink manifest's URLs, each with its content length from the same version's
-        Spectrum manifest (None if that does not list it: the catalog partition moved to a
-        newer version between the two reads)."""
-        published = self.published(self.partition(table, dt))
+        """The partition's data files with their lengths: Iceberg's from the current
+        snapshot's entries; Hive's from the symlink manifest, each length from the same
+        version's Spectrum manifest (None if that does not list it: the catalog partition moved
+        to a newer version between the two reads)."""
+        partition = self.partition(table, dt)
+        target = self.target(table)
+        if target.table_format != MANIFESTS:
+            files = iceberg_target(target).data_files(table, dt)
+            return partition, [(f.url, f.size) for f in files]
+        published = self.published(partition)
         version_url = version_url_of(published.partition.location)
         objects = object_store_for(
             version_url.rstrip("/"), endpoint_url=self.lake.s3_endpoint_url, region=self.lake.region
@@ -253,7 +280,16 @@ class TableReader:
         lengths = {e.url: e.content_length for e in read_spectrum(objects, version_url)}
         return published.partition, [(url, lengths.get(url)) for url in published.urls]
 
-    def read(self, table: str, dt: str, limit: int | None) -> pa.Table:
+    def read(
+        self, table: str, dt: str, limit: int | None, as_of: int | datetime.datetime | None = None
+    ) -> pa.Table:
+        """The date's rows as served now, or as the Iceberg snapshot `as_of` (an id or a
+        moment) served them."""
+        if as_of is not None:
+            target = iceberg_target(self.target(table))
+            snapshot = snapshot_for(target, table, as_of)
+            rows = target.read(table, dt, snapshot.snapshot_id)
+            return rows if limit is None else rows.slice(0, limit)
         self.partition(table, dt)  # an unknown table or date: one line saying where it looked
         return read_partition(
             self.target(table),
@@ -307,7 +343,7 @@ def cmd_table_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_json() for r in rows], indent=2))
         return 0
-    print(ls_text(args.stream, rows, reader.where()))
+    print(ls_text(args.stream, rows, reader.where(args.stream)))
     return 0
 
 
@@ -337,6 +373,13 @@ def ls_text(table: str, rows: Sequence[Published], where: str) -> str:
     return "\n".join(lines + _aligned(cells))
 
 
+def cmd_table_history(args: argparse.Namespace) -> int:
+    reader = _reader()
+    return print_history(
+        reader.target(args.stream), args.stream, reader.where(args.stream), args.json
+    )
+
+
 def cmd_table_files(args: argparse.Namespace) -> int:
     reader = _reader()
     partition, files = reader.files(args.stream, args.date)
@@ -357,7 +400,7 @@ def cmd_table_files(args: argparse.Namespace) -> int:
 
 
 def cmd_table_read(args: argparse.Namespace) -> int:
-    rows = _reader().read(args.stream, args.date, args.limit).to_pylist()
+    rows = _reader().read(args.stream, args.date, args.limit, args.as_of).to_pylist()
     if args.json:
         for row in rows:
             print(json.dumps(row, default=_json_value))
@@ -431,5 +474,15 @@ def add_table_parser(
     read.add_argument(
         "--limit", type=non_negative, default=None, help="at most N rows (default: all)"
     )
+    read.add_argument(
+        "--as-of",
+        type=as_of_arg,
+        default=None,
+        metavar="SNAPSHOT|TIME",
+        help="as an Iceberg snapshot served it: its id (table history) or an ISO 8601 time",
+    )
     read.add_argument("--json", action="store_true", help="one JSON object per row")
     read.set_defaults(fn=cmd_table_read)
+    history = add_table("history", help="an Iceberg table's retained snapshots, oldest first")
+    history.add_argument("--json", action="store_true", help="machine-readable output")
+    history.set_defaults(fn=cmd_table_history)

@@ -39,7 +39,7 @@ from resources.catalog.iceberg.schema import (
     table_properties,
     table_schema,
 )
-from resources.catalog.iceberg.switching import expired_snapshots, plan_switch, seqs
+from resources.catalog.iceberg.switching import expired_snapshots, plan_switch, seqs, versions
 from resources.catalog.target import (
     ICEBERG,
     PartitionFile,
@@ -155,9 +155,11 @@ class IcebergTarget(PublicationTarget):
     def partitions(self, table: str) -> list[PublishedPartition]:
         found = self.load(table)
         location = found.metadata.location
+        properties = found.metadata.properties
+        named = versions(properties)
         return [
-            PublishedPartition(table, dt, seq, location)
-            for dt, seq in sorted(seqs(found.metadata.properties).items())
+            PublishedPartition(table, dt, seq, location, named.get(dt, ""))
+            for dt, seq in sorted(seqs(properties).items())
         ]
 
     def partition(self, table: str, dt: str) -> PublishedPartition | None:
