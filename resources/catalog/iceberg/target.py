@@ -8,8 +8,10 @@ dates' seqs, their files) and committed again, at most `COMMIT_POLICY.max_attemp
 full jitter. Because every switch re-plans from scratch, no pyiceberg conflict validation is
 involved: two publishers switching different dates both land, one after the other, and the
 same date switched twice lands once. Snapshots past the retention expire in the same commit
-(`switching.expired_snapshots`); expiry removes metadata only, and `gc.enabled=false` keeps any
-other engine's expiry from deleting data files.
+(`switching.expired_snapshots`); once it landed, the manifest lists of the expired snapshots
+and the manifests no retained snapshot names are deleted (`references`: the metadata files on
+storage stay as bounded as the metadata). No data file is ever deleted here, and
+`gc.enabled=false` keeps any other engine's expiry from deleting one.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from resources.catalog.base import (
     CatalogError,
@@ -30,7 +34,7 @@ from resources.catalog.base import (
     TableDefinition,
     grown_columns,
 )
-from resources.catalog.iceberg import history, internals
+from resources.catalog.iceberg import history, internals, references
 from resources.catalog.iceberg.catalogs import IcebergCatalog, unreachable
 from resources.catalog.iceberg.schema import (
     hive_columns,
@@ -58,6 +62,20 @@ COMMIT_POLICY = RetryPolicy(max_attempts=10, base_delay_s=0.05, max_delay_s=2.0)
 """Commit rounds (another writer first, or the catalog not answering) before giving up."""
 
 
+@dataclass(frozen=True)
+class _Committed:
+    """A switch that landed: the dates it switched, the snapshots it expired (as they were
+    before it), and the table as the commit left it."""
+
+    dts: list[str]
+    expired: list[Snapshot]
+    table: Table
+
+
+def _metadata_prefix(table: Table) -> str:
+    return table.location_provider().metadata_path.rstrip("/") + "/"
+
+
 class IcebergTarget(PublicationTarget):
     """Publication into Iceberg tables: `switch` commits one snapshot per call; the history
     (`snapshots`, `snapshot_as_of`) and reads at any retained snapshot (`data_files`, `read`)
@@ -79,6 +97,7 @@ class IcebergTarget(PublicationTarget):
         self.max_snapshots = max_snapshots
         self.commit_policy = commit_policy
         self.clock = clock
+        self._manifest_lists: dict[str, references.ManifestLists] = {}
 
     def __repr__(self) -> str:
         return f"IcebergTarget({self.catalog.where})"
@@ -171,28 +190,55 @@ class IcebergTarget(PublicationTarget):
         summary: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Commits, when a switch applies, one snapshot whose summary holds `summary` and
-        `leasehold.seq.<dt>` per date switched; snapshots past the retention expire in it."""
+        `leasehold.seq.<dt>` per date switched; snapshots past the retention expire in it, and
+        once it landed the metadata files only they referenced are deleted (`references`)."""
+        committed = self._committing(
+            f"switch {table!r}", lambda: self._commit_switch(table, switches, summary or {})
+        )
+        if committed is None:
+            return []
+        if committed.expired:
+            self._delete_unreferenced(table, committed)
+        log.info("%s: switched %s of %s", self.catalog.where, ", ".join(committed.dts), table)
+        return committed.dts
 
-        def attempt() -> list[str]:
-            found = self.load(table)
-            plan = plan_switch(found, switches, summary or {})
-            if plan is None:
-                return []
-            tx = found.transaction()
-            tx.set_properties(plan.properties)
-            now_ms = int(self.clock() * 1000)
-            internals.stage_expiry(
-                tx,
-                expired_snapshots(found.metadata, now_ms, self.retention_ms, self.max_snapshots),
+    def _commit_switch(
+        self, table: str, switches: Sequence[PartitionSwitch], summary: Mapping[str, str]
+    ) -> _Committed | None:
+        """One attempt: load, plan on the table as it is now, commit (expiry staged in it)."""
+        found = self.load(table)
+        plan = plan_switch(found, switches, summary)
+        if plan is None:
+            return None
+        planned_on = found.metadata  # the commit replaces `found.metadata` with its own
+        tx = found.transaction()
+        tx.set_properties(plan.properties)
+        now_ms = int(self.clock() * 1000)
+        expired = expired_snapshots(planned_on, now_ms, self.retention_ms, self.max_snapshots)
+        internals.stage_expiry(tx, expired)
+        producer = internals.stage_overwrite(tx, plan.deleted, plan.added, plan.summary)
+        committed = internals.commit(tx, producer)
+        gone = [s for s in planned_on.snapshots if s.snapshot_id in set(expired)]
+        return _Committed(plan.dts, gone, committed)
+
+    def _delete_unreferenced(self, table: str, committed: _Committed) -> None:
+        """Delete the manifest lists of the snapshots `committed` expired and the manifests no
+        snapshot it retains names. The switch landed: a failure here is logged, not raised
+        (the files are left behind; they cost only storage)."""
+        done = committed.table
+        lists = self._manifest_lists.setdefault(table, references.ManifestLists())
+        try:
+            doomed = references.unreferenced_metadata(
+                done.io, committed.expired, done.metadata, lists
             )
-            producer = internals.stage_overwrite(tx, plan.deleted, plan.added, plan.summary)
-            internals.commit(tx, producer)
-            return plan.dts
-
-        switched = self._committing(f"switch {table!r}", attempt)
-        if switched:
-            log.info("%s: switched %s of %s", self.catalog.where, ", ".join(switched), table)
-        return switched
+        except OSError as exc:
+            log.warning("%s: %s: expired metadata kept (%s)", self.catalog.where, table, exc)
+            return
+        prefix = _metadata_prefix(done)
+        deleted, failures = references.delete_files(done.io, doomed, prefix)
+        for failure in failures:
+            log.warning("%s: %s: not deleted: %s", self.catalog.where, table, failure)
+        log.debug("%s: %s: deleted %d expired metadata files", self.catalog.where, table, deleted)
 
     def _committing(self, what: str, attempt: Callable[[], T]) -> T:
         """`attempt()` (load, decide on the table as it is now, commit), again after another

@@ -1,0 +1,115 @@
+"""An Iceberg table's metadata over time: expiry by count and by age (never a branch or tag
+head), the files expired snapshots leave on storage deleted (never a data file, never one a
+retained snapshot names), small manifests merged."""
+
+from __future__ import annotations
+
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import boto3
+from pyiceberg.table import Table
+
+from resources.catalog.iceberg.target import IcebergTarget
+from resources.catalog.settings import CatalogSettings
+from resources.catalog.target import PartitionFile, PartitionSwitch
+from tests.catalog.test_iceberg_target import opened
+from tests.support.target_lake import TargetSpec, rows, write_file
+
+
+def local_spec(tmp_path: Path) -> TargetSpec:
+    settings = CatalogSettings(iceberg_catalog_path=str(tmp_path / "c.db"))
+    return TargetSpec(settings, "iceberg", f"file://{tmp_path}/lake/events")
+
+
+def on_storage(spec: TargetSpec, prefix: str) -> set[str]:
+    """Every file under `prefix` but the metadata.json files (bounded by pyiceberg)."""
+    if prefix.startswith("s3://"):
+        bucket, _, key = prefix[len("s3://") :].partition("/")
+        s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=spec.s3_endpoint_url)
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key)
+        found = {f"s3://{bucket}/{o['Key']}" for p in pages for o in p.get("Contents", [])}
+    else:
+        found = {f"file://{p}" for p in Path(prefix[len("file://") :]).iterdir()}
+    return {f for f in found if not f.endswith(".metadata.json")}
+
+
+def named(table: Table) -> set[str]:
+    """The manifest lists and manifests of every retained snapshot."""
+    out: set[str] = set()
+    for s in table.metadata.snapshots:
+        out.add(s.manifest_list)
+        out.update(m.manifest_path for m in s.manifests(table.io))
+    return out
+
+
+def switch_one(target: IcebergTarget, dt: str, seq: int, f: PartitionFile) -> int:
+    """Switch `dt` to `f`; the id of the snapshot committed."""
+    assert target.switch("events", [PartitionSwitch(dt, seq, "v/", (f,))]) == [dt]
+    return target.snapshots("events")[-1].snapshot_id
+
+
+def test_metadata_on_storage_stays_bounded(tmp_path: Path) -> None:
+    spec = local_spec(tmp_path)
+    target = opened(spec, max_snapshots=4)
+    prefix = f"{spec.root}/metadata/"
+    files = [write_file(spec, f"f{i}.parquet", rows(f"f{i}", 1)) for i in range(40)]
+    state: dict[str, str] = {}
+    expected: dict[int, list[str]] = {}
+    counts = []
+    for i, f in enumerate(files):
+        dt = f"2024-01-{1 + i % 3:02d}"
+        sid = switch_one(target, dt, i + 1, f)
+        state[dt] = f"f{i}-0"
+        expected[sid] = sorted(state.values())
+        counts.append(len(list(Path(prefix[len("file://") :]).iterdir())))
+    table = target.load("events")
+    assert on_storage(spec, prefix) == named(table)  # nothing else left behind
+    assert max(counts[30:]) <= max(counts[20:30]), counts  # flat, not growing with switches
+    assert counts[-1] <= 21 + 4 + 4 * 4  # metadata.json kept, lists, manifests (≤ 4 each)
+    retained = [s.snapshot_id for s in target.snapshots("events")]
+    assert len(retained) == 4
+    for sid in retained:  # each still plans and reads (its manifest list and manifests)
+        read = target.read("events", snapshot_id=sid).column("id").to_pylist()
+        assert sorted(read) == expected[sid]
+    assert all(Path(f.url[len("file://") :]).exists() for f in files)  # no data file deleted
+
+
+def test_snapshots_older_than_the_retention_expire_but_never_a_head(tmp_path: Path) -> None:
+    spec = local_spec(tmp_path)
+    now = [time.time()]
+    target = opened(spec, retention_s=60, clock=lambda: now[0])
+    files = [write_file(spec, f"f{i}.parquet", rows(f"f{i}", 1)) for i in range(5)]
+    s1, s2, s3 = (switch_one(target, f"2024-01-0{i + 1}", 1, files[i]) for i in range(3))
+    table = target.load("events")
+    table.manage_snapshots().create_tag(s1, "audit").commit()
+    assert [s.snapshot_id for s in target.snapshots("events")] == [s1, s2, s3]  # all young
+
+    now[0] += 3600
+    s4 = switch_one(target, "2024-01-04", 1, files[3])
+    # s2 expired by age; s1 is a tag's head, s3 was the current snapshot when s4 was planned.
+    assert [s.snapshot_id for s in target.snapshots("events")] == [s1, s3, s4]
+    now[0] += 3600
+    s5 = switch_one(target, "2024-01-05", 1, files[4])
+    assert [s.snapshot_id for s in target.snapshots("events")] == [s1, s4, s5]
+    assert target.read("events", snapshot_id=s1).column("id").to_pylist() == ["f0-0"]
+    assert on_storage(spec, f"{spec.root}/metadata/") == named(target.load("events"))
+
+
+def test_many_small_switches_keep_the_current_manifests_few(tmp_path: Path) -> None:
+    spec = local_spec(tmp_path)
+    target = opened(spec, max_snapshots=5)
+    table = target.load("events")
+    assert table.metadata.properties["commit.manifest-merge.enabled"] == "true"
+    with table.transaction() as tx:
+        tx.set_properties({"commit.manifest.min-count-to-merge": "5"})
+    counts = []
+    for i in range(24):  # each switch a new date: one more manifest with a live file
+        dt = (date(2024, 1, 1) + timedelta(days=i)).isoformat()
+        switch_one(target, dt, 1, write_file(spec, f"f{i}.parquet", rows(f"f{i}", 1)))
+        table = target.load("events")
+        counts.append(len(table.current_snapshot().manifests(table.io)))  # type: ignore[union-attr]
+    assert max(counts) < 5, counts  # merged once 5 would be listed
+    assert target.read("events").num_rows == 24
+    assert on_storage(spec, f"{spec.root}/metadata/") == named(table)
