@@ -1,16 +1,20 @@
 """An Iceberg table's metadata over time: expiry by count and by age (never a branch or tag
 head), the files expired snapshots leave on storage deleted (never a data file, never one a
-retained snapshot names), small manifests merged."""
+retained snapshot names), another engine's expiry between plan and commit retried, small
+manifests merged."""
 
 from __future__ import annotations
 
 import time
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
+import pytest
 from pyiceberg.table import Table
 
+from resources.catalog.iceberg import internals
 from resources.catalog.iceberg.target import IcebergTarget
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import PartitionFile, PartitionSwitch
@@ -74,6 +78,34 @@ def test_metadata_on_storage_stays_bounded(tmp_path: Path) -> None:
         read = target.read("events", snapshot_id=sid).column("id").to_pylist()
         assert sorted(read) == expected[sid]
     assert all(Path(f.url[len("file://") :]).exists() for f in files)  # no data file deleted
+
+
+def test_another_engine_expiring_between_plan_and_commit_is_a_retry(
+    iceberg_spec: TargetSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = opened(iceberg_spec, max_snapshots=3)
+    other = opened(iceberg_spec)
+    files = [write_file(iceberg_spec, f"f{i}.parquet", rows(f"f{i}", 1)) for i in range(4)]
+    for i in range(3):
+        switch_one(target, "2024-01-01", i + 1, files[i])
+    oldest = target.snapshots("events")[0].snapshot_id
+    real_commit, commits = internals.commit, []
+
+    def racing(tx: Any, producer: internals.LeaseholdOverwrite) -> Table:
+        commits.append(1)
+        if len(commits) == 1:  # planned, expiring `oldest`: another engine expires it first
+            other.load("events").maintenance.expire_snapshots().by_id(oldest).commit()
+        return real_commit(tx, producer)
+
+    monkeypatch.setattr(internals, "commit", racing)
+    sid = switch_one(target, "2024-01-01", 4, files[3])
+    assert len(commits) == 2  # re-planned on the new head
+    assert [s.snapshot_id for s in target.snapshots("events")][-1] == sid
+    assert target.data_files("events", "2024-01-01") == [files[3]]
+    table = target.load("events")
+    # The failed attempt's manifests went with it; the expired snapshot's stay (the other
+    # engine expired it: only a commit's own expiry deletes files).
+    assert named(table) <= on_storage(iceberg_spec, f"{iceberg_spec.root}/metadata/")
 
 
 def test_snapshots_older_than_the_retention_expire_but_never_a_head(tmp_path: Path) -> None:

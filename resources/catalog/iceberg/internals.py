@@ -21,7 +21,9 @@ Relied on:
   against the new head but keeps the other staged updates as they were: leasehold's per-date
   `seq` properties would be written as decided on the old head). Leasehold retries itself,
   re-planning everything on the new head; so the manifests of a commit that failed are deleted
-  here (`_clean_all_uncommitted`), as pyiceberg would.
+  here (`_clean_all_uncommitted`), as pyiceberg would. pyiceberg's SQL and Glue catalogs apply
+  the updates to the table as it is at commit time and raise `ValueError` (before writing
+  anything) for a `RemoveSnapshotsUpdate` naming a snapshot already gone.
 - `ExpireSnapshots(transaction)` stages its `RemoveSnapshotsUpdate` in a transaction that is
   not autocommitting: expiry lands in the same commit as the switch. It removes snapshots from
   the metadata only: no manifest, manifest list or data file is deleted.
@@ -147,11 +149,13 @@ def stage_expiry(tx: Transaction, snapshot_ids: Iterable[int]) -> None:
 def commit(tx: Transaction, producer: LeaseholdOverwrite) -> Table:
     """Commit `tx` once (no pyiceberg retry); returns the table as committed (the catalog's
     answer), after deleting the manifests written for it that it does not list. On
-    `CommitFailedException` (another writer committed first) or `ValidationException` the
-    commit did not land: the manifests written for it are deleted and the error raised."""
+    `CommitFailedException` (another writer committed first),
+    `ValidationException` or `ValueError` (the catalog could not apply an update to the table
+    as it is now: a snapshot to remove is gone) the commit did not land: the manifests written
+    for it are deleted and the error raised."""
     try:
         committed = tx.commit_transaction()
-    except (CommitFailedException, ValidationException):
+    except (CommitFailedException, ValidationException, ValueError):
         producer._clean_all_uncommitted()
         raise
     producer.delete_unlisted()

@@ -62,6 +62,11 @@ COMMIT_POLICY = RetryPolicy(max_attempts=10, base_delay_s=0.05, max_delay_s=2.0)
 """Commit rounds (another writer first, or the catalog not answering) before giving up."""
 
 
+class ExpiredMeanwhileError(CommitFailedException):
+    """A snapshot a commit expires was expired by another engine between the plan and the
+    commit: nothing landed; re-planned on the new head like any other concurrent commit."""
+
+
 @dataclass(frozen=True)
 class _Committed:
     """A switch that landed: the dates it switched, the snapshots it expired (as they were
@@ -217,9 +222,20 @@ class IcebergTarget(PublicationTarget):
         expired = expired_snapshots(planned_on, now_ms, self.retention_ms, self.max_snapshots)
         internals.stage_expiry(tx, expired)
         producer = internals.stage_overwrite(tx, plan.deleted, plan.added, plan.summary)
-        committed = internals.commit(tx, producer)
+        try:
+            committed = internals.commit(tx, producer)
+        except ValueError as exc:
+            # pyiceberg's catalogs apply our updates to the table as it is at commit time: a
+            # snapshot another engine expired meanwhile cannot be removed again. Nothing landed.
+            if expired and self._expired_meanwhile(table, expired):
+                raise ExpiredMeanwhileError(f"{table}: a snapshot to expire is gone") from exc
+            raise
         gone = [s for s in planned_on.snapshots if s.snapshot_id in set(expired)]
         return _Committed(plan.dts, gone, committed)
+
+    def _expired_meanwhile(self, table: str, snapshot_ids: Sequence[int]) -> bool:
+        held = self.load(table).metadata
+        return any(held.snapshot_by_id(i) is None for i in snapshot_ids)
 
     def _delete_unreferenced(self, table: str, committed: _Committed) -> None:
         """Delete the manifest lists of the snapshots `committed` expired and the manifests no
