@@ -1,7 +1,8 @@
 """An Iceberg table's metadata over time: expiry by count and by age (never a branch or tag
 head), the files expired snapshots leave on storage deleted (never a data file, never one a
 retained snapshot names), another engine's expiry between plan and commit retried, small
-manifests merged."""
+manifests merged, and the files leasehold's GC must keep (`referenced_files`,
+`metadata_prefix`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 
 import boto3
 import pytest
+from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
+from resources.catalog.base import CatalogError
 from resources.catalog.iceberg import internals
 from resources.catalog.iceberg.target import IcebergTarget
 from resources.catalog.settings import CatalogSettings
@@ -150,3 +153,70 @@ def test_many_small_switches_keep_the_current_manifests_few(tmp_path: Path) -> N
     assert max(counts) < 5, counts  # merged once 5 would be listed
     assert target.read("events").num_rows == 24
     assert on_storage(spec, f"{spec.root}/metadata/") == named(table)
+
+
+def test_referenced_files_and_the_metadata_prefix(iceberg_spec: TargetSpec) -> None:
+    target = opened(iceberg_spec, max_snapshots=3)
+    a, b, c, d = (write_file(iceberg_spec, f"{x}.parquet", rows(x, 1)) for x in "abcd")
+    for seq, (dt, f) in enumerate(
+        [("2024-01-01", a), ("2024-01-01", b), ("2024-01-02", c), ("2024-01-01", d)], start=1
+    ):
+        switch_one(target, dt, seq, f)
+    # a's snapshot expired (3 kept): b is still referenced by the oldest retained one.
+    assert target.referenced_files("events") == {b.url, c.url, d.url}
+    prefix = target.metadata_prefix("events")
+    assert prefix == f"{iceberg_spec.root}/metadata/"
+    assert all(p.startswith(prefix) for p in named(target.load("events")))
+    with pytest.raises(CatalogError, match="clicks"):
+        target.referenced_files("clicks")
+    with pytest.raises(CatalogError, match="clicks"):
+        target.metadata_prefix("clicks")
+
+
+def test_referenced_files_reads_each_manifest_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = local_spec(tmp_path)
+    target = opened(spec, max_snapshots=6)
+    for i in range(8):
+        switch_one(target, f"2024-01-0{1 + i % 2}", i + 1, write_file(spec, f"f{i}.parquet",
+                   rows(f"f{i}", 1)))  # fmt: skip
+    real, read = ManifestFile.fetch_manifest_entry, []
+
+    def counting(self: ManifestFile, *args: Any, **kwargs: Any) -> Any:
+        read.append(self.manifest_path)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", counting)
+    found = target.referenced_files("events")
+    table = target.load("events")
+    assert sorted(read) == sorted({m for m in named(table) if "snap-" not in m})
+    # f0 went with the expired snapshots; f1 (2024-01-02) is live in the oldest retained one.
+    assert found == {f"file://{tmp_path}/lake/events/data/f{i}.parquet" for i in range(1, 8)}
+
+
+def test_referenced_files_reads_again_when_expiry_removed_what_it_planned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = local_spec(tmp_path)
+    target = opened(spec, max_snapshots=2)
+    files = [write_file(spec, f"f{i}.parquet", rows(f"f{i}", 1)) for i in range(4)]
+    for i in range(3):
+        switch_one(target, "2024-01-01", i + 1, files[i])
+    stale = target.load("events")
+    switch_one(target, "2024-01-01", 4, files[3])  # expires a snapshot `stale` holds
+    real_load, loads = target.load, []
+
+    def load(table: str) -> Table:
+        loads.append(table)
+        return stale if len(loads) == 1 else real_load(table)
+
+    monkeypatch.setattr(target, "load", load)
+    assert target.referenced_files("events") == {files[2].url, files[3].url}
+    assert len(loads) == 3  # stale, checked (moved on), read again
+
+    current = real_load("events")
+    Path(current.metadata.snapshots[0].manifest_list[len("file://") :]).unlink()
+    monkeypatch.setattr(target, "load", real_load)
+    with pytest.raises(CatalogError, match="files referenced by 'events'"):
+        target.referenced_files("events")  # a retained snapshot's list is gone: no partial set

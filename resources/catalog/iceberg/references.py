@@ -1,5 +1,5 @@
-"""The metadata files of an Iceberg table's expired snapshots that none of its retained
-snapshots references any more.
+"""What an Iceberg table's retained snapshots reference, and the metadata files of expired
+snapshots that none of them references any more.
 
 A snapshot is a manifest list naming manifests, which name data files. Expiry
 (`switching.expired_snapshots`, staged in a switch's commit) removes snapshots from the
@@ -11,7 +11,8 @@ names. Those are safe against a concurrent committer: a snapshot committed later
 a snapshot the table holds (its parent, a branch or tag head: never expired) and names only
 that one's manifests and files it wrote itself, so it cannot name a manifest only expired
 snapshots named. Data files are never deleted here (`gc.enabled=false` keeps other engines'
-expiry from doing it; leasehold's GC deletes them, after its safety delay).
+expiry from doing it; leasehold's GC deletes a data file no retained snapshot references,
+`referenced_files`, after its safety delay).
 
 What protects a reader is the retention (`iceberg_snapshot_retention_seconds`, and the count
 `iceberg_max_snapshots`): a reader that loaded the table's metadata and is still planning a
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import read_manifest_list
+from pyiceberg.manifest import ManifestFile, read_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.utils.concurrent import ExecutorFactory
@@ -84,6 +85,31 @@ def unreferenced_metadata(
         manifests.update(dict.fromkeys(sorted(named - kept)))
     lists.keep_only(kept_lists)
     return [*manifests, *dict.fromkeys(s.manifest_list for s in gone)]
+
+
+def distinct_manifests(io: FileIO, metadata: TableMetadata) -> list[ManifestFile]:
+    """Every manifest a snapshot of `metadata` names, once, by path. Raises `OSError`
+    (`FileNotFoundError`: a manifest list is gone)."""
+    found: dict[str, ManifestFile] = {}
+    for s in metadata.snapshots:
+        for m in s.manifests(io):
+            found.setdefault(m.manifest_path, m)
+    return list(found.values())
+
+
+def referenced_files(io: FileIO, metadata: TableMetadata) -> set[str]:
+    """The path of every live file (data and delete files) a snapshot of `metadata` holds:
+    the ADDED and EXISTING entries of their distinct manifests, each manifest read once, in
+    parallel. Raises `OSError` (`FileNotFoundError`: a manifest or manifest list is gone)."""
+
+    def live(manifest: ManifestFile) -> list[str]:
+        return [e.data_file.file_path for e in manifest.fetch_manifest_entry(io)]
+
+    executor = ExecutorFactory.get_or_create()
+    out: set[str] = set()
+    for paths in executor.map(live, distinct_manifests(io, metadata)):
+        out.update(paths)
+    return out
 
 
 def delete_files(io: FileIO, paths: Sequence[str], prefix: str) -> tuple[int, list[str]]:

@@ -11,7 +11,8 @@ same date switched twice lands once. Snapshots past the retention expire in the 
 (`switching.expired_snapshots`); once it landed, the manifest lists of the expired snapshots
 and the manifests no retained snapshot names are deleted (`references`: the metadata files on
 storage stay as bounded as the metadata). No data file is ever deleted here, and
-`gc.enabled=false` keeps any other engine's expiry from deleting one.
+`gc.enabled=false` keeps any other engine's expiry from deleting one: leasehold's GC deletes
+what no retained snapshot references (`referenced_files`), never under `metadata_prefix`.
 """
 
 from __future__ import annotations
@@ -307,3 +308,34 @@ class IcebergTarget(PublicationTarget):
         current snapshot) with `columns` (default: all, in the schema's order), read by
         pyiceberg's scan. Raises `CatalogError`."""
         return history.read(self.load(table), dt, snapshot_id, columns)
+
+    # -- garbage collection ------------------------------------------------------------------
+
+    def referenced_files(self, table: str) -> set[str]:
+        """The URL of every file a retained snapshot of `table` references (data files, and
+        delete files another engine wrote): the live entries of the distinct manifests of all
+        retained snapshots, each manifest read once. Leasehold's GC must keep these; a file a
+        commit still in flight adds is not among them (the GC's safety delay covers it).
+        Read-only. When a manifest list or manifest is gone because a commit expired its
+        snapshot meanwhile, the table is loaded again and read anew. Raises `CatalogError`
+        (no such table; a file the table still references is missing or unreadable: never a
+        partial set), `CatalogUnreachableError`."""
+        where = f"{self.catalog.where}: files referenced by {table!r}"
+        for _ in range(self.commit_policy.max_attempts):
+            found = self.load(table)
+            try:
+                return references.referenced_files(found.io, found.metadata)
+            except FileNotFoundError as exc:
+                if self.load(table).metadata_location == found.metadata_location:
+                    raise CatalogError(f"{where}: {exc}") from exc
+            except OSError as exc:
+                raise CatalogError(f"{where}: {exc}") from exc
+        raise CatalogError(f"{where}: the table changed under every read")
+
+    def metadata_prefix(self, table: str) -> str:
+        """Where `table` keeps its Iceberg metadata (metadata.json files, manifest lists,
+        manifests), ending with `/`: `<table location>/metadata/`, or the table's
+        `write.metadata.path`. Leasehold's GC must never take a file under it for an orphan:
+        the target deletes what expiry leaves there itself. Read-only. Raises `CatalogError`
+        (no such table), `CatalogUnreachableError`."""
+        return _metadata_prefix(self.load(table))
