@@ -39,7 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     lake = LakeSettings.from_env()
     streams = lake.streams()
     names = chosen_streams(args.stream, streams)
-    check_door(names)  # Spark and Glue: once here, not in every run
+    check_door([streams[name] for name in names])  # Spark and Glue: once, not in every run
     quiet_spark(args.verbose)
     write_samples(lake, {name: streams[name] for name in names}, args.sample_objects)
     progress: Progress | None = None

@@ -1,8 +1,9 @@
 """`leasehold table ls|files|read`: a published table seen the way an external engine sees it.
 
-Everything here starts at the catalog (`LEASEHOLD_CATALOG`: the local catalog file or Glue) and
-follows a partition's location to its manifest version, as Athena or Spark would; nothing lists
-a prefix. So what these commands show is what a user's query gets, and a disagreement with
+Everything here starts at the table's `PublicationTarget` (its stream's `table_format`, over the
+catalog `LEASEHOLD_CATALOG` names: the local catalog file or Glue) and follows a partition's
+location to its manifest version, as Athena or Spark would; nothing lists a prefix. So what
+these commands show is what a user's query gets, and a disagreement with
 `leasehold status` (the ledger's view) is itself worth seeing. The ledger is read for one thing
 the catalog and the manifests do not say: which schema versions the rows of each partition's
 published version were written with (`table ls`), from the ledger objects that version covers
@@ -25,8 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from resources.catalog.base import Catalog, CatalogPartition
+from resources.aggregation.rollup_table import rollup_table_name
 from resources.catalog.settings import CatalogSettings
+from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.cli.exit_status import EPILOG
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
@@ -92,24 +94,30 @@ def catalog_location(settings: CatalogSettings) -> str:
     return f"the Glue database {database!r} in {settings.glue_region} at {where}{account}"
 
 
-def open_catalog(settings: CatalogSettings) -> Catalog:
-    """The configured catalog, for reading: a local catalog file must exist (an empty one in
-    the wrong directory would answer "no such table" for the wrong reason)."""
-    from resources.catalog.opening import catalog_for
+def open_reading_target(
+    settings: CatalogSettings, table_format: str, lake: LakeSettings
+) -> PublicationTarget:
+    """The target of `table_format` over the configured catalog, for reading: a local catalog
+    file must exist (an empty one in the wrong directory would answer "no such table" for the
+    wrong reason). Raises `CatalogNotFoundError`, `CatalogConfigError`,
+    `CatalogUnreachableError`."""
+    from resources.catalog.opening import target_for
 
     if settings.catalog == "local" and not settings.local_path().exists():
         raise CatalogNotFoundError(
             f"no catalog: {catalog_location(settings)} does not exist; "
             "publication creates it (`leasehold run`)"
         )
-    return catalog_for(settings)
+    return target_for(
+        settings, table_format, s3_endpoint_url=lake.s3_endpoint_url, s3_region=lake.region
+    )
 
 
 @dataclass(frozen=True)
 class Published:
-    """One catalog partition and what its manifest version lists."""
+    """One served partition and what its manifest version lists."""
 
-    partition: CatalogPartition
+    partition: PublishedPartition
     kind: str | None
     """`live` or `merged`, from the version directory's name (None: not a name leasehold
     writes)."""
@@ -167,27 +175,47 @@ def with_schema_versions(
 
 
 class TableReader:
-    """A stream's table through the configured catalog, with the lake's S3 settings."""
+    """The tables of the streams file (each stream's, each rollup's) through their streams'
+    `PublicationTarget`s, with the lake's S3 settings."""
 
     def __init__(self, settings: CatalogSettings, lake: LakeSettings) -> None:
         self.settings = settings
         self.lake = lake
-        self.catalog = open_catalog(settings)
+        self.formats = table_formats(lake)
+        """table -> the `table_format` it is published in."""
+        self._targets: dict[str, PublicationTarget] = {}
+        if settings.catalog == "local" and not settings.local_path().exists():
+            open_reading_target(settings, MANIFESTS, lake)  # says where it looked, before any read
 
     def where(self) -> str:
         return catalog_location(self.settings)
 
-    def require_table(self, table: str) -> None:
-        if self.catalog.table(table) is None:
-            tables = self.catalog.tables()
+    def target(self, table: str) -> PublicationTarget:
+        """The target serving `table`; a `LeaseholdError` naming the tables published when
+        the table does not exist there (or no stream publishes it)."""
+        table_format = self.formats.get(table)
+        target = None if table_format is None else self._format_target(table_format)
+        if target is None or target.table(table) is None:
+            tables = [t for t, f in sorted(self.formats.items()) if self._format_target(f).table(t)]
             has = f"it has {', '.join(tables)}" if tables else "it has no tables yet"
             raise LeaseholdError(f"no table {table!r} in {self.where()} ({has})")
+        return target
 
-    def partition(self, table: str, dt: str) -> CatalogPartition:
-        self.require_table(table)
-        partition = self.catalog.partition(table, dt)
+    def _format_target(self, table_format: str) -> PublicationTarget:
+        if table_format not in self._targets:
+            self._targets[table_format] = open_reading_target(
+                self.settings, table_format, self.lake
+            )
+        return self._targets[table_format]
+
+    def require_table(self, table: str) -> None:
+        self.target(table)
+
+    def partition(self, table: str, dt: str) -> PublishedPartition:
+        target = self.target(table)
+        partition = target.partition(table, dt)
         if partition is None:
-            dates = [p.dt for p in self.catalog.partitions(table)]
+            dates = [p.dt for p in target.partitions(table)]
             has = (
                 f"published: {len(dates)} dates, {dates[0]} to {dates[-1]}"
                 if dates
@@ -196,10 +224,10 @@ class TableReader:
             raise LeaseholdError(f"{table} dt={dt} is not published in {self.where()} ({has})")
         return partition
 
-    def published(self, partition: CatalogPartition) -> Published:
-        """The files the partition's symlink manifest lists, read as an engine reads them."""
+    def published(self, partition: PublishedPartition) -> Published:
+        """The files the partition serves, resolved as an engine of its format does."""
         urls = partition_files(
-            self.catalog,
+            self.target(partition.table),
             partition.table,
             partition.dt,
             s3_endpoint_url=self.lake.s3_endpoint_url,
@@ -211,10 +239,9 @@ class TableReader:
         return Published(partition, kind, upper, urls)
 
     def ls(self, table: str) -> list[Published]:
-        self.require_table(table)
-        return [self.published(p) for p in self.catalog.partitions(table)]
+        return [self.published(p) for p in self.target(table).partitions(table)]
 
-    def files(self, table: str, dt: str) -> tuple[CatalogPartition, list[tuple[str, int | None]]]:
+    def files(self, table: str, dt: str) -> tuple[PublishedPartition, list[tuple[str, int | None]]]:
         """The symlink manifest's URLs, each with its content length from the same version's
         Spectrum manifest (None if that does not list it: the catalog partition moved to a
         newer version between the two reads)."""
@@ -229,7 +256,7 @@ class TableReader:
     def read(self, table: str, dt: str, limit: int | None) -> pa.Table:
         self.partition(table, dt)  # an unknown table or date: one line saying where it looked
         return read_partition(
-            self.catalog,
+            self.target(table),
             table,
             dt,
             limit=limit,
@@ -240,6 +267,18 @@ class TableReader:
 
 def _reader() -> TableReader:
     return TableReader(CatalogSettings.from_env(), LakeSettings.from_env())
+
+
+def table_formats(lake: LakeSettings) -> dict[str, str]:
+    """Every table the streams file publishes — each stream's (named after it) and each of its
+    rollups' (`rollup_table_name`) — with the stream's `table_format`. Raises
+    `StreamConfigError` (a bad or missing streams file)."""
+    formats = {}
+    for name, config in lake.streams().items():
+        formats[name] = config.table_format
+        for spec in config.rollups:
+            formats[rollup_table_name(config, spec)] = config.table_format
+    return formats
 
 
 def ledger_schema_versions(table: str, rows: Sequence[Published]) -> list[Published]:

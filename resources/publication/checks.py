@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from resources.catalog.base import Catalog, CatalogError
+from resources.catalog.base import CatalogError
+from resources.catalog.target import PublicationTarget
 from resources.check_outcome import CheckOutcome
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
@@ -34,9 +35,9 @@ from resources.publication.manifest import (
     SYMLINK_DIR,
     SYMLINK_NAME,
     ManifestEntry,
-    catalog_location,
     parse_symlink_text,
     read_spectrum,
+    served_location,
 )
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -48,8 +49,9 @@ CHECKS: dict[str, str] = {
     "covers every live id; every current publication covers only ids the ledger holds.",
     "published_rows": "Per published partition: the rows in its current manifest's files "
     "(Parquet footers) = the rows the ledger committed for the ids it covers.",
-    "catalog_current": "Every catalog partition points at its ledger's current publication "
-    "(location and seq), and every published partition is in the catalog.",
+    "catalog_current": "Every partition the table serves (its Hive partition, or its Iceberg "
+    "snapshot's) is its ledger's current publication (location and seq), and every published "
+    "partition is served.",
     "publication_lag": "No committed rows of a table partition have been missing from its "
     "published version longer than the interval that should have published them: a "
     "publication tick, or for a delayed object its merge (merge.delayed_interval after its "
@@ -262,19 +264,20 @@ def _rows_problems(
     return problems
 
 
-def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcome:
-    """Ledger first, catalog after (the publisher writes them in that order): a catalog ahead
-    of that read is a publication recorded meanwhile, judged on a second ledger read."""
+def catalog_current(ledger: Ledger, target: PublicationTarget, table: str) -> CheckOutcome:
+    """Ledger first, the target after (the publisher writes them in that order): a partition
+    served ahead of that read is a publication recorded meanwhile, judged on a second ledger
+    read. A partition's expected location is `served_location` of the target's format."""
     published = {tp.dt: p for tp, p in _published(ledger, table)}
     problems: list[str] = []
     try:
+        definition = target.table(table)
         in_catalog = (
-            {cp.dt: cp for cp in catalog.partitions(table)}
-            if catalog.table(table) is not None
-            else {}
+            {cp.dt: cp for cp in target.partitions(table)} if definition is not None else {}
         )
     except CatalogError as exc:
         return _outcome("catalog_current", [f"{table}: {exc}"], 0, "partitions", "")
+    root = "" if definition is None else definition.location
     for dt in sorted(published.keys() | in_catalog.keys()):
         p, cp = published.get(dt), in_catalog.get(dt)
         if cp is not None and (p is None or cp.seq > p.seq):
@@ -284,12 +287,15 @@ def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcom
         if p is None:
             what = "no publication record" if dt in published else "no publication"
             problems.append(f"{where}: in the catalog, but the ledger has {what}")
-        elif cp is None:
+            continue
+        if cp is None:
             problems.append(f"{where}: published (seq {p.seq}) but not in the catalog")
-        elif (cp.location, cp.seq) != (catalog_location(p.location), p.seq):
+            continue
+        expected = served_location(target.table_format, root, p.location)
+        if (cp.location, cp.seq) != (expected, p.seq):
             problems.append(
                 f"{where}: the catalog points at {cp.location} (seq {cp.seq}), the current "
-                f"publication is {catalog_location(p.location)} (seq {p.seq})"
+                f"publication is {expected} (seq {p.seq})"
             )
     checked = len(published.keys() | in_catalog.keys())
     return _outcome(
@@ -356,12 +362,12 @@ def run_one(
     config: StreamConfig,
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     full: bool = False,
 ) -> CheckOutcome:
-    """The check `name` of `CHECKS` for one stream's published table (`config.name`);
-    `objects` is the table's object store (manifests and data files), `catalog` the one the
-    publisher writes to. The manifest, coverage and row checks judge the partitions changed
+    """The check `name` of `CHECKS` for one stream's published table (`config.name`); `objects` is
+    the table's object store (manifests and data files), `target` the one the publisher switches
+    (`config.table_format`). The manifest, coverage and row checks judge the partitions changed
     since they last passed (`full`: all of them; `resources.ledger.check_scope`);
     `catalog_current` and `publication_lag` read one row per partition, always all."""
     table = config.name
@@ -375,7 +381,7 @@ def run_one(
     if name in judges:
         return with_memory(store, config.name, table, name, judges[name], full)
     if name == "catalog_current":
-        return catalog_current(store, catalog, table)
+        return catalog_current(store, target, table)
     if name == "publication_lag":
         now_ms = store.now_ms()  # before any read: see publication_lag
         return publication_lag(store, table, config.merge.delayed_interval_s, now_ms)
@@ -387,9 +393,9 @@ def run_all(
     config: StreamConfig,
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     full: bool = False,
 ) -> list[CheckOutcome]:
     """Every check of `CHECKS`, in that order (arguments as `run_one`). Writes nothing but
     the checks' memory."""
-    return [run_one(name, config, store, objects, catalog, full) for name in CHECKS]
+    return [run_one(name, config, store, objects, target, full) for name in CHECKS]

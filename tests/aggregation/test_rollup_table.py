@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from resources.aggregation.rollup_table import RollupTable, rollup_columns
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.coordination.items import ItemType
 from resources.objects.local import LocalObjectStore
@@ -66,7 +67,7 @@ def table(store: CoordinationStore, tmp_path: Path, clock: FakeClock) -> RollupT
         CONFIG,
         SPEC,
         store,
-        LocalCatalog(tmp_path / "catalog.json"),
+        HiveManifestsTarget(LocalCatalog(tmp_path / "catalog.json")),
         LocalObjectStore(tmp_path / "events_per_user"),
         safety_delay_s=DELAY_S,
         clock_ms=lambda: int(clock.now * 1000),
@@ -82,7 +83,7 @@ def commit(store: CoordinationStore, txid: int, partials: dict) -> None:
 
 
 def rows(table: RollupTable) -> list[dict]:
-    return read_partition(table.catalog, table.name, DT).to_pylist()
+    return read_partition(table.target, table.name, DT).to_pylist()
 
 
 def test_the_table_serves_the_state_and_never_moves_back(

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.catalog.glue import GlueCatalog
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.cli.exit_status import EXIT_CONFIG, EXIT_FAILURE
 from resources.cli.main import main
@@ -63,7 +64,12 @@ class Published:
     catalog_path: Path
 
     def publisher(self) -> Publisher:
-        return Publisher(self.config, self.store, self.objects, LocalCatalog(self.catalog_path))
+        return Publisher(
+            self.config,
+            self.store,
+            self.objects,
+            HiveManifestsTarget(LocalCatalog(self.catalog_path)),
+        )
 
     def publish(self, dt: str) -> None:
         outcome = self.publisher().publish_one(dt)
@@ -319,7 +325,7 @@ def test_glue_is_read_the_same_way_and_named_in_errors(
     it through Glue once LEASEHOLD_CATALOG says so."""
     database = f"db_{uuid.uuid4().hex[:12]}"
     glue = GlueCatalog(database, region="us-east-1", endpoint_url=aws_server.endpoint_url)
-    publisher = Publisher(env.config, env.store, env.objects, glue)
+    publisher = Publisher(env.config, env.store, env.objects, HiveManifestsTarget(glue))
     assert [o.outcome for o in publisher.publish([DT, DT2])] == [CATALOG_REPAIRED] * 2
     monkeypatch.setenv("LEASEHOLD_CATALOG", "glue")
     monkeypatch.setenv("LEASEHOLD_GLUE_DATABASE", database)

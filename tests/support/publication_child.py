@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from resources.catalog.base import Catalog, CatalogPartition, Column, TableDefinition
 from resources.catalog.glue import GlueCatalog
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.publication.publisher import PublicationOutcome, Publisher
 from resources.publication.reader import (
@@ -107,7 +108,7 @@ def sample(catalog: Catalog, dt: str) -> dict[str, Any]:
     record: dict[str, Any] = {"dt": dt, "at_ms": int(time.time() * 1000)}
     once = OneLookup(catalog)
     try:
-        urls = partition_files(once, TABLE, dt)
+        urls = partition_files(HiveManifestsTarget(once), TABLE, dt)
     except (TableNotPublishedError, PartitionNotPublishedError):
         return {**record, "kind": "unpublished"}
     except Exception as exc:  # noqa: BLE001 — every failure is the verdict's evidence
@@ -139,7 +140,11 @@ def sample(catalog: Catalog, dt: str) -> dict[str, Any]:
 
 def publisher(lake: Lake, args: dict[str, Any], **kwargs: Any) -> Publisher:
     return Publisher(
-        lake.config(), lake.store(), lake.objects(), open_catalog(args["catalog"]), **kwargs
+        lake.config(),
+        lake.store(),
+        lake.objects(),
+        HiveManifestsTarget(open_catalog(args["catalog"])),
+        **kwargs,
     )
 
 

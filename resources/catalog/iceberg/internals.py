@@ -164,4 +164,5 @@ def commit(tx: Transaction, producer: LeaseholdOverwrite) -> Table:
 
 def check_file_schema(schema: Schema, file_schema: pa.Schema, format_version: int) -> None:
     """Raises `ValueError` when a data file's schema does not fit the table's."""
+    # pyiceberg types `format_version` as its Literal[1, 2, 3]; the table's own, passed through.
     _check_pyarrow_schema_compatible(schema, file_schema, format_version=format_version)  # type: ignore[arg-type]
