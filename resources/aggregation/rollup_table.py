@@ -174,7 +174,8 @@ class RollupTable:
         """Delete each version whose successor has been current for the safety delay (the
         successor's own files are as old as the moment it became current, about); never one
         at or past the position the target serves (the current one: known by its position,
-        the same under every table format, not by a location)."""
+        the same under every table format, not by a location), nor one a retained snapshot of
+        the target's history still references (`PublicationTarget.referenced_files`)."""
         files: dict[str, list[str]] = {}
         written: dict[str, int] = {}
         for info in self.objects.list_prefix(f"dt={dt}/"):
@@ -187,10 +188,16 @@ class RollupTable:
         current = self.target.partition(self.name, dt)
         ordered = sorted(files)  # by upto: the names sort as the positions do
         now = self.clock_ms()
+        served: set[str] | None = None
         for older, newer in zip(ordered, ordered[1:], strict=False):
             position = VERSION.match(older)
             if current is not None and position and int(position["upto"]) >= current.seq:
                 break  # never the current one, nor anything after it
-            if written[newer] + self.safety_delay_ms <= now:
-                for key in files[older]:
-                    self.objects.delete(key)
+            if written[newer] + self.safety_delay_ms > now:
+                continue
+            if served is None:  # read once, and only when something may go
+                served = self.target.referenced_files(self.name) or set()
+            if any(self.objects.url(key) in served for key in files[older]):
+                continue  # a retained snapshot (Iceberg) still serves it: time travel
+            for key in files[older]:
+                self.objects.delete(key)

@@ -86,6 +86,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
             coordination.store,
             lake.object_store(config.table),
             safety_delay_s=self.gc_safety_delay_seconds,
+            target=self.target(config.table_format, lake),
         )
 
     def rollup_runners(
