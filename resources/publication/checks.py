@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from resources.catalog.base import CatalogError
-from resources.catalog.target import PublicationTarget
+from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.check_outcome import CheckOutcome
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
@@ -52,6 +52,9 @@ CHECKS: dict[str, str] = {
     "catalog_current": "Every partition the table serves (its Hive partition, or its Iceberg "
     "snapshot's) is its ledger's current publication (location and seq), and every published "
     "partition is served.",
+    "served_files": "Per published partition the table serves at its ledger's current seq: "
+    "the data files it serves (an Iceberg table's current snapshot, a Hive partition's symlink "
+    "manifest) are exactly the files of that publication's record, each once.",
     "publication_lag": "No committed rows of a table partition have been missing from its "
     "published version longer than the interval that should have published them: a "
     "publication tick, or for a delayed object its merge (merge.delayed_interval after its "
@@ -307,6 +310,85 @@ def catalog_current(ledger: Ledger, target: PublicationTarget, table: str) -> Ch
     )
 
 
+def served_files(
+    ledger: Ledger,
+    objects: ObjectStore,
+    target: PublicationTarget,
+    table: str,
+    scope: CheckScope | None = None,
+) -> CheckOutcome:
+    """What engines read against what the ledger recorded, per partition served at the ledger's
+    current seq (one that lags, is missing or points elsewhere is `catalog_current`'s finding,
+    not judged here): the served files — an Iceberg table's current snapshot (one scan plan
+    for every date), a Hive partition's symlink manifest — are exactly the files of the
+    publication's manifest version, each once. The target is read before the ledger's records
+    of a date it serves ahead, so a publication recorded meanwhile is judged on the newer
+    record."""
+    problems: list[str] = []
+    checked = 0
+    try:
+        served = ServedFiles(objects, target, table)
+    except (CatalogError, ObjectStoreError, OSError) as exc:
+        return _outcome("served_files", [f"{table}: {exc}"], 0, "partitions", "")
+    for tp, p in _published(ledger, table, scope):
+        partition = served.partitions.get(tp.dt)
+        seq = 0 if partition is None else partition.seq
+        if p is not None and seq > p.seq:
+            records = ledger.publications(table, tp.dt)
+            p = records[-1] if records else None
+        if p is None or partition is None or seq != p.seq:
+            continue
+        checked += 1
+        where = f"{_where(table, tp.dt)} (seq {p.seq})"
+        try:
+            recorded = [e.url for e in read_spectrum(objects, p.location)]
+            urls = served.urls(partition)
+        except (CatalogError, ObjectStoreError, OSError) as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        missing = sorted(set(recorded) - set(urls))
+        extra = sorted(set(urls) - set(recorded))
+        if missing or extra or len(urls) != len(set(urls)):
+            problems.append(
+                f"{where}: serves {len(urls)} files, the publication records {len(recorded)}: "
+                f"{len(missing)} missing{_first(missing) if missing else ''}, {len(extra)} not "
+                f"recorded{_first(extra) if extra else ''}, "
+                f"{len(urls) - len(set(urls))} served twice"
+            )
+    return _outcome(
+        "served_files",
+        problems,
+        checked,
+        "partitions",
+        f"{checked} served partitions hold exactly their publication's files",
+    )
+
+
+class ServedFiles:
+    """The partitions a target serves, and the files engines read for each: an Iceberg
+    table's from one scan plan of its current snapshot, a Hive partition's from its symlink
+    manifest (read when asked). Raises `CatalogError`, `ObjectStoreError`."""
+
+    def __init__(self, objects: ObjectStore, target: PublicationTarget, table: str) -> None:
+        self.objects = objects
+        exists = target.table(table) is not None
+        self.partitions = {p.dt: p for p in target.partitions(table)} if exists else {}
+        self.by_date: dict[str, list[str]] | None = None
+        if exists and target.table_format != MANIFESTS:
+            from resources.catalog.iceberg.target import IcebergTarget  # pyiceberg: when needed
+
+            if not isinstance(target, IcebergTarget):
+                raise CatalogError(f"{table}: cannot list what a {target.table_format!r} serves")
+            files = target.files_by_date(table)
+            self.by_date = {dt: [f.url for f in fs] for dt, fs in files.items()}
+
+    def urls(self, partition: PublishedPartition) -> list[str]:
+        if self.by_date is not None:
+            return self.by_date.get(partition.dt, [])
+        key = self.objects.key_of(partition.location + SYMLINK_NAME)
+        return parse_symlink_text(self.objects.get_bytes(key))
+
+
 def publication_lag(
     ledger: Ledger, table: str, delayed_interval_s: float, now_ms: int
 ) -> CheckOutcome:
@@ -377,6 +459,7 @@ def run_one(
         ),
         "switch_coverage": lambda scope: switch_coverage(store, table, scope),
         "published_rows": lambda scope: published_rows(store, objects, table, scope),
+        "served_files": lambda scope: served_files(store, objects, target, table, scope),
     }
     if name in judges:
         return with_memory(store, config.name, table, name, judges[name], full)

@@ -79,3 +79,25 @@ def test_history_and_reading_as_an_older_snapshot_served(env: Published, capsys)
     code, out, err = run(capsys, "table", "read", STREAM, DT, "--as-of", "2000-01-01T00:00:00Z")
     assert (code, out) == (EXIT_FAILURE, "")
     assert "has no snapshot as of 2000-01-01 00:00:00+00:00 (it retains 3 snapshots" in err
+
+
+def test_a_file_another_engine_took_out_of_the_snapshot_fails_served_files(
+    env: Published, capsys
+) -> None:
+    code, out, _ = run(capsys, "check", "--json")
+    assert code == 0, out
+    target = target_for(CatalogSettings.from_env(), "iceberg")
+    table = target.load(STREAM)  # type: ignore[attr-defined]
+    gone = target.data_files(STREAM, DT)[0]  # type: ignore[attr-defined]
+    with table.transaction() as tx, tx.update_snapshot().overwrite() as overwrite:
+        entry = next(t.file for t in table.scan().plan_files() if t.file.file_path == gone.url)
+        overwrite.delete_data_file(entry)  # another engine's commit, not leasehold's
+
+    code, out, _ = run(capsys, "check", "--json", "--full")  # the ledger did not change
+    assert code != 0
+    failed = {c["check"]: c for c in json.loads(out) if not c["passed"]}
+    assert "served_files" in failed
+    assert (
+        f"{STREAM} dt={DT} (seq 1): serves 2 files, the publication records 3"
+        in (failed["served_files"]["summary"])
+    )

@@ -299,6 +299,14 @@ class IcebergTarget(PublicationTarget):
         Raises `CatalogError` (also for a snapshot the table does not hold)."""
         return history.data_files(self.load(table), dt, snapshot_id)
 
+    def files_by_date(
+        self, table: str, snapshot_id: int | None = None
+    ) -> dict[str, list[PartitionFile]]:
+        """dt -> the files of that date at `snapshot_id` (default: the current snapshot), by
+        URL, from one scan plan. Raises `CatalogError` (also for a snapshot the table does not
+        hold)."""
+        return history.files_by_date(self.load(table), snapshot_id)
+
     def read(
         self,
         table: str,
