@@ -166,3 +166,26 @@ def test_a_catalog_that_is_down_fails_quickly(tmp_path: Path) -> None:
         open_catalog(settings, retry=quick).ensure_namespace()
     assert "Iceberg Glue catalog 'leasehold'" in str(err.value)
     assert time.monotonic() - started < 30
+
+
+def test_a_namespace_another_process_created_between_check_and_insert_is_fine(
+    tmp_path: Path,
+) -> None:
+    """Found by tests/chaos/test_iceberg_publishers.py: two publishers creating the SQL
+    catalog's namespace at once; the second's insert failed on the unique key (the check
+    before it had seen no namespace) and its publication failed."""
+    settings = CatalogSettings(iceberg_catalog_path=str(tmp_path / "c.db"))
+    other, mine = open_catalog(settings), open_catalog(settings)
+    seen_missing = [False]
+    exists = mine.catalog.namespace_exists
+
+    def raced(namespace: object) -> bool:
+        if not seen_missing[0]:  # the check sees none; the other creates it right after
+            seen_missing[0] = True
+            other.ensure_namespace()
+            return False
+        return exists(namespace)  # type: ignore[arg-type]
+
+    mine.catalog.namespace_exists = raced  # type: ignore[method-assign]
+    mine.ensure_namespace()
+    assert seen_missing[0] and exists(mine.namespace)
