@@ -192,6 +192,7 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         "switch_coverage": "PASS",
         "published_rows": "PASS",
         "catalog_current": "PASS",
+        "served_files": "PASS",
         "publication_lag": "PASS",
     }
     assert rows[0]["metadata"]["mismatches"] == 1
