@@ -194,7 +194,7 @@ def test_the_glue_catalog_refusing(tmp_path: Path) -> None:
         LEASEHOLD_GLUE_DATABASE="lake",
         LEASEHOLD_GLUE_ENDPOINT_URL=endpoint,
     )
-    assert_a_clear_word(ended, "the catalog", "Glue database 'lake'", endpoint)
+    assert_a_clear_word(ended, "the catalog", "Iceberg Glue catalog 'lake'", endpoint)
 
 
 def test_in_a_dagster_run_the_failure_is_leaseholds_message(tmp_path: Path) -> None:

@@ -502,10 +502,11 @@ def test_check_runs_the_publication_checks(env: Published, capsys) -> None:
         "switch_coverage",
         "published_rows",
         "catalog_current",
+        "served_files",
         "publication_lag",
     ]
     assert {name: verdicts.get(name) for name in publication} == dict.fromkeys(publication, "PASS")
-    assert list(verdicts)[-5:] == publication  # after the ingestion and compaction checks
+    assert list(verdicts)[-6:] == publication  # after the ingestion and compaction checks
 
     # The catalog moved behind the ledger's back: catalog_current fails (exit 4).
     catalog = LocalCatalog(env.catalog_path)
