@@ -178,7 +178,7 @@ class IcebergTarget(PublicationTarget):
             plan = plan_switch(found, switches, summary or {})
             if plan is None:
                 return []
-            tx = found.transaction()
+            tx = internals.transaction(found)
             tx.set_properties(plan.properties)
             now_ms = int(self.clock() * 1000)
             internals.stage_expiry(
