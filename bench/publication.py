@@ -1,7 +1,8 @@
 """Publication: a switch's cost with Iceberg against manifests, and as snapshots accumulate.
 
     .venv/bin/python bench/publication.py [--switches 10000] [--open-dates 3]
-        [--files-per-switch 20] [--dates 0] [--rows 200] [--glue 0] [--work DIR]
+        [--files-per-switch 20] [--dates 0] [--rows 200] [--max-snapshots N] [--glue 0]
+        [--work DIR]
 
 One sequence of switches, published through both formats on the same Parquet files, in one
 process, alternately (switch i through one target then the other, the order flipped every
@@ -9,7 +10,7 @@ switch, so load on the machine falls on both alike):
   - `manifests`: `HiveManifestsTarget(LocalCatalog)` (the local catalog file);
   - `iceberg`: `IcebergTarget` on the SQL catalog on SQLite (the embedded default), with the
     default expiry (`iceberg_snapshot_retention_seconds`, `iceberg_max_snapshots` of
-    `CatalogSettings`).
+    `CatalogSettings`; `--max-snapshots` sets the cap instead).
 Each switch of either pays what a publication run pays for one date: leasehold's manifest
 version written (`manifest.write_version`, both formats write it) and the target's `switch`.
 
@@ -460,6 +461,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--glue", type=int, default=0, help="also run the first N switches on Glue (loopback moto)"
     )
+    parser.add_argument(
+        "--max-snapshots",
+        type=int,
+        default=None,
+        help="iceberg_max_snapshots (default: the setting's default)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="kept after the run if given")
     return parser.parse_args()
 
@@ -507,9 +514,12 @@ def bench(args: argparse.Namespace, work: Path) -> int:
         catalog_path=str(work / "catalog.json"),
         iceberg_catalog_path=str(work / "iceberg" / "catalog.db"),
     )
+    if args.max_snapshots:
+        settings = dataclasses.replace(settings, iceberg_max_snapshots=args.max_snapshots)
     print(
         f"Expiry: retention {settings.iceberg_snapshot_retention_seconds:.0f} s, "
-        f"at most {settings.iceberg_max_snapshots} snapshots (the defaults)."
+        f"at most {settings.iceberg_max_snapshots} snapshots"
+        f"{' (set here)' if args.max_snapshots else ' (the defaults)'}."
     )
     clock_iceberg_phases()
     load_start = load_average()
