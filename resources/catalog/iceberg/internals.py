@@ -110,13 +110,10 @@ class LeaseholdTransaction(Transaction):
         base, updates = self._table.metadata, self._updates
         staged = self._staged
         if staged is None or staged[0] is not base or staged[1] is not updates:
-            staged = (base, updates, _staged_metadata(self))
+            # pyiceberg's own computation (`update_table_metadata` and a deep copy)
+            staged = (base, updates, super().table_metadata)
             self._staged = staged
         return staged[2]
-
-
-_staged_metadata = Transaction.table_metadata.fget
-"""pyiceberg's own computation (`update_table_metadata` and a deep copy)."""
 
 
 def transaction(table: Table) -> Transaction:
