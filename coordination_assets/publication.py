@@ -177,7 +177,11 @@ def run_publication_check(
 ) -> CheckOutcome:
     config = lake.stream(stream)
     return suite.run_one(
-        name, config, coordination.store, lake.object_store(config.table), catalog.open_catalog()
+        name,
+        config,
+        coordination.store,
+        lake.object_store(config.table),
+        catalog.target(config.table_format, lake),
     )
 
 

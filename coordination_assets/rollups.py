@@ -154,7 +154,7 @@ def run_rollup_check(
         config,
         coordination.store,
         lake.object_store(config.table),
-        catalog.open_catalog(),
+        catalog.target(config.table_format, lake),
         s3_endpoint_url=lake.s3_endpoint_url,
         region=lake.region,
     )

@@ -33,6 +33,11 @@ from resources.settings import (
 )
 
 FORMATS = ("jsonl", "csv")
+TABLE_FORMATS = ("iceberg", "manifests")
+"""`resources.catalog.target.TABLE_FORMATS` (a layer above: a test keeps them equal)."""
+DEFAULT_TABLE_FORMAT = "iceberg"
+"""Of a stream naming none: Iceberg, which every lake engine reads
+(docs/concepts/table-formats.md)."""
 CSV_FIELDS = ("header", "delimiter", "quote", "escape")
 DEFAULT_PATH = "streams.yaml"
 RESERVED_PREFIX = "__leasehold"
@@ -141,6 +146,8 @@ class StreamConfig:
     merge: MergeSettings = field(default_factory=MergeSettings)
     partition: PartitionSettings = field(default_factory=PartitionSettings)
     rollups: tuple[RollupSpec, ...] = ()
+    table_format: str = DEFAULT_TABLE_FORMAT
+    """`iceberg` or `manifests`: the `PublicationTarget` its table is published through."""
 
     @property
     def column_names(self) -> list[str]:
@@ -170,9 +177,10 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
     if not isinstance(raw, dict):
         raise StreamConfigError(name, "-", "must be a mapping of fields")
     _known_fields(name, raw)
-    fmt = raw.get("format", "jsonl")
-    if fmt not in FORMATS:
-        raise StreamConfigError(name, "format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
+    fmt = _one_of(name, "format", raw.get("format", "jsonl"), FORMATS)
+    table_format = _one_of(
+        name, "table_format", raw.get("table_format", DEFAULT_TABLE_FORMAT), TABLE_FORMATS
+    )
     schema, columns = _schema(name, raw.get("schema"))
     names = [c.name for c in columns]
     event_time, record_id, tz = _time_and_id(name, raw, schema, names)
@@ -208,14 +216,22 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         merge=merge,
         partition=partition,
         rollups=rollups,
+        table_format=table_format,
     )
+
+
+def _one_of(stream: str, field_name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of `allowed`; else a `StreamConfigError` naming the field."""
+    if value not in allowed:
+        raise StreamConfigError(stream, field_name, f"{value!r} is not one of {', '.join(allowed)}")
+    return str(value)
 
 
 def _known_fields(name: str, raw: dict[str, Any]) -> None:
     """Every field of the stream is one leasehold knows."""
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
-        "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution",
+        "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution", "table_format",
     }  # fmt: skip
     for key in raw:
         if key not in known:
@@ -282,12 +298,9 @@ def _csv(name: str, csv: Any) -> tuple[dict[str, Any], str, str, str | None]:
     return csv, delimiter, quote, escape
 
 
-def _evolution(name: str, evolution: Any, fmt: str, names: list[str]) -> str:
+def _evolution(name: str, raw: Any, fmt: str, names: list[str]) -> str:
     """`schema_evolution`, checked against the format and the schema."""
-    if evolution not in MODES:
-        raise StreamConfigError(
-            name, "schema_evolution", f"{evolution!r} is not one of {', '.join(MODES)}"
-        )
+    evolution = _one_of(name, "schema_evolution", raw, MODES)
     if evolution == RESCUE and fmt != "jsonl":
         raise StreamConfigError(
             name,
@@ -298,7 +311,7 @@ def _evolution(name: str, evolution: Any, fmt: str, names: list[str]) -> str:
         raise StreamConfigError(
             name, f"schema.{RESCUED}", "is the column `schema_evolution: rescue` writes"
         )
-    return str(evolution)
+    return evolution
 
 
 def _merge(name: str, merge_raw: dict[str, Any]) -> MergeSettings:

@@ -1,10 +1,10 @@
 """The rollup check: each rollup's state equals a full recomputation from the published table.
 
-For a table partition the rollup has brought to object id `upto`, the reference is every row
-of ids up to `upto`, aggregated from scratch: the rows of the partition's published files
-(read through the catalog, as an engine does; they hold exactly the ids up to the
-publication's `published_upper`) and, above those, the rows of the committed small objects up
-to `upto` (never collected: garbage collection keeps every small object above what is
+For a table partition the rollup has brought to object id `upto`, the reference is every row of
+ids up to `upto`, aggregated from scratch: the rows of the partition's published files (read
+through the stream's `PublicationTarget`, as an engine does; they hold exactly the ids up to the
+publication's `published_upper`) and, above those, the rows of the committed small objects up to
+`upto` (never collected: garbage collection keeps every small object above what is
 published). A partition whose state is behind what is published, or whose batch is being
 written, cannot be compared yet: that is reported (a warning), not judged.
 
@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from resources.aggregation.partials import ArrowPartials, column_specs, read_files
 from resources.aggregation.runner import cursors
-from resources.catalog.base import Catalog
+from resources.catalog.target import PublicationTarget
 from resources.check_outcome import CheckOutcome
 from resources.ledger.check_scope import CheckScope, partition_state, with_memory
 from resources.ledger.model import TablePartition
@@ -75,7 +75,7 @@ class S3Access(TypedDict):
 def reference_rows(
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     table: str,
     tp: TablePartition,
     upto: int,
@@ -88,7 +88,7 @@ def reference_rows(
     `ObjectStoreError` when a file cannot be read as `wanted`."""
     parts = []
     if tp.published_upper > 0:
-        parts.append(read_partition(catalog, table, tp.dt, columns=wanted, **s3))
+        parts.append(read_partition(target, table, tp.dt, columns=wanted, **s3))
     for o in store.ledger_objects(table, tp.dt, after=tp.published_upper):
         if o.object_id <= upto:
             data = io.BytesIO(objects.get_bytes(objects.key_of(o.url)))
@@ -101,7 +101,7 @@ def reference_rows(
 def rollups_exact(
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     config: StreamConfig,
     table: str,
     scope: CheckScope,
@@ -136,7 +136,7 @@ def rollups_exact(
                 continue
             judged += 1
             wanted = column_specs(spec, schema)
-            rows = reference_rows(store, objects, catalog, table, tp, cursor.upto, wanted, s3)
+            rows = reference_rows(store, objects, target, table, tp, cursor.upto, wanted, s3)
             reference = ArrowPartials.of_table(spec, rows)
             state_values = {
                 k: s.value for k, s in store.rollup_states(rollup_id(table, spec), tp.dt).items()
@@ -180,7 +180,7 @@ def run_all(
     config: StreamConfig,
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     full: bool = False,
     *,
     s3_endpoint_url: str | None = None,
@@ -197,7 +197,7 @@ def run_all(
             config.name,
             config.name,
             "rollups_exact",
-            lambda scope: rollups_exact(store, objects, catalog, config, config.name, scope, s3),
+            lambda scope: rollups_exact(store, objects, target, config, config.name, scope, s3),
             full,
         )
     ]

@@ -1,12 +1,12 @@
 """A rollup published as a small table readers query: `<stream>_<rollup>`, beside the stream's.
 
-Published the way the stream's table is (docs/architecture.md), so an engine reads it the same way:
-per date, a manifest version — its own directory, never written again, holding the Parquet
-file of the state (a row per key: the group_by columns, then the aggregates) and the two
-manifests — and the catalog partition switched to the version's `symlink/` directory. The
-catalog partition's `seq` is the state's position (the object id its batches reached):
-`publish_partition` refuses a lower one, so a writer holding an older state (a zombie whose
-lease passed on) cannot move readers back.
+Published the way the stream's table is (docs/architecture.md), through the same
+`PublicationTarget` (the stream's `table_format`), so an engine reads it the same way: per date,
+a manifest version — its own directory, never written again, holding the Parquet file of the
+state (a row per key: the group_by columns, then the aggregates) and the two manifests — and a
+`PartitionSwitch` of the partition to that one file. The partition's `seq` is the state's
+position (the object id its batches reached): the target refuses a lower one, so a writer
+holding an older state (a zombie whose lease passed on) cannot move readers back.
 
 The table's root is the stream table's URL with `_<rollup>` appended (`.../lake/events` ->
 `.../lake/events_per_user`): beside it, never under it, so the stream table's garbage
@@ -29,10 +29,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resources.aggregation.partials import decode_key
-from resources.catalog.base import HIVE_TYPES, Catalog, Column, TableDefinition
+from resources.catalog.base import HIVE_TYPES, Column, TableDefinition
+from resources.catalog.target import PartitionFile, PartitionSwitch, PublicationTarget
 from resources.ledger.publication import DataFile
 from resources.objects.base import ObjectStore
-from resources.publication.manifest import catalog_location, write_version
+from resources.publication.manifest import write_version
 from resources.rollup.aggregates import Function
 from resources.rollup.cursor import rollup_id
 from resources.rollup.spec import RollupSpec
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 VERSION = re.compile(r"^dt=(?P<dt>[^/]+)/v(?P<upto>\d{19})-[0-9a-f]{12}/")
 DATA_NAME = "data/rollup.parquet"
+SUMMARY_KEY = "leasehold.rollup_state"
+"""The switch summary's key: the state position it makes current, `dt:upto`."""
 ARROW_TYPES = {
     "long": pa.int64(),
     "int": pa.int32(),
@@ -107,14 +110,15 @@ class RollupTable:
         config: StreamConfig,
         spec: RollupSpec,
         store: CoordinationStore,
-        catalog: Catalog,
+        target: PublicationTarget,
         objects: ObjectStore,
         *,
         safety_delay_s: float,
         clock_ms: Callable[[], int],
     ) -> None:
-        """`objects`: the rollup table's root (`table_url`)."""
-        self.config, self.spec, self.store, self.catalog = config, spec, store, catalog
+        """`target`: the stream's (`config.table_format`); `objects`: the rollup table's root
+        (`table_url`)."""
+        self.config, self.spec, self.store, self.target = config, spec, store, target
         self.objects = objects
         self.name = rollup_table_name(config, spec)
         self.columns = rollup_columns(config, spec)
@@ -130,16 +134,18 @@ class RollupTable:
         return TableDefinition(self.name, columns, self.objects.root_url)
 
     def published_upto(self, dt: str) -> int:
-        """The state position the catalog serves for `dt` (0: nothing published)."""
-        if self.catalog.table(self.name) is None:
+        """The state position the target serves for `dt` (0: nothing published). Raises
+        `CatalogError`."""
+        if self.target.table(self.name) is None:
             return 0
-        partition = self.catalog.partition(self.name, dt)
+        partition = self.target.partition(self.name, dt)
         return 0 if partition is None else partition.seq
 
     def publish(self, dt: str, upto: int) -> bool:
         """Write the state of `dt` (as the store holds it now, at `upto`) as a new version and
-        switch the catalog to it; False when the catalog already serves `upto` or later (the
-        version written is then an orphan, deleted with the old versions)."""
+        switch the partition to its one file, as `seq` `upto`; False when the target already
+        serves `upto` or later (the version written is then an orphan, deleted with the old
+        versions). Raises `CatalogError`, `ObjectStoreError`, the store errors."""
         if self.published_upto(dt) >= upto:
             return False
         data = self._state_table(dt)
@@ -147,13 +153,13 @@ class RollupTable:
         sink = io.BytesIO()
         pq.write_table(data, sink)
         url = self.objects.put_bytes(key + DATA_NAME, sink.getvalue())
-        version = write_version(
-            self.objects, key, [DataFile(url, len(sink.getvalue()), data.num_rows)]
-        )
-        self.catalog.ensure_table(self.definition())
-        switched = self.catalog.publish_partition(self.name, dt, catalog_location(version), upto)
+        size = len(sink.getvalue())
+        version = write_version(self.objects, key, [DataFile(url, size, data.num_rows)])
+        self.target.ensure_table(self.definition())
+        state = PartitionSwitch(dt, upto, version, (PartitionFile(url, size, data.num_rows),))
+        switched = self.target.switch(self.name, [state], summary={SUMMARY_KEY: f"{dt}:{upto}"})
         self._forget_old_versions(dt)
-        return switched
+        return dt in switched
 
     def _state_table(self, dt: str) -> pa.Table:
         rows = state_rows(self.store, self.config.name, self.spec, dt)
@@ -166,7 +172,10 @@ class RollupTable:
 
     def _forget_old_versions(self, dt: str) -> None:
         """Delete each version whose successor has been current for the safety delay (the
-        successor's own files are as old as the moment it became current, about)."""
+        successor's own files are as old as the moment it became current, about); never one
+        at or past the position the target serves (the current one: known by its position,
+        the same under every table format, not by a location), nor one a retained snapshot of
+        the target's history still references (`PublicationTarget.referenced_files`)."""
         files: dict[str, list[str]] = {}
         written: dict[str, int] = {}
         for info in self.objects.list_prefix(f"dt={dt}/"):
@@ -176,12 +185,19 @@ class RollupTable:
             version = match.group(0)
             files.setdefault(version, []).append(info.key)
             written[version] = max(written.get(version, 0), info.modified_ms)
-        current = self.catalog.partition(self.name, dt)
+        current = self.target.partition(self.name, dt)
         ordered = sorted(files)  # by upto: the names sort as the positions do
         now = self.clock_ms()
+        served: set[str] | None = None
         for older, newer in zip(ordered, ordered[1:], strict=False):
-            if current is not None and current.location.startswith(self.objects.url(older)):
+            position = VERSION.match(older)
+            if current is not None and position and int(position["upto"]) >= current.seq:
                 break  # never the current one, nor anything after it
-            if written[newer] + self.safety_delay_ms <= now:
-                for key in files[older]:
-                    self.objects.delete(key)
+            if written[newer] + self.safety_delay_ms > now:
+                continue
+            if served is None:  # read once, and only when something may go
+                served = self.target.referenced_files(self.name) or set()
+            if any(self.objects.url(key) in served for key in files[older]):
+                continue  # a retained snapshot (Iceberg) still serves it: time travel
+            for key in files[older]:
+                self.objects.delete(key)

@@ -67,4 +67,6 @@ class HiveManifestsTarget(PublicationTarget):
 
 
 def _published(partition: CatalogPartition) -> PublishedPartition:
-    return PublishedPartition(partition.table, partition.dt, partition.seq, partition.location)
+    location = partition.location
+    version = location[: -len(SYMLINK_DIR)] if location.endswith(SYMLINK_DIR) else ""
+    return PublishedPartition(partition.table, partition.dt, partition.seq, location, version)

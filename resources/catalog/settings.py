@@ -16,6 +16,12 @@ covers a long weekend: a bad publication noticed on Tuesday can still be read as
 Friday. `iceberg_max_snapshots` (default 500) caps the count as well, since every commit
 rewrites the table's metadata file, which lists each retained snapshot: with publications
 every minute, 5 days would be 7,200 snapshots and a commit cost that grows with them.
+
+The switch that expires snapshots also deletes their manifest lists and the manifests no
+retained snapshot names (`resources/catalog/iceberg/references.py`), so the retention is what
+protects readers: one still planning a query on a snapshot expired meanwhile fails. By age,
+that is `iceberg_snapshot_retention_seconds` after the snapshot was replaced; by count,
+`iceberg_max_snapshots` switches later (at 500, over 8 hours at a switch a minute).
 """
 
 from __future__ import annotations

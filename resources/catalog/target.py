@@ -62,6 +62,9 @@ class PublishedPartition:
     location: str
     """`manifests`: the manifest version's `symlink/` directory; `iceberg`: the table's root
     (an engine plans the date's files from the current snapshot)."""
+    version_url: str = ""
+    """Leasehold's manifest version directory of the publication served (ends with `/`; ""
+    when the target does not know it)."""
 
 
 @dataclass(frozen=True)
@@ -132,3 +135,16 @@ class PublicationTarget(ABC):
         new head, bounded, with jitter); `manifests`: partition by partition. The table must
         exist. Returns the dts changed, sorted (none: nothing committed). Raises
         `CatalogError`."""
+
+    def referenced_files(self, table: str) -> set[str] | None:
+        """The URLs of every file the target's retained history still serves, which garbage
+        collection must keep beyond what the ledger names; None when the target keeps no
+        history of its own (`manifests`: a Hive partition serves only its current manifest,
+        which the ledger records). Read-only. Raises `CatalogError`."""
+        return None
+
+    def metadata_prefix(self, table: str) -> str | None:
+        """The URL prefix (ending with `/`) under the table's root where the target keeps its
+        own metadata, which garbage collection never deletes; None when it keeps none there.
+        Read-only. Raises `CatalogError`."""
+        return None

@@ -20,7 +20,7 @@ from resources.stores.settings import settings_from_env
 from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:
-    from resources.catalog.base import Catalog
+    from resources.catalog.target import PublicationTarget
     from resources.check_outcome import CheckOutcome
     from resources.coordination.lease import TimingSettings
     from resources.objects.base import ObjectStore
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Every check of every stream (or of --stream): exit 4 when one fails."""
-    from resources.catalog.opening import catalog_for
+    from resources.catalog.opening import target_for
     from resources.catalog.settings import CatalogSettings
     from resources.coordination.lease import TimingSettings
 
@@ -41,10 +41,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     results: list[tuple[str, CheckOutcome]] = []
     # Writable: each check remembers what it has evaluated, so the next pass reads what changed.
     store = open_existing_store(settings, read_only=False)
-    catalog = catalog_for(catalog_settings)
+    targets: dict[str, PublicationTarget] = {}
     try:
         for name in names:
-            outcomes = stream_checks(store, catalog, lake, timing, streams[name], name, args.full)
+            table_format = streams[name].table_format
+            if table_format not in targets:
+                targets[table_format] = target_for(
+                    catalog_settings,
+                    table_format,
+                    s3_endpoint_url=lake.s3_endpoint_url,
+                    s3_region=lake.region,
+                )
+            target = targets[table_format]
+            outcomes = stream_checks(store, target, lake, timing, streams[name], name, args.full)
             results += [(name, outcome) for outcome in outcomes]
     finally:
         store.close_store()
@@ -54,14 +63,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def stream_checks(
     store: CoordinationStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     lake: LakeSettings,
     timing: TimingSettings,
     config: StreamConfig,
     table: str,
     full: bool,
 ) -> list[CheckOutcome]:
-    """One stream's checks, in order: ingestion, merges, publication, rollups."""
+    """One stream's checks, in order: ingestion, merges, publication, rollups; `target`
+    serves the stream's tables (its `table_format`)."""
     from resources.aggregation import checks as rollup_checks
     from resources.compaction import checks as compaction_checks
     from resources.ingestion.check_suite import run_all
@@ -87,12 +97,12 @@ def stream_checks(
         table=table,
         full=full,
     )
-    outcomes += publication_checks.run_all(config, store, objects(config.table), catalog, full=full)
+    outcomes += publication_checks.run_all(config, store, objects(config.table), target, full=full)
     outcomes += rollup_checks.run_all(
         config,
         store,
         objects(config.table),
-        catalog,
+        target,
         full=full,
         s3_endpoint_url=lake.s3_endpoint_url,
         region=lake.region,

@@ -101,16 +101,72 @@ def _check_writable(lake: LakeSettings, name: str, role: str, url: str) -> Check
 # -- catalog -------------------------------------------------------------------------------------
 
 
-def check_catalog(settings: CatalogSettings) -> Check:
+def check_catalogs(settings: CatalogSettings, lake: LakeSettings) -> Iterator[Check]:
+    """The catalog of each table format the streams use: Hive partitions (the local file, or
+    the Glue database) and Iceberg tables (the SQL catalog's file, or the Glue database, or
+    the REST catalog answering)."""
+    formats = {config.table_format for config in lake.streams().values()}
+    if "manifests" in formats or settings.catalog == "glue":
+        yield check_catalog(settings)
+    if "iceberg" in formats:
+        yield check_iceberg_catalog(settings, lake)
+
+
+def check_iceberg_catalog(settings: CatalogSettings, lake: LakeSettings) -> Check:
+    """Local: the SQL catalog's file can be written (opening it would create it). Glue and
+    REST: the catalog answers a listing of leasehold's namespace, within two attempts."""
     if settings.catalog == "local":
-        path = settings.local_path().resolve()
-        existing = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("/"))
-        if os.access(existing, os.W_OK):
-            return Check("catalog: local file writable", True, str(path))
+        return _writable(
+            "catalog: Iceberg SQL catalog writable",
+            settings.iceberg_sqlite_path().resolve(),
+            "set LEASEHOLD_ICEBERG_CATALOG_PATH (or LEASEHOLD_DATA_DIR) to a writable place",
+        )
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    from resources.catalog.iceberg.catalogs import open_catalog
+    from resources.retry import RetryPolicy
+
+    what = "catalog: Iceberg catalog answers"
+    try:
+        opened = open_catalog(
+            settings,
+            s3_endpoint_url=lake.s3_endpoint_url,
+            s3_region=lake.region,
+            retry=RetryPolicy(max_attempts=2, base_delay_s=0.2, max_delay_s=1.0),
+        )
+        try:
+            namespace = opened.namespace
+            tables = opened.call("list tables", lambda: opened.catalog.list_tables(namespace))
+            found = f"{len(tables)} tables in namespace {opened.namespace!r}"
+        except NoSuchNamespaceError:
+            found = f"namespace {opened.namespace!r} not created yet (the first publication does)"
+    except Exception as exc:  # noqa: BLE001  (every failure is this check's finding)
         return Check(
-            "catalog: local file writable",
+            what,
             False,
-            f"{existing} is not writable: the catalog {path} cannot be written",
+            error_text(exc),
+            "check LEASEHOLD_ICEBERG_REST_URI and its credential or token"
+            if settings.catalog == "rest"
+            else "check the credentials may call glue:GetDatabase, GetTable(s), CreateTable, "
+            "UpdateTable; and LEASEHOLD_GLUE_ENDPOINT_URL / LEASEHOLD_GLUE_REGION",
+        )
+    return Check(what, True, f"{opened.where}: {found}")
+
+
+def _writable(what: str, path: Path, fix: str) -> Check:
+    existing = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("/"))
+    if os.access(existing, os.W_OK):
+        return Check(what, True, str(path))
+    return Check(what, False, f"{existing} is not writable: {path} cannot be written", fix)
+
+
+def check_catalog(settings: CatalogSettings) -> Check:
+    """Hive partitions' catalog: the local file can be written, or the Glue database
+    exists."""
+    if settings.catalog == "local":
+        return _writable(
+            "catalog: local file writable",
+            settings.local_path().resolve(),
             "set LEASEHOLD_CATALOG_PATH (or LEASEHOLD_DATA_DIR) to a writable place",
         )
     import boto3
@@ -293,7 +349,7 @@ def run_checks(
     steps: list[Callable[[], Iterator[Check] | Check]] = [
         lambda: check_store(settings_from_env()),
         lambda: check_objects(LakeSettings.from_env()),
-        lambda: check_catalog(CatalogSettings.from_env()),
+        lambda: check_catalogs(CatalogSettings.from_env(), LakeSettings.from_env()),
         lambda: check_spark(SparkSettings.from_env(), spark_timeout_s, spark_query),
         check_dagster,
     ]

@@ -13,19 +13,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from resources.catalog.opening import catalog_for
+from resources.catalog.opening import target_for
 from resources.catalog.settings import CatalogSettings
+from resources.catalog.target import PublicationTarget
 from resources.spark.reachable import require_reachable
 from resources.spark.session import SparkSettings
+from resources.streams import LakeSettings, StreamConfig
 
 
-def check_door(streams: Sequence[str]) -> None:
-    """A Spark master or Connect server that is not listening, or a Glue catalog that does not
-    answer, raises its `ComponentUnreachableError` here; local ones are not asked."""
+def check_door(streams: Sequence[StreamConfig]) -> None:
+    """A Spark master or Connect server that is not listening, or a remote catalog (Glue, an
+    Iceberg REST catalog) that does not answer (asked through each stream's
+    `PublicationTarget`), raises its `ComponentUnreachableError` here; local ones are not
+    asked."""
     spark = SparkSettings.from_env()
     require_reachable(spark.master, spark.remote)
     settings = CatalogSettings.from_env()
-    if settings.catalog == "glue":
-        catalog = catalog_for(settings)
-        for stream in streams:
-            catalog.table(stream)  # the table is named after its stream (LakeResource)
+    if settings.catalog == "local":
+        return
+    lake = LakeSettings.from_env()
+    targets: dict[str, PublicationTarget] = {}
+    for stream in streams:
+        if stream.table_format not in targets:
+            targets[stream.table_format] = target_for(
+                settings,
+                stream.table_format,
+                s3_endpoint_url=lake.s3_endpoint_url,
+                s3_region=lake.region,
+            )
+        targets[stream.table_format].table(stream.name)  # named after its stream (LakeResource)

@@ -17,18 +17,35 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from resources.catalog.settings import CatalogSettings
+from resources.catalog.target import PublicationTarget
 from resources.cli.stream_choice import chosen_streams
+from resources.cli.table import local_catalog_path
 from resources.errors import LeaseholdError
 from resources.objects.factory import object_store_for
 from resources.publication.settings import PublicationSettings
 from resources.stores import open_existing_store
 from resources.stores.settings import settings_from_env
-from resources.streams import LakeSettings
+from resources.streams import LakeSettings, StreamConfig
 
 if TYPE_CHECKING:
     from resources.publication.garbage import GcReport
 
 log = logging.getLogger(__name__)
+
+
+def served_target(config: StreamConfig, lake: LakeSettings) -> PublicationTarget | None:
+    """The stream's publication target, whose history garbage collection keeps; None when its
+    local catalog does not exist (nothing was published: no history — and opening the SQL
+    catalog would create it)."""
+    from resources.catalog.opening import target_for
+
+    catalog = CatalogSettings.from_env()
+    if catalog.catalog == "local" and not local_catalog_path(catalog, config.table_format).exists():
+        return None
+    return target_for(
+        catalog, config.table_format, s3_endpoint_url=lake.s3_endpoint_url, s3_region=lake.region
+    )
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -49,7 +66,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
             objects = object_store_for(
                 config.table, endpoint_url=lake.s3_endpoint_url, region=lake.region
             )
-            collector = GarbageCollector(config, store, objects, safety_delay_s=delay_s)
+            collector = GarbageCollector(
+                config, store, objects, safety_delay_s=delay_s, target=served_target(config, lake)
+            )
             try:
                 reports.append(collector.collect(dry_run=args.dry_run))
             except LeaseholdError as exc:

@@ -45,7 +45,13 @@ from resources.ingestion.stream_inference import (
 )
 from resources.schema.modes import ADD
 from resources.settings import default_data_dir
-from resources.streams import DEFAULT_PATH, LakeSettings, StreamConfig, load_streams
+from resources.streams import (
+    DEFAULT_PATH,
+    DEFAULT_TABLE_FORMAT,
+    LakeSettings,
+    StreamConfig,
+    load_streams,
+)
 
 if TYPE_CHECKING:  # imported by the command itself: Spark's side loads only for `init`
     from resources.ingestion.stream_sampling import SampledObject, SourceSample
@@ -225,6 +231,8 @@ def infer_entry(
         # Written out, not left to the default: a field the sample did not hold becomes a new
         # column when it comes; the user sees the choice and can change it.
         schema_evolution=ADD,
+        # Written out too: how the table is published (Iceberg or Hive manifests) is visible.
+        table_format=DEFAULT_TABLE_FORMAT,
     )
     entry.update(
         event_time=event.name,

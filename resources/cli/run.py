@@ -39,7 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     lake = LakeSettings.from_env()
     streams = lake.streams()
     names = chosen_streams(args.stream, streams)
-    check_door(names)  # Spark and Glue: once here, not in every run
+    check_door([streams[name] for name in names])  # Spark and Glue: once, not in every run
     quiet_spark(args.verbose)
     write_samples(lake, {name: streams[name] for name in names}, args.sample_objects)
     progress: Progress | None = None
@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log=print if args.verbose else _drop,
         progress=progress,
     )
-    print_tables(settings, names, reports)
+    print_tables(settings, [streams[name] for name in names], reports)
     if args.verbose:
         print_status(settings)
     print_held_elsewhere(settings, names)
@@ -99,17 +99,22 @@ def fits_sample_data(config: StreamConfig) -> bool:
 
 
 def print_tables(
-    settings: StoreSettings, names: Sequence[str], reports: Sequence[MainJobReport]
+    settings: StoreSettings, configs: Sequence[StreamConfig], reports: Sequence[MainJobReport]
 ) -> None:
-    """Each stream's table partitions as the run left them, and its audit line."""
-    from resources.cli.story import audit_line, stream_table
+    """Each stream's table partitions as the run left them, its audit line, and how to query
+    it."""
+    from resources.catalog.settings import CatalogSettings
+    from resources.cli.story import audit_line, query_line, stream_table
 
+    catalog = CatalogSettings.from_env()
     store = build_store(settings)
     try:
-        for name, report in zip(names, reports, strict=True):
+        for config, report in zip(configs, reports, strict=True):
+            name = config.name
             print()
             print("\n".join(stream_table(name, report, store.table_partitions(name))))
             print(audit_line(name, report))
+            print(query_line(config, catalog))
     finally:
         store.close_store()
 

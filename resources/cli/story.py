@@ -15,7 +15,9 @@ import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from resources.catalog.settings import CatalogSettings
 from resources.ledger.model import TablePartition
+from resources.streams import StreamConfig
 
 if TYPE_CHECKING:
     from coordination_assets.run_report import MainJobReport, TablePartitionState
@@ -122,3 +124,31 @@ def audit_line(stream: str, report: MainJobReport) -> str:
     elif lost < 0:
         line += f" ({-lost:,} rows of earlier runs' commits published now)"
     return line
+
+
+def query_line(config: StreamConfig, catalog: CatalogSettings) -> str:
+    """How to query the stream's table from outside leasehold, in one line
+    (docs/concepts/table-formats.md, docs/concepts/querying.md)."""
+    name = config.name
+    if config.table_format == "manifests":
+        return (
+            f"{name} query: leasehold table read {name} DATE (Hive manifests; Athena, DuckDB, "
+            "Spark: docs/concepts/querying.md)"
+        )
+    if catalog.catalog == "glue":
+        where = f"{catalog.glue_database}.{name.lower()}"
+        return (
+            f"{name} query: SELECT * FROM {where} (Athena, Trino); "
+            f'polars.scan_iceberg(load_catalog("glue", type="glue").load_table("{where}"))'
+        )
+    if catalog.catalog == "rest":
+        uri = catalog.iceberg_rest_uri
+        return (
+            f'{name} query: polars.scan_iceberg(RestCatalog("leasehold", uri="{uri}")'
+            f'.load_table("leasehold.{name}"))'
+        )
+    path = catalog.iceberg_sqlite_path().resolve()
+    return (
+        f'{name} query: polars.scan_iceberg(SqlCatalog("leasehold", uri="sqlite:///{path}")'
+        f'.load_table("leasehold.{name}"))  (Iceberg; or: leasehold table read {name} DATE)'
+    )

@@ -1,8 +1,9 @@
 """`leasehold table ls|files|read`: a published table seen the way an external engine sees it.
 
-Everything here starts at the catalog (`LEASEHOLD_CATALOG`: the local catalog file or Glue) and
-follows a partition's location to its manifest version, as Athena or Spark would; nothing lists
-a prefix. So what these commands show is what a user's query gets, and a disagreement with
+Everything here starts at the table's `PublicationTarget` (its stream's `table_format`, over the
+catalog `LEASEHOLD_CATALOG` names: the local catalog file or Glue) and follows a partition's
+location to its manifest version, as Athena or Spark would; nothing lists a prefix. So what
+these commands show is what a user's query gets, and a disagreement with
 `leasehold status` (the ledger's view) is itself worth seeing. The ledger is read for one thing
 the catalog and the manifests do not say: which schema versions the rows of each partition's
 published version were written with (`table ls`), from the ledger objects that version covers
@@ -21,13 +22,16 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from resources.catalog.base import Catalog, CatalogPartition
+from resources.aggregation.rollup_table import rollup_table_name
 from resources.catalog.settings import CatalogSettings
+from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.cli.exit_status import EPILOG
+from resources.cli.table_history import as_of_arg, iceberg_target, print_history, snapshot_for
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.objects.factory import object_store_for
@@ -40,11 +44,9 @@ from resources.streams import LakeSettings
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
-VERSION_DIR = re.compile(
-    r"/(?:(?P<kind>live|merged)-|(?P<state>v))(?P<upper>\d+)-[0-9a-f]+/symlink/$"
-)
-"""A catalog location's version directory (`resources.publication.manifest.new_version_key`),
-or a rollup table's (`v<position>-<token>`: kind "state")."""
+VERSION_DIR = re.compile(r"/(?:(?P<kind>live|merged)-|(?P<state>v))(?P<upper>\d+)-[0-9a-f]+/$")
+"""A manifest version directory's URL (`resources.publication.manifest.new_version_key`), or a
+rollup table's (`v<position>-<token>`: kind "state")."""
 
 
 class CatalogNotFoundError(LeaseholdError):
@@ -73,43 +75,65 @@ def non_negative(value: str) -> int:
     return number
 
 
-def catalog_location(settings: CatalogSettings) -> str:
+def local_catalog_path(settings: CatalogSettings, table_format: str) -> Path:
+    """The local catalog file of `table_format`: the catalog file of `manifests` tables, the
+    SQLite file of the Iceberg SQL catalog."""
+    if table_format == MANIFESTS:
+        return settings.local_path()
+    return settings.iceberg_sqlite_path()
+
+
+def catalog_location(settings: CatalogSettings, table_format: str = MANIFESTS) -> str:
     """Where the catalog is, for messages: the file and the variable that chose it, or the
-    Glue database, region and endpoint."""
+    Glue database, region and endpoint, or the REST catalog's URI."""
     if settings.catalog == "local":
-        path = settings.local_path().resolve()
-        if settings.catalog_path:
-            return f"the local catalog {path} (LEASEHOLD_CATALOG_PATH)"
-        if DATA_DIR_ENV in os.environ:
-            return f"the local catalog {path} ({DATA_DIR_ENV}; LEASEHOLD_CATALOG_PATH unset)"
-        return (
-            f"the local catalog {path} (the default under the working directory: "
-            f"LEASEHOLD_CATALOG_PATH and {DATA_DIR_ENV} unset)"
+        path = local_catalog_path(settings, table_format).resolve()
+        what = "local catalog" if table_format == MANIFESTS else "local Iceberg catalog"
+        variable = (
+            "LEASEHOLD_CATALOG_PATH"
+            if table_format == MANIFESTS
+            else "LEASEHOLD_ICEBERG_CATALOG_PATH"
         )
+        if settings.catalog_path if table_format == MANIFESTS else settings.iceberg_catalog_path:
+            return f"the {what} {path} ({variable})"
+        if DATA_DIR_ENV in os.environ:
+            return f"the {what} {path} ({DATA_DIR_ENV}; {variable} unset)"
+        return (
+            f"the {what} {path} (the default under the working directory: "
+            f"{variable} and {DATA_DIR_ENV} unset)"
+        )
+    if settings.catalog == "rest":
+        return f"the Iceberg REST catalog at {settings.iceberg_rest_uri}"
     where = settings.glue_endpoint_url or "AWS"
     account = f", catalog {settings.glue_catalog_id}" if settings.glue_catalog_id else ""
     database = settings.glue_database
     return f"the Glue database {database!r} in {settings.glue_region} at {where}{account}"
 
 
-def open_catalog(settings: CatalogSettings) -> Catalog:
-    """The configured catalog, for reading: a local catalog file must exist (an empty one in
-    the wrong directory would answer "no such table" for the wrong reason)."""
-    from resources.catalog.opening import catalog_for
+def open_reading_target(
+    settings: CatalogSettings, table_format: str, lake: LakeSettings
+) -> PublicationTarget:
+    """The target of `table_format` over the configured catalog, for reading: a local catalog
+    file must exist (an empty one in the wrong directory would answer "no such table" for the
+    wrong reason). Raises `CatalogNotFoundError`, `CatalogConfigError`,
+    `CatalogUnreachableError`."""
+    from resources.catalog.opening import target_for
 
-    if settings.catalog == "local" and not settings.local_path().exists():
+    if settings.catalog == "local" and not local_catalog_path(settings, table_format).exists():
         raise CatalogNotFoundError(
-            f"no catalog: {catalog_location(settings)} does not exist; "
+            f"no catalog: {catalog_location(settings, table_format)} does not exist; "
             "publication creates it (`leasehold run`)"
         )
-    return catalog_for(settings)
+    return target_for(
+        settings, table_format, s3_endpoint_url=lake.s3_endpoint_url, s3_region=lake.region
+    )
 
 
 @dataclass(frozen=True)
 class Published:
-    """One catalog partition and what its manifest version lists."""
+    """One served partition and what its manifest version lists."""
 
-    partition: CatalogPartition
+    partition: PublishedPartition
     kind: str | None
     """`live` or `merged`, from the version directory's name (None: not a name leasehold
     writes)."""
@@ -167,58 +191,88 @@ def with_schema_versions(
 
 
 class TableReader:
-    """A stream's table through the configured catalog, with the lake's S3 settings."""
+    """The tables of the streams file (each stream's, each rollup's) through their streams'
+    `PublicationTarget`s, with the lake's S3 settings."""
 
     def __init__(self, settings: CatalogSettings, lake: LakeSettings) -> None:
         self.settings = settings
         self.lake = lake
-        self.catalog = open_catalog(settings)
+        self.formats = table_formats(lake)
+        """table -> the `table_format` it is published in."""
+        self._targets: dict[str, PublicationTarget] = {}
+        if settings.catalog == "local":
+            used = sorted(set(self.formats.values())) or [MANIFESTS]
+            if not any(local_catalog_path(settings, f).exists() for f in used):
+                open_reading_target(settings, used[0], lake)  # says where it looked, first
 
-    def where(self) -> str:
-        return catalog_location(self.settings)
+    def where(self, table: str | None = None) -> str:
+        """Where `table`'s catalog is (default: the first format the streams file uses)."""
+        formats = sorted(set(self.formats.values())) or [MANIFESTS]
+        table_format = self.formats.get(table or "", formats[0])
+        return catalog_location(self.settings, table_format)
+
+    def target(self, table: str) -> PublicationTarget:
+        """The target serving `table`; a `LeaseholdError` naming the tables published when
+        the table does not exist there (or no stream publishes it)."""
+        table_format = self.formats.get(table)
+        target = None if table_format is None else self._format_target(table_format)
+        if target is None or target.table(table) is None:
+            tables = [t for t, f in sorted(self.formats.items()) if self._format_target(f).table(t)]
+            has = f"it has {', '.join(tables)}" if tables else "it has no tables yet"
+            raise LeaseholdError(f"no table {table!r} in {self.where(table)} ({has})")
+        return target
+
+    def _format_target(self, table_format: str) -> PublicationTarget:
+        if table_format not in self._targets:
+            self._targets[table_format] = open_reading_target(
+                self.settings, table_format, self.lake
+            )
+        return self._targets[table_format]
 
     def require_table(self, table: str) -> None:
-        if self.catalog.table(table) is None:
-            tables = self.catalog.tables()
-            has = f"it has {', '.join(tables)}" if tables else "it has no tables yet"
-            raise LeaseholdError(f"no table {table!r} in {self.where()} ({has})")
+        self.target(table)
 
-    def partition(self, table: str, dt: str) -> CatalogPartition:
-        self.require_table(table)
-        partition = self.catalog.partition(table, dt)
+    def partition(self, table: str, dt: str) -> PublishedPartition:
+        target = self.target(table)
+        partition = target.partition(table, dt)
         if partition is None:
-            dates = [p.dt for p in self.catalog.partitions(table)]
+            dates = [p.dt for p in target.partitions(table)]
             has = (
                 f"published: {len(dates)} dates, {dates[0]} to {dates[-1]}"
                 if dates
                 else "no date is published yet"
             )
-            raise LeaseholdError(f"{table} dt={dt} is not published in {self.where()} ({has})")
+            raise LeaseholdError(f"{table} dt={dt} is not published in {self.where(table)} ({has})")
         return partition
 
-    def published(self, partition: CatalogPartition) -> Published:
-        """The files the partition's symlink manifest lists, read as an engine reads them."""
+    def published(self, partition: PublishedPartition) -> Published:
+        """The files the partition serves, resolved as an engine of its format does."""
         urls = partition_files(
-            self.catalog,
+            self.target(partition.table),
             partition.table,
             partition.dt,
             s3_endpoint_url=self.lake.s3_endpoint_url,
             region=self.lake.region,
         )
-        match = VERSION_DIR.search(partition.location)
+        match = VERSION_DIR.search(partition.version_url)
         kind = (match["kind"] or "state") if match else None
         upper = int(match["upper"]) if match else None
         return Published(partition, kind, upper, urls)
 
     def ls(self, table: str) -> list[Published]:
-        self.require_table(table)
-        return [self.published(p) for p in self.catalog.partitions(table)]
+        return [self.published(p) for p in self.target(table).partitions(table)]
 
-    def files(self, table: str, dt: str) -> tuple[CatalogPartition, list[tuple[str, int | None]]]:
-        """The symlink manifest's URLs, each with its content length from the same version's
-        Spectrum manifest (None if that does not list it: the catalog partition moved to a
-        newer version between the two reads)."""
-        published = self.published(self.partition(table, dt))
+    def files(self, table: str, dt: str) -> tuple[PublishedPartition, list[tuple[str, int | None]]]:
+        """The partition's data files with their lengths: Iceberg's from the current
+        snapshot's entries; Hive's from the symlink manifest, each length from the same
+        version's Spectrum manifest (None if that does not list it: the catalog partition moved
+        to a newer version between the two reads)."""
+        partition = self.partition(table, dt)
+        target = self.target(table)
+        if target.table_format != MANIFESTS:
+            files = iceberg_target(target).data_files(table, dt)
+            return partition, [(f.url, f.size) for f in files]
+        published = self.published(partition)
         version_url = version_url_of(published.partition.location)
         objects = object_store_for(
             version_url.rstrip("/"), endpoint_url=self.lake.s3_endpoint_url, region=self.lake.region
@@ -226,10 +280,19 @@ class TableReader:
         lengths = {e.url: e.content_length for e in read_spectrum(objects, version_url)}
         return published.partition, [(url, lengths.get(url)) for url in published.urls]
 
-    def read(self, table: str, dt: str, limit: int | None) -> pa.Table:
+    def read(
+        self, table: str, dt: str, limit: int | None, as_of: int | datetime.datetime | None = None
+    ) -> pa.Table:
+        """The date's rows as served now, or as the Iceberg snapshot `as_of` (an id or a
+        moment) served them."""
+        if as_of is not None:
+            target = iceberg_target(self.target(table))
+            snapshot = snapshot_for(target, table, as_of)
+            rows = target.read(table, dt, snapshot.snapshot_id)
+            return rows if limit is None else rows.slice(0, limit)
         self.partition(table, dt)  # an unknown table or date: one line saying where it looked
         return read_partition(
-            self.catalog,
+            self.target(table),
             table,
             dt,
             limit=limit,
@@ -240,6 +303,18 @@ class TableReader:
 
 def _reader() -> TableReader:
     return TableReader(CatalogSettings.from_env(), LakeSettings.from_env())
+
+
+def table_formats(lake: LakeSettings) -> dict[str, str]:
+    """Every table the streams file publishes — each stream's (named after it) and each of its
+    rollups' (`rollup_table_name`) — with the stream's `table_format`. Raises
+    `StreamConfigError` (a bad or missing streams file)."""
+    formats = {}
+    for name, config in lake.streams().items():
+        formats[name] = config.table_format
+        for spec in config.rollups:
+            formats[rollup_table_name(config, spec)] = config.table_format
+    return formats
 
 
 def ledger_schema_versions(table: str, rows: Sequence[Published]) -> list[Published]:
@@ -268,7 +343,7 @@ def cmd_table_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_json() for r in rows], indent=2))
         return 0
-    print(ls_text(args.stream, rows, reader.where()))
+    print(ls_text(args.stream, rows, reader.where(args.stream)))
     return 0
 
 
@@ -298,6 +373,13 @@ def ls_text(table: str, rows: Sequence[Published], where: str) -> str:
     return "\n".join(lines + _aligned(cells))
 
 
+def cmd_table_history(args: argparse.Namespace) -> int:
+    reader = _reader()
+    return print_history(
+        reader.target(args.stream), args.stream, reader.where(args.stream), args.json
+    )
+
+
 def cmd_table_files(args: argparse.Namespace) -> int:
     reader = _reader()
     partition, files = reader.files(args.stream, args.date)
@@ -318,7 +400,7 @@ def cmd_table_files(args: argparse.Namespace) -> int:
 
 
 def cmd_table_read(args: argparse.Namespace) -> int:
-    rows = _reader().read(args.stream, args.date, args.limit).to_pylist()
+    rows = _reader().read(args.stream, args.date, args.limit, args.as_of).to_pylist()
     if args.json:
         for row in rows:
             print(json.dumps(row, default=_json_value))
@@ -392,5 +474,15 @@ def add_table_parser(
     read.add_argument(
         "--limit", type=non_negative, default=None, help="at most N rows (default: all)"
     )
+    read.add_argument(
+        "--as-of",
+        type=as_of_arg,
+        default=None,
+        metavar="SNAPSHOT|TIME",
+        help="as an Iceberg snapshot served it: its id (table history) or an ISO 8601 time",
+    )
     read.add_argument("--json", action="store_true", help="one JSON object per row")
     read.set_defaults(fn=cmd_table_read)
+    history = add_table("history", help="an Iceberg table's retained snapshots, oldest first")
+    history.add_argument("--json", action="store_true", help="machine-readable output")
+    history.set_defaults(fn=cmd_table_history)

@@ -1,12 +1,14 @@
-"""`CatalogResource`: the catalog publication writes to, and the publication settings.
+"""`CatalogResource`: the publication targets tables are published through, and the
+publication settings.
 
 Its fields are the settings `CatalogSettings` (which catalog: the local file, or Glue) and
 `PublicationSettings` (how many partitions a publication run covers, the garbage collector's
 safety delay) declare, so a bad `LEASEHOLD_CATALOG` fails the code location at load naming the
-field, like every other variable. The catalog itself is plain Python (`resources.catalog`);
-this file builds the publication objects the assets, sensor and GC job use from it — and the
-rollup runners, which publish each rollup's table — so they stay free of how a catalog, a store
-or an object store is opened.
+field, like every other variable. A stream's table, and its rollups' tables, are published
+through the `PublicationTarget` of its `table_format` (`target_for`), plain
+Python; this file builds the publication objects the assets, sensor and GC job use from it —
+and the rollup runners, which publish each rollup's table — so they stay free of how a target,
+a store or an object store is opened.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from pydantic import PrivateAttr
 from resources.aggregation.partials import SizedPartials
 from resources.aggregation.rollup_table import RollupTable, rollup_table_name
 from resources.aggregation.runner import RollupRunner
-from resources.catalog.base import Catalog
-from resources.catalog.opening import catalog_for
+from resources.catalog.opening import target_for
 from resources.catalog.settings import CatalogSettings
+from resources.catalog.target import PublicationTarget
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
@@ -35,22 +37,30 @@ from resources.stores.stream_schema import followed_config
 
 # A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
 class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)):  # type: ignore[misc]
-    """The catalog (opened once per run, when first asked for) and publication settings.
+    """The publication targets (each opened once per run, when first asked for) and
+    publication settings.
 
     `from_env()` is the resource as Definitions binds it.
     """
 
-    _catalog: Catalog | None = PrivateAttr(default=None)
+    _targets: dict[str, PublicationTarget] = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         with failing_the_run():
             self.validate_settings()  # a bad setting fails the run before any step does work
 
-    def open_catalog(self) -> Catalog:
-        """Not `catalog()`: `catalog` is the setting that names the backend."""
-        if self._catalog is None:
-            self._catalog = catalog_for(self.settings_of(CatalogSettings))
-        return self._catalog
+    def target(self, table_format: str, lake: LakeResource) -> PublicationTarget:
+        """The target of `table_format` (a stream's `table_format`) over the configured
+        catalog, with the lake's S3 endpoint and region, opened once. Raises
+        `CatalogConfigError`, `CatalogUnreachableError`."""
+        if table_format not in self._targets:
+            self._targets[table_format] = target_for(
+                self.settings_of(CatalogSettings),
+                table_format,
+                s3_endpoint_url=lake.s3_endpoint_url,
+                s3_region=lake.region,
+            )
+        return self._targets[table_format]
 
     def publication_settings(self) -> PublicationSettings:
         settings: PublicationSettings = self.settings_of(PublicationSettings)
@@ -61,7 +71,10 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
     ) -> Publisher:
         config = lake.stream(stream)
         return Publisher(
-            config, coordination.store, lake.object_store(config.table), self.open_catalog()
+            config,
+            coordination.store,
+            lake.object_store(config.table),
+            self.target(config.table_format, lake),
         )
 
     def garbage_collector(
@@ -73,6 +86,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
             coordination.store,
             lake.object_store(config.table),
             safety_delay_s=self.gc_safety_delay_seconds,
+            target=self.target(config.table_format, lake),
         )
 
     def rollup_runners(
@@ -95,7 +109,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
                 config,
                 spec,
                 coordination.store,
-                self.open_catalog(),
+                self.target(config.table_format, lake),
                 lake.object_store(RollupTable.table_url(config, spec)),
                 safety_delay_s=self.gc_safety_delay_seconds,
                 clock_ms=lambda: int(time.time() * 1000),
@@ -117,10 +131,11 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
 
     def rollup_positions(self, stream: str, lake: LakeResource) -> dict[str, dict[str, int]]:
         """Per rollup of the stream, the state position its table serves, by dt."""
-        config, catalog = lake.stream(stream), self.open_catalog()
+        config = lake.stream(stream)
+        target = self.target(config.table_format, lake)
         positions: dict[str, dict[str, int]] = {}
         for spec in config.rollups:
             name = rollup_table_name(config, spec)
-            partitions = catalog.partitions(name) if catalog.table(name) is not None else []
+            partitions = target.partitions(name) if target.table(name) is not None else []
             positions[spec.name] = {p.dt: p.seq for p in partitions}
         return positions

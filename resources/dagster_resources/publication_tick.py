@@ -30,7 +30,7 @@ from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.range_tick import RangeTick, recorded_value
 from resources.dagster_resources.runs import PUBLISH_TAG
-from resources.publication.manifest import SPECTRUM_NAME
+from resources.publication.manifest import SPECTRUM_NAME, served_location
 from resources.publication.publisher import PUBLISHED, PublicationOutcome
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ class PublicationTick(RangeTick):
         events = []
         store = self.coordination.store
         table = self.lake.table_name(self.stream)
+        config = self.lake.stream(self.stream)
         for run, dt in self._span_dates(ended):
             partition = store.table_partition(table, dt)
             if partition is None or partition.publication_seq == 0 or dt not in dates:
@@ -112,7 +113,9 @@ class PublicationTick(RangeTick):
                     table, dt, partition.publication_seq,
                 )  # fmt: skip
                 continue
-            outcome = PublicationOutcome(dt, PUBLISHED, "", publications[-1], False)
+            current = publications[-1]
+            location = served_location(config.table_format, config.table, current.location)
+            outcome = PublicationOutcome(dt, PUBLISHED, "", current, False, location)
             events.append(
                 publication_materialization(
                     self.asset_key,

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from resources.catalog.base import Catalog, CatalogError
+from resources.catalog.base import CatalogError
+from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.check_outcome import CheckOutcome
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
@@ -34,9 +35,9 @@ from resources.publication.manifest import (
     SYMLINK_DIR,
     SYMLINK_NAME,
     ManifestEntry,
-    catalog_location,
     parse_symlink_text,
     read_spectrum,
+    served_location,
 )
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -48,8 +49,12 @@ CHECKS: dict[str, str] = {
     "covers every live id; every current publication covers only ids the ledger holds.",
     "published_rows": "Per published partition: the rows in its current manifest's files "
     "(Parquet footers) = the rows the ledger committed for the ids it covers.",
-    "catalog_current": "Every catalog partition points at its ledger's current publication "
-    "(location and seq), and every published partition is in the catalog.",
+    "catalog_current": "Every partition the table serves (its Hive partition, or its Iceberg "
+    "snapshot's) is its ledger's current publication (location and seq), and every published "
+    "partition is served.",
+    "served_files": "Per published partition the table serves at its ledger's current seq: "
+    "the data files it serves (an Iceberg table's current snapshot, a Hive partition's symlink "
+    "manifest) are exactly the files of that publication's record, each once.",
     "publication_lag": "No committed rows of a table partition have been missing from its "
     "published version longer than the interval that should have published them: a "
     "publication tick, or for a delayed object its merge (merge.delayed_interval after its "
@@ -262,19 +267,20 @@ def _rows_problems(
     return problems
 
 
-def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcome:
-    """Ledger first, catalog after (the publisher writes them in that order): a catalog ahead
-    of that read is a publication recorded meanwhile, judged on a second ledger read."""
+def catalog_current(ledger: Ledger, target: PublicationTarget, table: str) -> CheckOutcome:
+    """Ledger first, the target after (the publisher writes them in that order): a partition
+    served ahead of that read is a publication recorded meanwhile, judged on a second ledger
+    read. A partition's expected location is `served_location` of the target's format."""
     published = {tp.dt: p for tp, p in _published(ledger, table)}
     problems: list[str] = []
     try:
+        definition = target.table(table)
         in_catalog = (
-            {cp.dt: cp for cp in catalog.partitions(table)}
-            if catalog.table(table) is not None
-            else {}
+            {cp.dt: cp for cp in target.partitions(table)} if definition is not None else {}
         )
     except CatalogError as exc:
         return _outcome("catalog_current", [f"{table}: {exc}"], 0, "partitions", "")
+    root = "" if definition is None else definition.location
     for dt in sorted(published.keys() | in_catalog.keys()):
         p, cp = published.get(dt), in_catalog.get(dt)
         if cp is not None and (p is None or cp.seq > p.seq):
@@ -284,12 +290,15 @@ def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcom
         if p is None:
             what = "no publication record" if dt in published else "no publication"
             problems.append(f"{where}: in the catalog, but the ledger has {what}")
-        elif cp is None:
+            continue
+        if cp is None:
             problems.append(f"{where}: published (seq {p.seq}) but not in the catalog")
-        elif (cp.location, cp.seq) != (catalog_location(p.location), p.seq):
+            continue
+        expected = served_location(target.table_format, root, p.location)
+        if (cp.location, cp.seq) != (expected, p.seq):
             problems.append(
                 f"{where}: the catalog points at {cp.location} (seq {cp.seq}), the current "
-                f"publication is {catalog_location(p.location)} (seq {p.seq})"
+                f"publication is {expected} (seq {p.seq})"
             )
     checked = len(published.keys() | in_catalog.keys())
     return _outcome(
@@ -299,6 +308,85 @@ def catalog_current(ledger: Ledger, catalog: Catalog, table: str) -> CheckOutcom
         "partitions",
         f"all {checked} catalog partitions point at their current publication",
     )
+
+
+def served_files(
+    ledger: Ledger,
+    objects: ObjectStore,
+    target: PublicationTarget,
+    table: str,
+    scope: CheckScope | None = None,
+) -> CheckOutcome:
+    """What engines read against what the ledger recorded, per partition served at the ledger's
+    current seq (one that lags, is missing or points elsewhere is `catalog_current`'s finding,
+    not judged here): the served files — an Iceberg table's current snapshot (one scan plan
+    for every date), a Hive partition's symlink manifest — are exactly the files of the
+    publication's manifest version, each once. The target is read before the ledger's records
+    of a date it serves ahead, so a publication recorded meanwhile is judged on the newer
+    record."""
+    problems: list[str] = []
+    checked = 0
+    try:
+        served = ServedFiles(objects, target, table)
+    except (CatalogError, ObjectStoreError, OSError) as exc:
+        return _outcome("served_files", [f"{table}: {exc}"], 0, "partitions", "")
+    for tp, p in _published(ledger, table, scope):
+        partition = served.partitions.get(tp.dt)
+        seq = 0 if partition is None else partition.seq
+        if p is not None and seq > p.seq:
+            records = ledger.publications(table, tp.dt)
+            p = records[-1] if records else None
+        if p is None or partition is None or seq != p.seq:
+            continue
+        checked += 1
+        where = f"{_where(table, tp.dt)} (seq {p.seq})"
+        try:
+            recorded = [e.url for e in read_spectrum(objects, p.location)]
+            urls = served.urls(partition)
+        except (CatalogError, ObjectStoreError, OSError) as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        missing = sorted(set(recorded) - set(urls))
+        extra = sorted(set(urls) - set(recorded))
+        if missing or extra or len(urls) != len(set(urls)):
+            problems.append(
+                f"{where}: serves {len(urls)} files, the publication records {len(recorded)}: "
+                f"{len(missing)} missing{_first(missing) if missing else ''}, {len(extra)} not "
+                f"recorded{_first(extra) if extra else ''}, "
+                f"{len(urls) - len(set(urls))} served twice"
+            )
+    return _outcome(
+        "served_files",
+        problems,
+        checked,
+        "partitions",
+        f"{checked} served partitions hold exactly their publication's files",
+    )
+
+
+class ServedFiles:
+    """The partitions a target serves, and the files engines read for each: an Iceberg
+    table's from one scan plan of its current snapshot, a Hive partition's from its symlink
+    manifest (read when asked). Raises `CatalogError`, `ObjectStoreError`."""
+
+    def __init__(self, objects: ObjectStore, target: PublicationTarget, table: str) -> None:
+        self.objects = objects
+        exists = target.table(table) is not None
+        self.partitions = {p.dt: p for p in target.partitions(table)} if exists else {}
+        self.by_date: dict[str, list[str]] | None = None
+        if exists and target.table_format != MANIFESTS:
+            from resources.catalog.iceberg.target import IcebergTarget  # pyiceberg: when needed
+
+            if not isinstance(target, IcebergTarget):
+                raise CatalogError(f"{table}: cannot list what a {target.table_format!r} serves")
+            files = target.files_by_date(table)
+            self.by_date = {dt: [f.url for f in fs] for dt, fs in files.items()}
+
+    def urls(self, partition: PublishedPartition) -> list[str]:
+        if self.by_date is not None:
+            return self.by_date.get(partition.dt, [])
+        key = self.objects.key_of(partition.location + SYMLINK_NAME)
+        return parse_symlink_text(self.objects.get_bytes(key))
 
 
 def publication_lag(
@@ -356,12 +444,12 @@ def run_one(
     config: StreamConfig,
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     full: bool = False,
 ) -> CheckOutcome:
-    """The check `name` of `CHECKS` for one stream's published table (`config.name`);
-    `objects` is the table's object store (manifests and data files), `catalog` the one the
-    publisher writes to. The manifest, coverage and row checks judge the partitions changed
+    """The check `name` of `CHECKS` for one stream's published table (`config.name`); `objects` is
+    the table's object store (manifests and data files), `target` the one the publisher switches
+    (`config.table_format`). The manifest, coverage and row checks judge the partitions changed
     since they last passed (`full`: all of them; `resources.ledger.check_scope`);
     `catalog_current` and `publication_lag` read one row per partition, always all."""
     table = config.name
@@ -371,11 +459,12 @@ def run_one(
         ),
         "switch_coverage": lambda scope: switch_coverage(store, table, scope),
         "published_rows": lambda scope: published_rows(store, objects, table, scope),
+        "served_files": lambda scope: served_files(store, objects, target, table, scope),
     }
     if name in judges:
         return with_memory(store, config.name, table, name, judges[name], full)
     if name == "catalog_current":
-        return catalog_current(store, catalog, table)
+        return catalog_current(store, target, table)
     if name == "publication_lag":
         now_ms = store.now_ms()  # before any read: see publication_lag
         return publication_lag(store, table, config.merge.delayed_interval_s, now_ms)
@@ -387,9 +476,9 @@ def run_all(
     config: StreamConfig,
     store: CoordinationStore,
     objects: ObjectStore,
-    catalog: Catalog,
+    target: PublicationTarget,
     full: bool = False,
 ) -> list[CheckOutcome]:
     """Every check of `CHECKS`, in that order (arguments as `run_one`). Writes nothing but
     the checks' memory."""
-    return [run_one(name, config, store, objects, catalog, full) for name in CHECKS]
+    return [run_one(name, config, store, objects, target, full) for name in CHECKS]

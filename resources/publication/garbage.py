@@ -10,6 +10,9 @@ that never committed. A file is kept if anything may still read it:
   reader holding a version keeps working until its successor has been current for the safety
   delay: `retained`);
 - every merged object of the current chain (what the next publication and merge read);
+- every file a retained snapshot of the table's Iceberg history references
+  (`PublicationTarget.referenced_files`: a reader may time-travel to it), and everything under
+  the target's own metadata prefix (`metadata/`: Iceberg deletes what it expires there itself);
 - every small object the current publication does not cover through merged ranges (all of them
   before the switch; after it, the ids above `published_upper`) — so a small object goes only
   once a switched publication covering it is current and no retained older manifest names it;
@@ -21,10 +24,11 @@ an attempt still running (an ingestion or merge about to commit, a publication a
 is nothing's yet, and its attempt is bounded by a lease timeout well under the delay.
 
 The order of the reads is what makes that safe: the table root is listed FIRST, then the ledger
-is read. A file committed before the ledger read is in the keep-set; one committed after it was
-written before the listing and committed since — younger than the delay, so kept anyway. A file
-written after the listing is not a candidate at all. `now` is taken before both, so ages and
-retention are judged at the earliest moment (conservatively).
+is read, then the target's history. A file committed before the ledger read is in the
+keep-set; one committed after it was written before the listing and committed since — younger
+than the delay, so kept anyway. A file written after the listing is not a candidate at all.
+`now` is taken before both, so ages and retention are judged at the earliest moment
+(conservatively).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from resources.catalog.target import PublicationTarget
 from resources.coordination.items import ItemType
 from resources.errors import LeaseholdError
 from resources.ledger.model import TablePartition
@@ -147,7 +152,10 @@ class GarbageCollector:
         *,
         safety_delay_s: float,
         clock_ms: Callable[[], int] | None = None,
+        target: PublicationTarget | None = None,
     ) -> None:
+        """`target`: the stream's publication target, whose retained history (an Iceberg
+        table's snapshots) and metadata are kept too; None: the ledger alone decides."""
         if safety_delay_s < 0:
             raise LeaseholdError(f"the safety delay must be >= 0 seconds, got {safety_delay_s}")
         for name, url in (("source", config.source), ("quarantine", config.quarantine)):
@@ -163,6 +171,7 @@ class GarbageCollector:
         self.objects = objects
         self.safety_delay_ms = int(safety_delay_s * 1000)
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.target = target
 
     def plan(self) -> GcPlan:
         """What may be deleted now. Reads only: the root first, then the ledger (see the
@@ -170,6 +179,7 @@ class GarbageCollector:
         now = self.clock_ms()
         listed = list(self.objects.list_prefix(""))
         keep = self._keep_set(now)
+        self._keep_served(keep)
         deletions: list[Deletion] = []
         kept = 0
         for info in listed:
@@ -265,6 +275,20 @@ class GarbageCollector:
             keep.ledger_small.add(key)
             if o.object_id > covered:
                 keep.keys.add(key)
+
+    def _keep_served(self, keep: _KeepSet) -> None:
+        """What the target's history serves and its metadata (`PublicationTarget`'s
+        `referenced_files`, `metadata_prefix`). Raises `CatalogError` (nothing is deleted when
+        the history cannot be read whole)."""
+        if self.target is None or self.target.table(self.table) is None:
+            return
+        prefix = self.target.metadata_prefix(self.table)
+        if prefix is not None:
+            key = self._key(prefix)
+            if key is not None:
+                keep.prefixes.append(key if key.endswith("/") else key + "/")
+        for url in self.target.referenced_files(self.table) or ():
+            self._keep_url(url, keep.keys)
 
     def _rolled_up(self, dt: str) -> int:
         """The ids every rollup of the stream has consumed for `dt`: a small object above them

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from resources.catalog.target import MANIFESTS
 from resources.ledger.publication import DataFile, PublicationKind
 from resources.objects.base import ObjectStore, ObjectStoreError
 
@@ -76,6 +77,14 @@ def write_version(objects: ObjectStore, key: str, files: Sequence[DataFile]) -> 
 def catalog_location(version_url: str) -> str:
     """What the catalog partition points at: the version's `symlink/` directory."""
     return version_url + SYMLINK_DIR
+
+
+def served_location(table_format: str, table_root: str, version_url: str) -> str:
+    """Where a `PublicationTarget` of `table_format` serves the publication whose version
+    directory is `version_url`: `manifests`, the version's `symlink/` directory (what the Hive
+    partition points at); any other format (`iceberg`), the table's root `table_root` (an
+    engine plans the date's files from the current snapshot). Pure."""
+    return catalog_location(version_url) if table_format == MANIFESTS else table_root
 
 
 def version_url_of(location: str) -> str:

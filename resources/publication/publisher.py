@@ -1,6 +1,9 @@
-"""`Publisher`: make each table partition's due publication current, in the ledger and the catalog.
+"""`Publisher`: make each table partition's due publication current, in the ledger and the table.
 
-One publication of one table partition, in the order that keeps every reader safe:
+A publication run covers several table partitions. Steps 1-3 are per partition, step 4 is one
+`PublicationTarget.switch` for every partition the run recorded (an Iceberg table commits one
+snapshot per run; Hive partitions switch one after the other). Per partition, in the order
+that keeps every reader safe:
 1. Read the partition and decide what is due (`publication_due`): its live small objects
    (`1..live_upper`: every id while open, never a delayed one) before the switch, its merge
    chain's objects once it is closed and the chain covers every live id, and again after each
@@ -10,30 +13,26 @@ One publication of one table partition, in the order that keeps every reader saf
 3. Record it in the ledger (`Ledger.record_publication`, one conditional write): it becomes
    current only if it is newer than the current one, so two publishers racing, or a slow one,
    never move a partition back. The loser's directory is an orphan for garbage collection.
-4. Give the catalog table the columns of the stream's latest schema version (only ever
-   adding: `Catalog.add_columns`), then point the catalog partition at the version's
-   `symlink/` directory with the publication's `seq`; the catalog refuses a lower `seq` too.
+4. Give the table the columns of the stream's latest schema version (only ever adding:
+   `PublicationTarget.add_columns`), then switch every recorded partition to its
+   publication's files with the publication's `seq`, in one call; the target refuses a
+   lower `seq` too. The switch's summary carries the ledger's positions (`dt:seq`).
 
-A crash between 3 and 4 leaves the catalog behind the ledger: the next run sees the catalog's
-`seq` below the partition's `publication_seq` and points it at the ledger's current publication
-(`CATALOG_REPAIRED`). No lease is needed: every step is either private (2) or refused when
-stale (3, 4).
+A crash between 3 and 4 leaves the table behind the ledger: the next run sees the target's
+`seq` below the partition's `publication_seq` and switches it to the ledger's current
+publication, in the same switch as what it publishes (`CATALOG_REPAIRED`). No lease is needed:
+every step is either private (2) or refused when stale (3, 4).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from resources.catalog.base import (
-    HIVE_TYPES,
-    Catalog,
-    CatalogPartition,
-    Column,
-    TableDefinition,
-)
+from resources.catalog.base import HIVE_TYPES, Column, TableDefinition
+from resources.catalog.target import PartitionFile, PartitionSwitch, PublicationTarget
 from resources.errors import LeaseholdError
 from resources.ledger.merge import chain_problems
 from resources.ledger.model import TablePartition
@@ -50,7 +49,12 @@ from resources.ledger.publication import (
     publication_due,
 )
 from resources.objects.base import ObjectStore
-from resources.publication.manifest import catalog_location, new_version_key, write_version
+from resources.publication.manifest import (
+    new_version_key,
+    read_spectrum,
+    served_location,
+    write_version,
+)
 from resources.stores.base import CoordinationStore
 from resources.stores.stream_schema import followed_config
 from resources.streams import StreamConfig
@@ -63,7 +67,9 @@ CATALOG_REPAIRED = "catalog_repaired"
 FAILED = "failed"
 
 MAX_CATCH_UPS = 3
-"""Corrections of a catalog partition moved back by a racing writer, per publication."""
+"""Corrections of partitions moved back by a racing writer (a Hive catalog on Glue), per run."""
+SUMMARY_KEY = "leasehold.publications"
+"""The switch summary's key: the ledger's publications it switches, `dt:seq`, comma-separated."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +81,13 @@ class PublicationOutcome:
     """PUBLISHED, UP_TO_DATE, CATALOG_REPAIRED or FAILED (retried by the next run)."""
     message: str
     publication: Publication | None
-    """The publication now current: the one recorded (PUBLISHED), the one the catalog was
-    pointed at (CATALOG_REPAIRED); None otherwise."""
+    """The publication now current: the one recorded (PUBLISHED), the one the table was
+    switched back to (CATALOG_REPAIRED); None otherwise."""
     switched_now: bool
     """This publication switched the partition from live to merged objects."""
+    location: str = ""
+    """Where the target serves `publication` (`served_location`: a manifest version's
+    `symlink/` directory, or an Iceberg table's root); empty without a publication."""
 
     @property
     def ok(self) -> bool:
@@ -98,7 +107,7 @@ class PublicationOutcome:
             "files": p.files if p else 0,
             "rows": p.rows if p else 0,
             "bytes": p.bytes if p else 0,
-            "location": catalog_location(p.location) if p else "",
+            "location": self.location if p else "",
         }
 
     def describe(self) -> str:
@@ -119,36 +128,47 @@ class PublicationError(LeaseholdError):
     incomplete); the next run tries again."""
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A partition of this run waiting for the switch: its outcome once switched, and the
+    switch to its publication."""
+
+    outcome: PublicationOutcome
+    switch: PartitionSwitch
+
+
 class Publisher:
     """Publishes a table's date partitions to readers: writes a manifest version (the files
     that make up each partition now), records it in the ledger as current
-    (`Ledger.record_publication`) and points the catalog partition at it."""
+    (`Ledger.record_publication`) and switches the table's partitions to their publications
+    through the stream's `PublicationTarget`, in one call per run."""
 
     def __init__(
         self,
         config: StreamConfig,
         store: CoordinationStore,
         objects: ObjectStore,
-        catalog: Catalog,
+        target: PublicationTarget,
         *,
         clock_ms: Callable[[], int] | None = None,
         on_step: Callable[[str, str], None] | None = None,
     ) -> None:
         """`objects` is the table's object store (`config.table`): manifests are written under
-        its `_manifests/`. `clock_ms` stamps the proposed publication (the ledger sets the
-        recorded `published_at_ms`); default the store's clock."""
+        its `_manifests/`. `target` serves the table (`config.table_format`). `clock_ms`
+        stamps the proposed publication (the ledger sets the recorded `published_at_ms`);
+        default the store's clock."""
         self.config = config
         self.table = config.name
         self.store = store
         self.objects = objects
-        self.catalog = catalog
+        self.target = target
         self.clock_ms = clock_ms or store.now_ms
-        # ("written" | "recorded" | "cataloged", dt): where a crash matters; the crash tests
-        # stop there.
+        # ("written" | "recorded", dt) per partition, ("cataloged", dt) per partition after
+        # the run's one switch: where a crash matters; the crash tests stop there.
         self.on_step = on_step or (lambda step, dt: None)
         self._cataloged_version: int | None = None
-        """The schema version whose columns this publisher last gave the catalog (None: it
-        has not ensured the table yet)."""
+        """The schema version whose columns this publisher last gave the table (None: it has
+        not ensured the table yet)."""
 
     def table_definition(self, config: StreamConfig | None = None) -> TableDefinition:
         """The columns of `config` (default: the publisher's own), in their order (`dt` is
@@ -160,51 +180,80 @@ class Publisher:
     # -- what is due ---------------------------------------------------------------------------
 
     def due(self) -> list[str]:
-        """The dts whose publication is due, or whose catalog partition lags the ledger's
-        current publication (a publisher crashed between recording and cataloging), by dt.
+        """The dts whose publication is due, or whose served partition lags the ledger's
+        current publication (a publisher crashed between recording and switching), by dt.
         Read-only. Raises the store errors (`LeaseStoreError`) and `CatalogError`."""
-        catalog_seq = {p.dt: p.seq for p in self._catalog_partitions()}
+        served = self._served_seqs()
         return sorted(
             tp.dt
             for tp in self.store.table_partitions(self.table)
-            if publication_due(tp) is not None or _lags(tp, catalog_seq.get(tp.dt))
+            if publication_due(tp) is not None or _lags(tp, served.get(tp.dt))
         )
 
-    def _catalog_partitions(self) -> list[CatalogPartition]:
-        if self.catalog.table(self.table) is None:
-            return []
-        return self.catalog.partitions(self.table)
+    def _served_seqs(self) -> dict[str, int]:
+        """dt -> the `seq` the target serves (none before the table exists)."""
+        if self.target.table(self.table) is None:
+            return {}
+        return {p.dt: p.seq for p in self.target.partitions(self.table)}
+
+    def _served_seq(self, dt: str) -> int | None:
+        if self._cataloged_version is None and self.target.table(self.table) is None:
+            return None
+        served = self.target.partition(self.table, dt)
+        return None if served is None else served.seq
 
     # -- publishing ----------------------------------------------------------------------------
 
-    def publish(self, dts: Sequence[str]) -> Iterator[PublicationOutcome]:
-        """Outcomes of publishing each table partition, in order (`publish_one` each), lazily;
-        never raises for one partition's failure. Raises what `publish_one` lets through."""
-        for dt in dts:
-            yield self.publish_one(dt)
+    def publish(self, dts: Sequence[str]) -> list[PublicationOutcome]:
+        """Outcomes of publishing each table partition of `dts`, in order: steps 1-3 for each
+        (`PUBLISHED`, `UP_TO_DATE`, `CATALOG_REPAIRED` when the target lags the ledger's
+        current publication, `FAILED`), then ONE switch of every partition published or
+        repaired; if the switch (or the schema step before it) fails, those partitions are
+        `FAILED` (recorded in the ledger: the next run switches them). Never raises for a
+        partition's or the switch's failure; raises only what is neither a `LeaseholdError`
+        nor an `OSError` (a bug)."""
+        prepared = [self._guarded(dt, self._prepare) for dt in dts]
+        pending = [p for p in prepared if isinstance(p, _Pending)]
+        switched = self._switch_all(pending)
+        outcomes = []
+        for item in prepared:
+            outcome = item.outcome if isinstance(item, _Pending) else item
+            outcome = switched.get(outcome.dt, outcome)
+            if outcome.outcome in (PUBLISHED, CATALOG_REPAIRED):
+                log.info("%s %s", self.table, outcome.describe())
+            outcomes.append(outcome)
+        return outcomes
 
     def publish_one(self, dt: str) -> PublicationOutcome:
-        """Publish partition `dt` if due: `PUBLISHED`, `UP_TO_DATE`, `CATALOG_REPAIRED` (the
-        catalog caught up with the ledger's current publication) or `FAILED` (a store, object
-        store or catalog error after its retries, or a ledger read this attempt cannot trust:
-        nothing current moved; the next run retries). Raises only what is neither a
-        `LeaseholdError` nor an `OSError` (a bug)."""
-        try:
-            return self._publish(dt)
-        except (LeaseholdError, OSError) as exc:
-            # Store, object store and catalog errors (after their bounded retries), and a
-            # ledger read this attempt cannot trust: nothing current moved; next run retries.
-            message = f"{type(exc).__name__}: {exc}"
-            log.error("%s dt=%s: publication failed: %s", self.table, dt, message)
-            return PublicationOutcome(dt, FAILED, message, None, False)
+        """`publish([dt])`'s one outcome."""
+        (outcome,) = self.publish([dt])
+        return outcome
 
-    def _publish(self, dt: str) -> PublicationOutcome:
+    def _guarded(
+        self, dt: str, step: Callable[[str], _Pending | PublicationOutcome]
+    ) -> _Pending | PublicationOutcome:
+        """`step(dt)`, or `FAILED` with why when it raises a `LeaseholdError` or an `OSError`
+        (store, object store and catalog errors after their bounded retries, a ledger read
+        this attempt cannot trust): nothing current moved; the next run retries."""
+        try:
+            return step(dt)
+        except (LeaseholdError, OSError) as exc:
+            return self._failed(dt, exc)
+
+    def _failed(self, dt: str, exc: BaseException) -> PublicationOutcome:
+        message = f"{type(exc).__name__}: {exc}"
+        log.error("%s dt=%s: publication failed: %s", self.table, dt, message)
+        return PublicationOutcome(dt, FAILED, message, None, False)
+
+    def _prepare(self, dt: str) -> _Pending | PublicationOutcome:
+        """Steps 1-3 of `dt`: the publication recorded (or the current one to repair to),
+        waiting for the switch; `UP_TO_DATE` when there is nothing to switch."""
         tp = self.store.table_partition(self.table, dt)
         if tp is None:
             raise PublicationError("no such table partition in the ledger")
         kind = publication_due(tp)
         if kind is None:
-            return self._repair_catalog(tp)
+            return self._repair(tp)
         upper, files = self._files(tp, kind)
         written_at_ms = self.clock_ms()
         version_url = write_version(self.objects, new_version_key(dt, kind, upper), files)
@@ -231,13 +280,18 @@ class Publisher:
             )  # fmt: skip
             return PublicationOutcome(dt, UP_TO_DATE, f"{exc} (another publisher)", None, False)
         self.on_step("recorded", dt)
-        self._catalog(recorded)
-        self.on_step("cataloged", dt)
-        outcome = PublicationOutcome(
-            dt, PUBLISHED, "", recorded, recorded.switched and not tp.switched
+        switched_now = recorded.switched and not tp.switched
+        outcome = self._outcome(dt, PUBLISHED, "", recorded, switched_now)
+        files_now = tuple(_partition_file(f) for f in files)
+        return _Pending(outcome, PartitionSwitch(dt, recorded.seq, version_url, files_now))
+
+    def _outcome(
+        self, dt: str, kind: str, message: str, publication: Publication, switched_now: bool
+    ) -> PublicationOutcome:
+        location = served_location(
+            self.target.table_format, self.config.table, publication.location
         )
-        log.info("%s %s", self.table, outcome.describe())
-        return outcome
+        return PublicationOutcome(dt, kind, message, publication, switched_now, location)
 
     def _files(self, tp: TablePartition, kind: PublicationKind) -> tuple[int, list[DataFile]]:
         """(upper, files) of the publication due: every id `1..upper` exactly once."""
@@ -267,80 +321,132 @@ class Publisher:
             )
         return upper, merged_files(ranges)
 
-    def _repair_catalog(self, tp: TablePartition) -> PublicationOutcome:
-        """Nothing to publish; point the catalog at the ledger's current publication if it
-        lags (a publisher crashed after recording)."""
-        current_catalog = (
-            self.catalog.partition(self.table, tp.dt) if self._table_exists() else None
-        )
-        if not _lags(tp, None if current_catalog is None else current_catalog.seq):
+    def _repair(self, tp: TablePartition) -> _Pending | PublicationOutcome:
+        """Nothing to publish: the ledger's current publication, to switch to, if the served
+        partition lags it (a publisher crashed after recording); else `UP_TO_DATE`."""
+        served = self._served_seq(tp.dt)
+        if not _lags(tp, served):
             return PublicationOutcome(tp.dt, UP_TO_DATE, "", None, False)
-        publications = self.store.publications(self.table, tp.dt)
-        if not publications:
-            raise PublicationError(
-                f"the partition's publication_seq is {tp.publication_seq} but the ledger keeps "
-                "no publication record"
-            )
-        current = publications[-1]
-        self._catalog(current)
-        was = "none" if current_catalog is None else f"seq {current_catalog.seq}"
+        current, files = self._current(tp.dt)
+        was = "none" if served is None else f"seq {served}"
         log.warning(
-            "%s dt=%s: the catalog lagged the ledger (%s, ledger seq %d): repaired",
+            "%s dt=%s: the table lagged the ledger (%s, ledger seq %d): repairing",
             self.table, tp.dt, was, current.seq,
         )  # fmt: skip
-        return PublicationOutcome(tp.dt, CATALOG_REPAIRED, f"the catalog had {was}", current, False)
+        outcome = self._outcome(tp.dt, CATALOG_REPAIRED, f"the table had {was}", current, False)
+        return _Pending(outcome, PartitionSwitch(tp.dt, current.seq, current.location, files))
 
-    def _table_exists(self) -> bool:
-        return self._cataloged_version is not None or self.catalog.table(self.table) is not None
+    def _current(self, dt: str) -> tuple[Publication, tuple[PartitionFile, ...]]:
+        """The ledger's current publication of `dt` and its files: its manifest's entries,
+        each with its rows from the ledger (the small object or merged object of that URL).
+        Raises `PublicationError` (no record, or a file the ledger no longer lists: the
+        next run publishes anew), the store and object store errors."""
+        publications = self.store.publications(self.table, dt)
+        if not publications:
+            raise PublicationError(
+                f"dt={dt}: the partition has a publication_seq but the ledger keeps no "
+                "publication record"
+            )
+        current = publications[-1]
+        known = {
+            f.url: f
+            for f in live_files(self.store.ledger_objects(self.table, dt), current.upper)
+            + merged_files(self.store.merge_ranges(self.table, dt))
+        }
+        files = []
+        for entry in read_spectrum(self.objects, current.location):
+            if entry.url not in known:
+                raise PublicationError(
+                    f"dt={dt}: {entry.url} of publication seq {current.seq} is not in the ledger"
+                )
+            files.append(_partition_file(known[entry.url]))
+        return current, tuple(files)
 
-    def _catalog(self, publication: Publication) -> None:
-        """Point the catalog at `publication`, its columns first: the stream's latest schema
-        version, read after the publication's files were decided, holds every column they do,
-        so an engine never meets a file column its table does not declare. The first time,
-        `ensure_table` (creates the table, or grows an existing one: never removes a column);
-        after that, when the version moved, `add_columns` appends the columns it added. Both
-        only ever add, so a publisher that followed an older version and writes after a newer
-        one cannot take a column away. Raises `CatalogError`, `LeaseStoreError`."""
+    # -- the switch ----------------------------------------------------------------------------
+
+    def _switch_all(self, pending: Sequence[_Pending]) -> dict[str, PublicationOutcome]:
+        """Step 4 for every partition of `pending`: the table's columns first, then ONE
+        switch; then each partition a racing writer moved back put forward again
+        (`_catch_up`). Returns dt -> outcome of the partitions that changed from what
+        `pending` holds (`FAILED`: the switch failed, or a partition still lags)."""
+        if not pending:
+            return {}
+        try:
+            self._ensure_columns()
+            switches = [p.switch for p in pending]
+            self.target.switch(self.table, switches, summary=_summary(switches))
+            for p in pending:
+                self.on_step("cataloged", p.outcome.dt)
+            return self._catch_up([p.outcome.dt for p in pending])
+        except (LeaseholdError, OSError) as exc:
+            return {p.outcome.dt: self._failed(p.outcome.dt, exc) for p in pending}
+
+    def _ensure_columns(self) -> None:
+        """Give the table the columns of the stream's latest schema version before any file
+        holding them is switched in: that version, read after the publications' files were
+        decided, holds every column they do, so an engine never meets a file column its
+        table does not declare. The first time, `ensure_table` (creates the table, or grows
+        an existing one: never removes a column); after that, when the version moved,
+        `add_columns` appends the columns it added. Both only ever add, so a publisher that
+        followed an older version and writes after a newer one cannot take a column away.
+        Raises `CatalogError`, `ColumnTypeConflictError`, `LeaseStoreError`."""
         latest = followed_config(self.store, self.config)
         if self._cataloged_version is None:
-            self.catalog.ensure_table(self.table_definition(latest))
+            self.target.ensure_table(self.table_definition(latest))
         elif latest.schema_version > self._cataloged_version:
-            added = self.catalog.add_columns(self.table, self.table_definition(latest).columns)
+            added = self.target.add_columns(self.table, self.table_definition(latest).columns)
             if added:
                 log.info(
-                    "%s: the catalog table gained %s (schema version %d)",
+                    "%s: the table gained %s (schema version %d)",
                     self.table, ", ".join(c.name for c in added), latest.schema_version,
                 )  # fmt: skip
         self._cataloged_version = max(self._cataloged_version or 0, latest.schema_version)
-        self.catalog.publish_partition(
-            self.table, publication.dt, catalog_location(publication.location), publication.seq
-        )
-        self._catch_up(publication.dt)
 
-    def _catch_up(self, dt: str) -> None:
-        """Put the catalog partition forward again if it is behind the ledger's current
-        publication. Glue has no conditional update (`publish_partition` reads, then writes):
-        two publishers racing can leave the older version written last. Each checks after its
-        write, so the last one to write also sees the newest record and restores it."""
+    def _catch_up(self, dts: Sequence[str]) -> dict[str, PublicationOutcome]:
+        """Put forward again each partition of `dts` the target serves below the ledger's
+        current publication. A Hive catalog on Glue has no conditional update (a switch reads,
+        then writes): two publishers racing can leave the older version written last. Each
+        checks after its switch, so the last one to write also sees the newest record and
+        restores it (a no-op when nothing lags, as with an Iceberg table). Returns dt ->
+        `FAILED` for a partition still lagging after `MAX_CATCH_UPS` switches (the next run
+        repairs it); raises the store, object store and catalog errors."""
+        lagging = [dt for dt in dts if self._still_lags(dt)]
         for _ in range(MAX_CATCH_UPS):
-            tp = self.store.table_partition(self.table, dt)
-            cataloged = self.catalog.partition(self.table, dt)
-            if tp is None or not _lags(tp, None if cataloged is None else cataloged.seq):
-                return
-            current = self.store.publications(self.table, dt)[-1]
-            log.warning(
-                "%s dt=%s: the catalog had seq %s after our write, the ledger %d: put forward",
-                self.table, dt, None if cataloged is None else cataloged.seq, current.seq,
-            )  # fmt: skip
-            self.catalog.publish_partition(
-                self.table, dt, catalog_location(current.location), current.seq
-            )
-        raise PublicationError(
-            f"the catalog partition still lags the ledger after {MAX_CATCH_UPS} corrections "
+            if not lagging:
+                return {}
+            switches = []
+            for dt in lagging:
+                current, files = self._current(dt)
+                log.warning(
+                    "%s dt=%s: the table lagged the ledger (seq %d) after our switch: put forward",
+                    self.table, dt, current.seq,
+                )  # fmt: skip
+                switches.append(PartitionSwitch(dt, current.seq, current.location, files))
+            self.target.switch(self.table, switches, summary=_summary(switches))
+            lagging = [dt for dt in lagging if self._still_lags(dt)]
+        if not lagging:
+            return {}
+        error = PublicationError(
+            f"the table partition still lags the ledger after {MAX_CATCH_UPS} corrections "
             "(another writer keeps moving it back); the next run repairs it"
         )
+        return {dt: self._failed(dt, error) for dt in lagging}
+
+    def _still_lags(self, dt: str) -> bool:
+        tp = self.store.table_partition(self.table, dt)
+        return tp is not None and _lags(tp, self._served_seq(dt))
 
 
-def _lags(tp: TablePartition, catalog_seq: int | None) -> bool:
-    """The ledger has a current publication the catalog partition does not point at yet."""
-    return tp.publication_seq > 0 and (catalog_seq is None or catalog_seq < tp.publication_seq)
+def _lags(tp: TablePartition, served_seq: int | None) -> bool:
+    """The ledger has a current publication the served partition does not hold yet."""
+    return tp.publication_seq > 0 and (served_seq is None or served_seq < tp.publication_seq)
+
+
+def _partition_file(f: DataFile) -> PartitionFile:
+    return PartitionFile(f.url, f.content_length, f.row_count)
+
+
+def _summary(switches: Sequence[PartitionSwitch]) -> dict[str, str]:
+    """The ledger's positions a switch makes current, for reconciling the table with the
+    store: each partition's `dt:seq` (the seq names the ledger's publication record)."""
+    return {SUMMARY_KEY: ",".join(f"{s.dt}:{s.seq}" for s in switches)}

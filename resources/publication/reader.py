@@ -1,10 +1,12 @@
 """Reading a published table partition exactly as an external engine does (docs/architecture.md).
 
-Athena, Trino and Presto look the partition up in the catalog, list the directory its location
-names (the manifest version's `symlink/` directory, read through `SymlinkTextInputFormat`),
-read every file there as a list of data-file URLs, and read those files. Nothing here asks the
-ledger or lists a data prefix: if this reader sees the right rows, so does an engine, and a
-file a manifest does not name (an orphan of a failed attempt) is never read.
+The partition is looked up through the table's `PublicationTarget`, and its files resolved the
+way an engine of that table format does (`partition_files`): under `manifests`, Athena, Trino
+and Presto list the directory the Hive partition's location names (the manifest version's
+`symlink/` directory, read through `SymlinkTextInputFormat`), read every file there as a list
+of data-file URLs, and read those files. Nothing here asks the ledger or lists a data prefix:
+if this reader sees the right rows, so does an engine, and a file a manifest does not name (an
+orphan of a failed attempt) is never read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resources.catalog.base import Catalog, CatalogPartition
+from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.errors import LeaseholdError
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.objects.factory import object_store_for
@@ -49,26 +51,53 @@ class PartitionNotPublishedError(PublishedReadError):
         self.dt = dt
 
 
-def catalog_partition(catalog: Catalog, table: str, dt: str) -> CatalogPartition:
-    if catalog.table(table) is None:
+def served_partition(target: PublicationTarget, table: str, dt: str) -> PublishedPartition:
+    """Partition `dt` of `table` as `target` serves it now. Raises `TableNotPublishedError`,
+    `PartitionNotPublishedError`, `CatalogError`."""
+    if target.table(table) is None:
         raise TableNotPublishedError(table)
-    partition = catalog.partition(table, dt)
+    partition = target.partition(table, dt)
     if partition is None:
         raise PartitionNotPublishedError(table, dt)
     return partition
 
 
 def partition_files(
-    catalog: Catalog,
+    target: PublicationTarget,
     table: str,
     dt: str,
     *,
     s3_endpoint_url: str | None = None,
     region: str | None = None,
 ) -> list[str]:
-    """The data-file URLs of partition `dt`, in manifest order: every symlink file in the
-    directory the catalog partition points at, as an engine lists and reads them."""
-    location = catalog_partition(catalog, table, dt).location
+    """The data-file URLs of partition `dt` as an engine of the target's table format
+    resolves them: `manifests`, every symlink file in the directory the Hive partition points
+    at, in manifest order (`symlink_files`); `iceberg`, the current snapshot's files
+    (`IcebergTarget.data_files`), by URL. Raises
+    `PublishedReadError` (and its subclasses for a table or partition never published),
+    `CatalogError`."""
+    partition = served_partition(target, table, dt)
+    if target.table_format == MANIFESTS:
+        return symlink_files(partition, s3_endpoint_url=s3_endpoint_url, region=region)
+    from resources.catalog.iceberg.target import IcebergTarget  # pyiceberg: only when needed
+
+    if not isinstance(target, IcebergTarget):
+        raise PublishedReadError(
+            f"{table} dt={dt}: no way to resolve the files of a {target.table_format!r} table"
+        )
+    return [f.url for f in target.data_files(table, dt)]
+
+
+def symlink_files(
+    partition: PublishedPartition,
+    *,
+    s3_endpoint_url: str | None = None,
+    region: str | None = None,
+) -> list[str]:
+    """The data-file URLs a Hive partition serves, in manifest order: every symlink file in
+    the directory its location names, as an engine lists and reads them. Raises
+    `PublishedReadError`."""
+    table, dt, location = partition.table, partition.dt, partition.location
     directory = object_store_for(location.rstrip("/"), endpoint_url=s3_endpoint_url, region=region)
     try:
         names = sorted(
@@ -87,7 +116,7 @@ def partition_files(
 
 
 def read_partition(
-    catalog: Catalog,
+    target: PublicationTarget,
     table: str,
     dt: str,
     *,
@@ -103,7 +132,7 @@ def read_partition(
     read by name (`read_by_name`: a column a file lacks is null, one it holds with another
     type a `PublishedReadError`). Raises `PublishedReadError` (and its subclasses for a
     table or partition never published) when a file cannot be resolved or read."""
-    urls = partition_files(catalog, table, dt, s3_endpoint_url=s3_endpoint_url, region=region)
+    urls = partition_files(target, table, dt, s3_endpoint_url=s3_endpoint_url, region=region)
     stores: dict[str, ObjectStore] = {}
     tables: list[pa.Table] = []
     rows = 0

@@ -12,6 +12,7 @@ import pytest
 from resources.aggregation.checks import run_all
 from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import ROLLED_UP, RollupRunner
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.cli.exit_status import EXIT_CHECK_FAILED
 from resources.cli.main import main
@@ -100,6 +101,6 @@ def test_a_current_rollup_passes_and_a_forged_batch_fails(
 
     # A batch being written is not judged: a warning, exit 0 for this check.
     store.renew(job.token, 60, json.dumps(RollupCursor(1, (1, 2)).state()))
-    catalog = LocalCatalog(rolled.root / "catalog.json")
+    catalog = HiveManifestsTarget(LocalCatalog(rolled.root / "catalog.json"))
     [outcome] = run_all(config, store, object_store_for(config.table), catalog, full=True)
     assert outcome.verdict == "WARN" and "being written" in outcome.summary, outcome

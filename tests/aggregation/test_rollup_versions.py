@@ -17,6 +17,7 @@ import pytest
 from resources.aggregation import checks
 from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import ROLLED_UP, RollupRunner
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.ledger.model import SmallObject
 from resources.publication.publisher import PUBLISHED, Publisher
@@ -124,7 +125,7 @@ def test_a_rollup_on_later_columns_reads_older_objects_as_no_value_and_checks_ex
     assert followed_config(store, config).schema_version == 2  # the hand edit: version 2
     partition.version_2("DE", [3, None, 8])
     partition.version_2(None, [2])
-    catalog = LocalCatalog(tmp_path / "catalog.json")
+    catalog = HiveManifestsTarget(LocalCatalog(tmp_path / "catalog.json"))
     published = Publisher(config, store, lake.objects(), catalog).publish_one(DT)
     assert published.outcome == PUBLISHED  # ids 1-4, read through the catalog by the check
     partition.version_1()  # above what is published: read as small objects by the check

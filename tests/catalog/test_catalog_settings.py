@@ -8,7 +8,7 @@ import pytest
 
 from resources.catalog.glue import GlueCatalog
 from resources.catalog.local import LocalCatalog
-from resources.catalog.opening import catalog_for
+from resources.catalog.opening import catalog_for, target_for
 from resources.catalog.settings import CatalogConfigError, CatalogSettings
 from resources.settings import DATA_DIR_ENV
 
@@ -27,6 +27,12 @@ from resources.settings import DATA_DIR_ENV
             {"LEASEHOLD_CATALOG": "glue", "LEASEHOLD_GLUE_DATABASE": "my database"},
             "glue_database",
             "my database",
+        ),
+        ({"LEASEHOLD_CATALOG": "rest"}, "iceberg_rest_uri", "LEASEHOLD_CATALOG is rest"),
+        (
+            {"LEASEHOLD_CATALOG": "rest", "LEASEHOLD_ICEBERG_REST_URI": "catalog:8181"},
+            "iceberg_rest_uri",
+            "catalog:8181",
         ),
     ],
 )
@@ -49,6 +55,29 @@ def test_catalog_for_validates_before_opening(settings: CatalogSettings, field: 
     with pytest.raises(CatalogConfigError) as err:
         catalog_for(settings)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("settings", "table_format", "field", "shown"),
+    [
+        (CatalogSettings(), "delta", "table_format", "'delta' is unknown"),
+        (CatalogSettings(), "Iceberg", "table_format", "'Iceberg' is unknown"),
+        (
+            CatalogSettings(catalog="rest", iceberg_rest_uri="http://127.0.0.1:1"),
+            "manifests",
+            "catalog",
+            "Iceberg tables only",
+        ),
+        (CatalogSettings(catalog="rest"), "iceberg", "iceberg_rest_uri", "is rest"),
+    ],
+)
+def test_target_for_names_the_field_before_contacting_anything(
+    settings: CatalogSettings, table_format: str, field: str, shown: str
+) -> None:
+    with pytest.raises(CatalogConfigError) as err:
+        target_for(settings, table_format)
+    assert err.value.field == field
+    assert field in str(err.value) and shown in str(err.value)
 
 
 def test_catalog_for_builds_the_named_backend(

@@ -4,12 +4,16 @@ that is down; and `internals`' reliance on pyiceberg 0.12."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
 import pytest
 from pyiceberg import table as pyiceberg_table
+from pyiceberg.table import Table
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from resources.catalog.base import CatalogUnreachableError, Column, TableDefinition
@@ -73,6 +77,45 @@ def test_a_column_added_later_reads_as_null_in_older_files(iceberg_spec: TargetS
     target.switch("events", [PartitionSwitch("2024-01-01", 2, "v/", (old, new))])
     read = target.read("events", "2024-01-01", columns=["id", "country"]).sort_by("id")
     assert read.to_pylist() == [{"id": "new-0", "country": "fr"}, {"id": "old-0", "country": None}]
+
+
+def waiting_once(
+    real: Callable[[str], Table], barrier: threading.Barrier, loads: list[str]
+) -> Callable[[str], Table]:
+    """`real`, but the first call waits at `barrier` after loading."""
+    mine: list[str] = []
+
+    def load(table: str) -> Table:
+        found = real(table)
+        loads.append(table)
+        mine.append(table)
+        if len(mine) == 1:
+            barrier.wait()
+        return found
+
+    return load
+
+
+def test_columns_added_at_once_by_two_writers_both_land(
+    iceberg_spec: TargetSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both writers load the same schema before either commits: the second commit is refused,
+    re-planned on the new schema, and lands."""
+    opened(iceberg_spec)
+    writers = [opened(iceberg_spec) for _ in range(2)]
+    both_loaded = threading.Barrier(2, timeout=60)
+    loads: list[str] = []
+    for w in writers:
+        monkeypatch.setattr(w, "load", waiting_once(w.load, both_loaded, loads))
+    wanted = [Column("country", "string"), Column("device", "string")]
+    with ThreadPoolExecutor(2) as pool:
+        pairs = zip(writers, wanted, strict=True)
+        racing = [pool.submit(w.add_columns, "events", [c]) for w, c in pairs]
+        added = [r.result() for r in racing]
+    assert added == [[wanted[0]], [wanted[1]]]
+    assert len(loads) >= 3  # one of them loaded again after its commit was refused
+    columns = iceberg_spec.open().table("events").columns  # type: ignore[union-attr]
+    assert columns[:3] == COLUMNS and sorted(columns[3:], key=lambda c: c.name) == wanted
 
 
 def test_metadata_stays_flat_and_no_data_file_is_deleted(tmp_path: Path) -> None:
@@ -150,3 +193,26 @@ def test_a_catalog_that_is_down_fails_quickly(tmp_path: Path) -> None:
         open_catalog(settings, retry=quick).ensure_namespace()
     assert "Iceberg Glue catalog 'leasehold'" in str(err.value)
     assert time.monotonic() - started < 30
+
+
+def test_a_namespace_another_process_created_between_check_and_insert_is_fine(
+    tmp_path: Path,
+) -> None:
+    """Found by tests/chaos/test_iceberg_publishers.py: two publishers creating the SQL
+    catalog's namespace at once; the second's insert failed on the unique key (the check
+    before it had seen no namespace) and its publication failed."""
+    settings = CatalogSettings(iceberg_catalog_path=str(tmp_path / "c.db"))
+    other, mine = open_catalog(settings), open_catalog(settings)
+    seen_missing = [False]
+    exists = mine.catalog.namespace_exists
+
+    def raced(namespace: object) -> bool:
+        if not seen_missing[0]:  # the check sees none; the other creates it right after
+            seen_missing[0] = True
+            other.ensure_namespace()
+            return False
+        return exists(namespace)  # type: ignore[arg-type]
+
+    mine.catalog.namespace_exists = raced  # type: ignore[method-assign]
+    mine.ensure_namespace()
+    assert seen_missing[0] and exists(mine.namespace)

@@ -127,6 +127,7 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         ["PASS", STREAM, "switch_coverage"],
         ["PASS", STREAM, "published_rows"],
         ["PASS", STREAM, "catalog_current"],
+        ["PASS", STREAM, "served_files"],
         ["PASS", STREAM, "publication_lag"],
     ]
     assert lines[0].endswith("4 committed partitions reconcile (full audit)")
@@ -191,6 +192,7 @@ def test_check_passes_then_fails_on_an_unleased_object_and_a_corrupt_ledger(
         "switch_coverage": "PASS",
         "published_rows": "PASS",
         "catalog_current": "PASS",
+        "served_files": "PASS",
         "publication_lag": "PASS",
     }
     assert rows[0]["metadata"]["mismatches"] == 1

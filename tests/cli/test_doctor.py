@@ -114,6 +114,7 @@ def test_a_good_configuration_passes_every_check(
         "objects: events table writable",
         "objects: events quarantine writable",
         "catalog: Glue database exists",
+        "catalog: Iceberg catalog answers",
         "spark: Connect server reachable",
         "dagster: instance storage answers",
     ]
@@ -134,7 +135,7 @@ def test_the_text_output_says_pass_and_fail_and_the_exit_status_is_1_on_a_failur
     assert "PASS  store: table exists" in out
     assert "FAIL  spark: Connect server reachable" in out
     assert "fix: start the server" in out
-    assert out.rstrip().endswith("10 passed, 1 failed")
+    assert out.rstrip().endswith("11 passed, 1 failed")
 
 
 def test_a_missing_table_is_named_with_how_to_create_it(
@@ -193,6 +194,19 @@ def test_a_missing_glue_database_is_named(
     bad = failed(run_checks(spark_query=False))
     assert list(bad) == ["catalog: Glue database exists"]
     assert "create-database" in bad["catalog: Glue database exists"].fix
+
+
+def test_a_rest_catalog_that_does_not_answer_is_named(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEASEHOLD_CATALOG", "rest")
+    monkeypatch.setenv("LEASEHOLD_ICEBERG_REST_URI", f"http://127.0.0.1:{free_port()}")
+    checks = by_name(run_checks(spark_query=False))
+    assert "catalog: Glue database exists" not in checks  # no stream publishes Hive partitions
+    bad = checks["catalog: Iceberg catalog answers"]
+    assert not bad.ok
+    assert "Iceberg REST catalog http://127.0.0.1:" in bad.detail
+    assert "LEASEHOLD_ICEBERG_REST_URI" in bad.fix
 
 
 def test_an_unreachable_postgres_instance_is_named(

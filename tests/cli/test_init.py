@@ -30,7 +30,7 @@ from resources.cli.main import main
 from resources.ingestion.stream_inference import SourceInferenceError
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
-from resources.streams import load_streams
+from resources.streams import DEFAULT_TABLE_FORMAT, load_streams
 
 REPO = Path(__file__).resolve().parents[2]
 START = datetime(2026, 3, 1, 20, 0, tzinfo=timezone.utc)
@@ -471,6 +471,7 @@ def test_init_then_run_reads_csv_as_real_tools_write_it(
     entry = yaml.safe_load((tmp_path / "streams.yaml").read_text())["streams"]["people"]
     assert entry["csv"] == {"header": True, "delimiter": ",", "quote": '"', "escape": None}
     assert entry["schema_evolution"] == "add"
+    assert entry["table_format"] == DEFAULT_TABLE_FORMAT  # written out, not left implicit
     assert entry["schema"] == {
         "person_id": "string",
         "name": "string",

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.catalog.glue import GlueCatalog
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.cli.exit_status import EXIT_CONFIG, EXIT_FAILURE
 from resources.cli.main import main
@@ -50,6 +51,7 @@ streams:
     event_time: event_time
     record_id: event_id
     table: file://lake/events
+    table_format: manifests
     quarantine: file://lake/events_quarantine
 """
 
@@ -63,7 +65,12 @@ class Published:
     catalog_path: Path
 
     def publisher(self) -> Publisher:
-        return Publisher(self.config, self.store, self.objects, LocalCatalog(self.catalog_path))
+        return Publisher(
+            self.config,
+            self.store,
+            self.objects,
+            HiveManifestsTarget(LocalCatalog(self.catalog_path)),
+        )
 
     def publish(self, dt: str) -> None:
         outcome = self.publisher().publish_one(dt)
@@ -109,6 +116,15 @@ class Published:
         self.store.commit_merge(job.token, merge(0, merged, dt=dt))
         return merged
 
+    def with_two_dates(self) -> Published:
+        """DT: 3 small objects (10, 20, 30 rows), DT2: one of 5 rows, each published live."""
+        self.commit(self.small(DT, 1, 10), self.small(DT, 11, 20))
+        self.commit(self.small(DT, 31, 30))
+        self.commit(self.small(DT2, 100, 5))
+        self.publish(DT)
+        self.publish(DT2)
+        return self
+
     def switch(self, dt: str) -> MergedObject:
         """Merged, closed and published again: the partition now serves its merged object."""
         merged = self.merge_all(dt)
@@ -117,16 +133,18 @@ class Published:
         return merged
 
 
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Published]:
-    """DT: 3 small objects (10, 20, 30 rows), published live; DT2: one of 5 rows, published
-    live. The CLI's environment names the same streams file, store and catalog."""
+def published_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: type[Published], streams_yaml: str
+) -> Published:
+    """A `kind` over a fresh SQLite store and the streams file `streams_yaml`, with DT and DT2
+    published (`with_two_dates`); the CLI's environment names the same streams file, store
+    and catalog."""
     for name in list(os.environ):
         if name.startswith("LEASEHOLD_"):
             monkeypatch.delenv(name)
     (tmp_path / "sources").mkdir()
     streams = tmp_path / "streams.yaml"
-    streams.write_text(STREAMS_YAML)
+    streams.write_text(streams_yaml)
     variables = {
         "LEASEHOLD_DATA_DIR": str(tmp_path / "data"),
         "LEASEHOLD_STREAMS": str(streams),
@@ -138,20 +156,23 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Published]:
         StoreSettings(backend="sqlite", sqlite_path=variables["LEASEHOLD_SQLITE_PATH"])
     )
     config = LakeSettings.from_env().streams()[STREAM]
-    published = Published(
+    published = kind(
         tmp_path,
         store,
         config,
         object_store_for(config.table),
         tmp_path / "data" / "catalog.json",
     )
-    published.commit(published.small(DT, 1, 10), published.small(DT, 11, 20))
-    published.commit(published.small(DT, 31, 30))
-    published.commit(published.small(DT2, 100, 5))
-    published.publish(DT)
-    published.publish(DT2)
+    return published.with_two_dates()
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Published]:
+    """DT: 3 small objects (10, 20, 30 rows), published live; DT2: one of 5 rows, published
+    live, into Hive partitions of the local catalog file."""
+    published = published_env(tmp_path, monkeypatch, Published, STREAMS_YAML)
     yield published
-    store.close_store()
+    published.store.close_store()
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -294,6 +315,16 @@ def test_table_read_returns_the_rows_through_the_manifest(env: Published, capsys
     )
 
 
+def test_a_manifests_table_keeps_no_history_to_list_or_read(env: Published, capsys) -> None:
+    for args in (("history", STREAM), ("read", STREAM, DT, "--as-of", "1")):
+        code, out, err = run(capsys, "table", *args)
+        assert (code, out) == (EXIT_FAILURE, "")
+        assert err.splitlines() == [
+            "leasehold: a 'manifests' table keeps no snapshot history: time travel needs "
+            "`table_format: iceberg` (docs/concepts/table-formats.md)"
+        ]
+
+
 def test_unknown_stream_and_unpublished_date_are_one_line_naming_the_catalog(
     env: Published, capsys
 ) -> None:
@@ -319,7 +350,7 @@ def test_glue_is_read_the_same_way_and_named_in_errors(
     it through Glue once LEASEHOLD_CATALOG says so."""
     database = f"db_{uuid.uuid4().hex[:12]}"
     glue = GlueCatalog(database, region="us-east-1", endpoint_url=aws_server.endpoint_url)
-    publisher = Publisher(env.config, env.store, env.objects, glue)
+    publisher = Publisher(env.config, env.store, env.objects, HiveManifestsTarget(glue))
     assert [o.outcome for o in publisher.publish([DT, DT2])] == [CATALOG_REPAIRED] * 2
     monkeypatch.setenv("LEASEHOLD_CATALOG", "glue")
     monkeypatch.setenv("LEASEHOLD_GLUE_DATABASE", database)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
 from resources.compaction.merge_writer import MergeWriter
@@ -38,6 +39,7 @@ class World:
         self.config: StreamConfig = lake.config()
         self.objects: ObjectStore = lake.objects()
         self.catalog = LocalCatalog(catalog_path)
+        self.target = HiveManifestsTarget(self.catalog)
         self.rng = random.Random(11)
         self.committed: dict[tuple[str, int], list[str]] = {}
         """(dt, ledger id) -> the event ids of that small object."""
@@ -69,7 +71,7 @@ class World:
         assert self.store.close_partition(TABLE, dt) is not None
 
     def publisher(self, on_step: Callable[[str, str], None] | None = None) -> Publisher:
-        return Publisher(self.config, self.store, self.objects, self.catalog, on_step=on_step)
+        return Publisher(self.config, self.store, self.objects, self.target, on_step=on_step)
 
     def publish(self, dt: str = DT) -> PublicationOutcome:
         return self.publisher().publish_one(dt)
@@ -79,7 +81,7 @@ class World:
 
     def read(self, dt: str = DT) -> Counter[str]:
         """The event ids an engine reading the catalog sees."""
-        rows = read_partition(self.catalog, TABLE, dt)
+        rows = read_partition(self.target, TABLE, dt)
         return Counter(rows.column("event_id").to_pylist())
 
     def expected(self, dt: str = DT, upto: int | None = None) -> Counter[str]:

@@ -49,7 +49,7 @@ def good(world: World) -> World:
 
 def run(world: World) -> dict[str, CheckOutcome]:
     return {
-        o.name: o for o in checks.run_all(world.config, world.store, world.objects, world.catalog)
+        o.name: o for o in checks.run_all(world.config, world.store, world.objects, world.target)
     }
 
 

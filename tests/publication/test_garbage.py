@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from resources.catalog.base import CatalogError, TableDefinition
+from resources.catalog.hive_target import HiveManifestsTarget
+from resources.catalog.local import LocalCatalog
+from resources.catalog.target import PublicationTarget
 from resources.coordination.items import ItemType
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
@@ -57,13 +61,14 @@ def lake(make_store: StoreFactory, tmp_path: Path, clock: FakeClock) -> Lake:
     return Lake(store, LocalObjectStore(tmp_path / "table"))
 
 
-def gc(lake: Lake, clock: FakeClock) -> GarbageCollector:
+def gc(lake: Lake, clock: FakeClock, target: PublicationTarget | None = None) -> GarbageCollector:
     return GarbageCollector(
         stream_config(lake.objects.root_url),
         lake.store,
         lake.objects,
         safety_delay_s=DELAY_S,
         clock_ms=lambda: int(clock.now * 1000),
+        target=target,
     )
 
 
@@ -366,3 +371,49 @@ def test_small_objects_a_rollup_has_not_consumed_are_kept(lake: Lake, clock: Fak
 
     lake.store.renew(job.token, 60, json.dumps(RollupCursor(3).state()))
     assert set(small) <= set(deletions(collector.plan()))
+
+
+class HistoryTarget(HiveManifestsTarget):
+    """A target with a history of its own (as an Iceberg table has): what its retained
+    snapshots reference and where its metadata lives, or a history that cannot be read."""
+
+    def __init__(self, referenced: set[str], prefix: str, broken: bool = False) -> None:
+        super().__init__(LocalCatalog(Path("/nowhere/catalog.json")))
+        self.referenced, self.prefix, self.broken = referenced, prefix, broken
+
+    def table(self, name: str) -> TableDefinition | None:
+        return TableDefinition(name, (), "")
+
+    def referenced_files(self, table: str) -> set[str] | None:
+        if self.broken:
+            raise CatalogError("the table's manifests cannot be read")
+        return self.referenced
+
+    def metadata_prefix(self, table: str) -> str | None:
+        return self.prefix
+
+
+def test_files_a_retained_snapshot_references_and_the_tables_metadata_stay(
+    lake: Lake, clock: FakeClock
+) -> None:
+    small = lake.ingest(100, 200, 300)
+    lake.publish(False, 3)
+    lake.merge(0, 3)
+    lake.close()
+    lake.publish(True, 3)
+    metadata = lake.objects.put_bytes("metadata/00001-x.metadata.json", b"{}")
+    age_all(clock)
+    age_all(clock)  # the live version is no longer retained by the ledger's rule
+    without = deletions(plan(lake, clock))
+    assert {lake.key(o.url) for o in small} <= set(without)
+    assert without[lake.key(metadata)] == ORPHAN
+
+    # An older snapshot still serves the small objects: a reader may time-travel to it.
+    target = HistoryTarget({o.url for o in small}, lake.objects.url("metadata/"))
+    found = deletions(gc(lake, clock, target).plan())
+    assert not {lake.key(o.url) for o in small} & set(found)
+    assert lake.key(metadata) not in found
+
+    broken = gc(lake, clock, HistoryTarget(set(), "", broken=True))
+    with pytest.raises(CatalogError, match="cannot be read"):
+        broken.plan()  # a history not read whole deletes nothing

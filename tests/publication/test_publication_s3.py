@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.objects.factory import object_store_for
 from resources.publication import checks
@@ -34,7 +35,7 @@ def test_publish_read_and_check_a_table_on_s3(
     lake = Lake(settings={}, root=str(tmp_path), max_objects=1000, max_bytes=1 << 30)
     config = replace(lake.config(), table=f"s3://{bucket}/events")
     objects = object_store_for(config.table, endpoint_url=endpoint, region="us-east-1")
-    catalog = LocalCatalog(tmp_path / "catalog.json")
+    catalog = HiveManifestsTarget(LocalCatalog(tmp_path / "catalog.json"))
     rng = random.Random(5)
     expected: Counter[str] = Counter()
     for n in range(3):

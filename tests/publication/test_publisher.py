@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.catalog.base import Column, TableDefinition
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.ledger.model import SmallObject
 from resources.publication import checks
@@ -61,7 +62,7 @@ def assert_serves_exactly_what_was_committed(world: World, dt: str = DT) -> None
     assert (partition.location, partition.seq) == (catalog_location(current.location), current.seq)
     assert world.read(dt) == world.expected(dt, upto=current.upper)
     assert current.rows == sum(world.expected(dt, upto=current.upper).values())
-    outcomes = checks.run_all(world.config, world.store, world.objects, world.catalog)
+    outcomes = checks.run_all(world.config, world.store, world.objects, world.target)
     assert [o.name for o in outcomes] == list(checks.CHECKS)
     assert [o.summary for o in outcomes if not o.passed] == []
 
@@ -78,7 +79,7 @@ def test_a_partition_is_published_live_after_ingestion_and_again_after_more_comm
     assert p is not None and (p.seq, p.switched, p.upper, p.files) == (1, False, 3, 3)
     assert p.rows == sum(world.expected().values())
     assert [e.url for e in read_spectrum(world.objects, p.location)] == partition_files(
-        world.catalog, TABLE, DT
+        world.target, TABLE, DT
     )
     assert_serves_exactly_what_was_committed(world)
     assert publisher.due() == []
@@ -118,7 +119,7 @@ def test_the_switch_waits_for_the_close_and_a_merge_covering_every_live_id(
     p = switched.publication
     assert p is not None and (p.switched, p.upper, p.files, p.manifest_version) == (True, 4, 1, 4)
     (merged,) = [r for r in world.store.merge_ranges(TABLE, DT) if not r.is_sentinel]
-    assert partition_files(world.catalog, TABLE, DT) == [merged.url]
+    assert partition_files(world.target, TABLE, DT) == [merged.url]
     assert world.read() == world.expected()
     assert_serves_exactly_what_was_committed(world)
 
@@ -186,7 +187,7 @@ def test_a_crash_after_recording_is_repaired_by_the_next_run(world: World) -> No
         world.publisher(on_step=crash_at("recorded")).publish_one(DT)
     assert world.current().seq == 1 and world.catalog.table(TABLE) is None
     assert not checks.run_one(
-        "catalog_current", world.config, world.store, world.objects, world.catalog
+        "catalog_current", world.config, world.store, world.objects, world.target
     ).passed
     publisher = world.publisher()
     assert publisher.due() == [DT]  # nothing new to publish, but the catalog lags
@@ -258,12 +259,12 @@ def test_due_lists_every_partition_to_publish_by_date_and_failures_do_not_raise(
 
 def test_reading_what_was_never_published_says_so(world: World) -> None:
     with pytest.raises(TableNotPublishedError):
-        read_partition(world.catalog, TABLE, DT)
+        read_partition(world.target, TABLE, DT)
     world.ingest(1)
     world.publish()
     with pytest.raises(PartitionNotPublishedError):
-        partition_files(world.catalog, TABLE, "2027-01-16")
-    assert read_partition(world.catalog, TABLE, DT, limit=1).num_rows == 1
+        partition_files(world.target, TABLE, "2027-01-16")
+    assert read_partition(world.target, TABLE, DT, limit=1).num_rows == 1
 
 
 def test_a_half_read_merge_chain_is_refused_and_published_next_time(
@@ -319,7 +320,10 @@ def test_a_publisher_that_wrote_an_older_version_over_a_newer_one_puts_the_newer
         assert newer.publication.seq == 2
 
     slow = Publisher(
-        world.config, world.store, world.objects, ReadThenWriteCatalog(world.catalog.path, racer)
+        world.config,
+        world.store,
+        world.objects,
+        HiveManifestsTarget(ReadThenWriteCatalog(world.catalog.path, racer)),
     )
     outcome = slow.publish_one(DT)
     assert outcome.outcome == PUBLISHED and outcome.publication is not None
@@ -394,7 +398,7 @@ def test_new_columns_reach_the_catalog_before_the_files_holding_them_and_stay(
     partition names those files. A publisher that followed version 1 and writes after does not
     take them away; the switch to the merged object (version 2, read by name) keeps them."""
     catalog = RecordingCatalog(world.catalog.path)
-    publisher = Publisher(world.config, world.store, world.objects, catalog)
+    publisher = Publisher(world.config, world.store, world.objects, HiveManifestsTarget(catalog))
     v1_names = world.config.column_names
     world.ingest(2)
     assert publisher.publish_one(DT).outcome == PUBLISHED  # seq 1: version 1's columns
@@ -409,7 +413,7 @@ def test_new_columns_reach_the_catalog_before_the_files_holding_them_and_stay(
     second = publisher.publish_one(DT)
     assert second.outcome == PUBLISHED and second.publication is not None
     assert catalog.calls == [("add_columns", None, v2_names), ("publish_partition", 2, v2_names)]
-    for url in partition_files(world.catalog, TABLE, DT):  # every file's columns declared
+    for url in partition_files(world.target, TABLE, DT):  # every file's columns declared
         assert set(pq.read_schema(url[len("file://") :]).names) <= set(v2_names)
     table = world.catalog.table(TABLE)
     assert table is not None and [(c.name, c.type) for c in table.columns[-2:]] == [
@@ -420,7 +424,7 @@ def test_new_columns_reach_the_catalog_before_the_files_holding_them_and_stay(
     # A publisher that followed the stream before version 2 was recorded writes last.
     v1_config = world.config
     monkeypatch.setattr(publisher_module, "followed_config", lambda store, config: v1_config)
-    older = Publisher(world.config, world.store, world.objects, catalog)
+    older = Publisher(world.config, world.store, world.objects, HiveManifestsTarget(catalog))
     world.ingest(1)
     catalog.calls.clear()
     assert older.publish_one(DT).outcome == PUBLISHED  # seq 3, after its ensure_table
@@ -432,9 +436,9 @@ def test_new_columns_reach_the_catalog_before_the_files_holding_them_and_stay(
     world.merge()
     switched = publisher.publish_one(DT)
     assert switched.outcome == PUBLISHED and switched.switched_now
-    (merged,) = partition_files(world.catalog, TABLE, DT)
+    (merged,) = partition_files(world.target, TABLE, DT)
     assert read_version(pq.read_schema(merged[len("file://") :])) == 2
-    rows = read_partition(world.catalog, TABLE, DT)
+    rows = read_partition(world.target, TABLE, DT)
     assert rows.column_names == v2_names
     by_country = Counter(rows.column("country").to_pylist())
     v2_rows = sum(len(ids) for (_, i), ids in world.committed.items() if i in (3, 4))

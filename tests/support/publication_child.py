@@ -13,8 +13,15 @@ the merger are `tests.support.merge_child`'s.
   file or record id seen twice, and any error. An engine sees exactly this, so the verdict is
   independent of what the ledger claims.
 
-`catalog` in the payload says which catalog every role opens: {"kind": "local", "path"} or
-{"kind": "glue", "database", "endpoint_url"}.
+- `publish_at_once`: one `Publisher.publish` (of `dts`, or of `Publisher.due()` when it is
+  null) into an Iceberg table, started when `go` exists, whose first switch plan waits (at most
+  `meet_s`) until every file of `peers` exists after writing its own `planned`: publishers
+  meeting there have all planned on the same table head, so all but the first to commit must
+  re-plan. Writes the outcomes and how many plans it made to `out`.
+
+`catalog` in the payload says which catalog every role opens: {"kind": "local", "path"},
+{"kind": "glue", "database", "endpoint_url"} or {"kind": "iceberg", "spec"} (a `TargetSpec`
+as JSON: the `publish` roles publish into its Iceberg table).
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ import pyarrow.parquet as pq
 
 from resources.catalog.base import Catalog, CatalogPartition, Column, TableDefinition
 from resources.catalog.glue import GlueCatalog
+from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
+from resources.catalog.target import PublicationTarget
 from resources.publication.publisher import PublicationOutcome, Publisher
 from resources.publication.reader import (
     PartitionNotPublishedError,
@@ -42,6 +51,7 @@ from resources.publication.reader import (
     partition_files,
 )
 from tests.support.merge_child import TABLE, Lake, append, write_atomically
+from tests.support.target_lake import TargetSpec
 
 REGION = "us-east-1"
 
@@ -107,7 +117,7 @@ def sample(catalog: Catalog, dt: str) -> dict[str, Any]:
     record: dict[str, Any] = {"dt": dt, "at_ms": int(time.time() * 1000)}
     once = OneLookup(catalog)
     try:
-        urls = partition_files(once, TABLE, dt)
+        urls = partition_files(HiveManifestsTarget(once), TABLE, dt)
     except (TableNotPublishedError, PartitionNotPublishedError):
         return {**record, "kind": "unpublished"}
     except Exception as exc:  # noqa: BLE001 — every failure is the verdict's evidence
@@ -138,9 +148,13 @@ def sample(catalog: Catalog, dt: str) -> dict[str, Any]:
 
 
 def publisher(lake: Lake, args: dict[str, Any], **kwargs: Any) -> Publisher:
-    return Publisher(
-        lake.config(), lake.store(), lake.objects(), open_catalog(args["catalog"]), **kwargs
+    spec = args["catalog"]
+    target: PublicationTarget = (
+        TargetSpec.from_json(spec["spec"]).open()
+        if spec["kind"] == "iceberg"
+        else HiveManifestsTarget(open_catalog(spec))
     )
+    return Publisher(lake.config(), lake.store(), lake.objects(), target, **kwargs)
 
 
 def publish_loop_role(lake: Lake, args: dict[str, Any]) -> None:
@@ -183,7 +197,40 @@ def read_loop_role(lake: Lake, args: dict[str, Any]) -> None:
         time.sleep(0.02)  # an engine's queries are not a busy loop: leave the writers CPU
 
 
-ROLES = {"publish_loop": publish_loop_role, "publish": publish_role, "read_loop": read_loop_role}
+def publish_at_once_role(lake: Lake, args: dict[str, Any]) -> None:
+    from resources.catalog.iceberg import target as iceberg_target
+
+    planned, peers = Path(args["planned"]), [Path(p) for p in args["peers"]]
+    plans: list[bool] = []  # per plan: whether the peers were met before it went on
+    plan_switch = iceberg_target.plan_switch
+
+    def meeting_plan(*a: Any, **kw: Any) -> Any:
+        plan = plan_switch(*a, **kw)
+        met = True
+        if not plans:
+            planned.write_text("planned")
+            deadline = time.monotonic() + args["meet_s"]
+            while not all(p.exists() for p in peers) and (met := time.monotonic() < deadline):
+                time.sleep(0.005)
+        plans.append(met)
+        return plan
+
+    iceberg_target.plan_switch = meeting_plan  # type: ignore[assignment]
+    pub = publisher(lake, args)
+    go = Path(args["go"])
+    while not go.exists():
+        time.sleep(0.005)
+    outcomes = [outcome_record(o) for o in pub.publish(args["dts"] or pub.due())]
+    write_atomically(Path(args["out"]), {"outcomes": outcomes, "plans": plans})
+    pub.store.close_store()
+
+
+ROLES = {
+    "publish_loop": publish_loop_role,
+    "publish": publish_role,
+    "read_loop": read_loop_role,
+    "publish_at_once": publish_at_once_role,
+}
 
 
 def main() -> None:

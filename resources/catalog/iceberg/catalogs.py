@@ -72,13 +72,19 @@ class IcebergCatalog:
         return _with_retries(f"{self.where}: {action}", fn, self.retry, self.sleep)
 
     def ensure_namespace(self) -> None:
-        """Create the namespace if missing; another process creating it at once is fine."""
+        """Create the namespace if missing; another process creating it at once is fine (the
+        SQL catalog checks, then inserts: the one that inserts second gets the database's
+        unique-key error, not `NamespaceAlreadyExistsError`, so any failure after which the
+        namespace exists is success)."""
 
         def create() -> None:
             try:
                 self.catalog.create_namespace(self.namespace)
             except NamespaceAlreadyExistsError:
                 pass
+            except Exception:
+                if not self.catalog.namespace_exists(self.namespace):
+                    raise
 
         self.call("create namespace", create)
 

@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from resources.catalog.base import PARTITION_KEY, CatalogError
+from resources.catalog.iceberg.files import partition_dt
 from resources.catalog.iceberg.switching import seqs
 from resources.catalog.target import PartitionFile, TableSnapshot
 
@@ -61,6 +62,21 @@ def data_files(table: Table, dt: str, snapshot_id: int | None) -> list[Partition
         for t in scan.plan_files()
     ]
     return sorted(files, key=lambda f: f.url)
+
+
+def files_by_date(table: Table, snapshot_id: int | None) -> dict[str, list[PartitionFile]]:
+    """dt -> the files of that date at the snapshot (default: current), by URL: one scan
+    plan for every date."""
+    sid = _snapshot_id(table, snapshot_id)
+    if sid is None and table.metadata.current_snapshot() is None:
+        return {}
+    out: dict[str, list[PartitionFile]] = {}
+    for t in table.scan(snapshot_id=sid).plan_files():
+        dt = partition_dt(t.file.partition[0])
+        out.setdefault(dt, []).append(
+            PartitionFile(t.file.file_path, t.file.file_size_in_bytes, t.file.record_count)
+        )
+    return {dt: sorted(files, key=lambda f: f.url) for dt, files in sorted(out.items())}
 
 
 def read(

@@ -1,6 +1,6 @@
 """Every use of pyiceberg's private API, in one place. Written against pyiceberg 0.12.0
-(pyproject pins `>=0.12,<0.13`); `tests/catalog/test_iceberg_internals.py` fails loudly when
-the behaviour relied on here changes.
+(pyproject pins `>=0.12,<0.13`); `tests/catalog/test_iceberg_target.py` and
+`tests/catalog/test_iceberg_metadata.py` fail loudly when the behaviour relied on here changes.
 
 Relied on:
 - `_OverwriteFiles` (what `UpdateSnapshot.overwrite()` returns) keeps, in every later snapshot,
@@ -11,13 +11,19 @@ Relied on:
   merges small manifests with `_ManifestMergeManager` under the table's
   `commit.manifest.min-count-to-merge` / `commit.manifest.target-size-bytes`, as a merge append
   does: the manifest list of a table switched 10,000 times stays as short as of one switched
-  100 times.
+  100 times. `commit.manifest-merge.enabled` is on unless the table says false (pyiceberg's
+  default is off, which would leave one manifest per switch that still holds a live file).
+  The manifests a merge replaced (the overwrite's rewritten and delete manifests) were
+  written for nothing: `_written_manifests` minus what the snapshot lists are deleted once it
+  landed (`LeaseholdOverwrite.delete_unlisted`).
 - A producer staged with `Transaction._apply(*producer._commit())` is not registered for
   pyiceberg's own commit retry (`Transaction.commit_transaction` replays registered producers
   against the new head but keeps the other staged updates as they were: leasehold's per-date
   `seq` properties would be written as decided on the old head). Leasehold retries itself,
   re-planning everything on the new head; so the manifests of a commit that failed are deleted
-  here (`_clean_all_uncommitted`), as pyiceberg would.
+  here (`_clean_all_uncommitted`), as pyiceberg would. pyiceberg's SQL and Glue catalogs apply
+  the updates to the table as it is at commit time and raise `ValueError` (before writing
+  anything) for a `RemoveSnapshotsUpdate` naming a snapshot already gone.
 - `ExpireSnapshots(transaction)` stages its `RemoveSnapshotsUpdate` in a transaction that is
   not autocommitting: expiry lands in the same commit as the switch. It removes snapshots from
   the metadata only: no manifest, manifest list or data file is deleted.
@@ -35,6 +41,7 @@ Relied on:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -60,9 +67,14 @@ WRITTEN_AGAINST = "0.12."
 
 INSTALLED = pyiceberg.__version__
 
+log = logging.getLogger(__name__)
+
 
 class LeaseholdOverwrite(_OverwriteFiles):
     """An overwrite that drops earlier delete-only manifests and merges small ones."""
+
+    _listed: set[str]
+    """The manifests the snapshot lists (set by `_process_manifests`)."""
 
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
         live = [m for m in manifests if not self._delete_only_from_earlier(m)]
@@ -70,14 +82,26 @@ class LeaseholdOverwrite(_OverwriteFiles):
         merger: _ManifestMergeManager[Any] = _ManifestMergeManager(
             target_size_bytes=_int(props, TableProperties.MANIFEST_TARGET_SIZE_BYTES),
             min_count_to_merge=_int(props, TableProperties.MANIFEST_MIN_MERGE_COUNT),
-            merge_enabled=property_as_bool(
-                props,
-                TableProperties.MANIFEST_MERGE_ENABLED,
-                TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
-            ),
+            # pyiceberg's default is off; Iceberg's (Java) is on, and so is leasehold's: a
+            # table created before the property was set merges too, unless it says false.
+            merge_enabled=property_as_bool(props, TableProperties.MANIFEST_MERGE_ENABLED, True),
             snapshot_producer=self,
         )
-        return merger.merge_manifests(live)
+        merged = merger.merge_manifests(live)
+        self._listed = {m.manifest_path for m in merged}
+        return merged
+
+    def delete_unlisted(self) -> None:
+        """Delete the manifests this producer wrote that its snapshot does not list (the
+        merge replaced them): written for this commit only, no snapshot ever named them.
+        A failure is logged: the commit landed."""
+        listed: set[str] = getattr(self, "_listed", set())
+        for path in self._written_manifests:
+            if path not in listed:
+                try:
+                    self._io.delete(path)
+                except OSError as exc:
+                    log.warning("unlisted manifest %s not deleted: %s", path, exc)
 
     def _delete_only_from_earlier(self, manifest: ManifestFile) -> bool:
         return (
@@ -153,17 +177,23 @@ def stage_expiry(tx: Transaction, snapshot_ids: Iterable[int]) -> None:
         ExpireSnapshots(tx).by_ids(ids).commit()
 
 
-def commit(tx: Transaction, producer: LeaseholdOverwrite) -> None:
-    """Commit `tx` once (no pyiceberg retry). On `CommitFailedException` (another writer
-    committed first) or `ValidationException` the commit did not land: the manifests written
+def commit(tx: Transaction, producer: LeaseholdOverwrite) -> Table:
+    """Commit `tx` once (no pyiceberg retry); returns the table as committed (the catalog's
+    answer), after deleting the manifests written for it that it does not list. On
+    `CommitFailedException` (another writer committed first),
+    `ValidationException` or `ValueError` (the catalog could not apply an update to the table
+    as it is now: a snapshot to remove is gone) the commit did not land: the manifests written
     for it are deleted and the error raised."""
     try:
-        tx.commit_transaction()
-    except (CommitFailedException, ValidationException):
+        committed = tx.commit_transaction()
+    except (CommitFailedException, ValidationException, ValueError):
         producer._clean_all_uncommitted()
         raise
+    producer.delete_unlisted()
+    return committed
 
 
 def check_file_schema(schema: Schema, file_schema: pa.Schema, format_version: int) -> None:
     """Raises `ValueError` when a data file's schema does not fit the table's."""
+    # pyiceberg types `format_version` as its Literal[1, 2, 3]; the table's own, passed through.
     _check_pyarrow_schema_compatible(schema, file_schema, format_version=format_version)  # type: ignore[arg-type]

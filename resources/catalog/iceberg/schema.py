@@ -61,6 +61,9 @@ TABLE_PROPERTIES: Mapping[str, str] = {
     # Another engine's snapshot expiry must never delete a data file: leasehold's GC does,
     # knowing the ledger (Java's ExpireSnapshots refuses to run at all with this false).
     "gc.enabled": "false",
+    # Merge small manifests as a commit writes them (Java's default; pyiceberg's is off):
+    # a snapshot lists at most `commit.manifest.min-count-to-merge` (100) small manifests.
+    "commit.manifest-merge.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": str(METADATA_VERSIONS_KEPT),
 }

@@ -25,11 +25,21 @@ from resources.catalog.target import PartitionSwitch
 
 SEQ_PREFIX = "leasehold.seq."
 """Table property (and snapshot summary key) `leasehold.seq.<dt>`: the date's current seq."""
+VERSION_PREFIX = "leasehold.version."
+"""Table property `leasehold.version.<dt>`: the manifest version directory of the date's
+current publication (leasehold's own record of it; not in snapshot summaries)."""
 
 
 def seqs(properties: Mapping[str, str]) -> dict[str, int]:
     """dt -> seq of the `leasehold.seq.<dt>` keys of table properties or a snapshot summary."""
     return {k[len(SEQ_PREFIX) :]: int(v) for k, v in properties.items() if k.startswith(SEQ_PREFIX)}
+
+
+def versions(properties: Mapping[str, str]) -> dict[str, str]:
+    """dt -> manifest version URL of the `leasehold.version.<dt>` table properties."""
+    return {
+        k[len(VERSION_PREFIX) :]: v for k, v in properties.items() if k.startswith(VERSION_PREFIX)
+    }
 
 
 @dataclass
@@ -66,7 +76,8 @@ def plan_switch(
         return None
     dts = sorted(todo)
     marks = {f"{SEQ_PREFIX}{dt}": str(todo[dt].seq) for dt in dts}
-    plan = SwitchPlan(dts, marks, summary={**summary, **marks})
+    named = {f"{VERSION_PREFIX}{dt}": todo[dt].version_url for dt in dts}
+    plan = SwitchPlan(dts, {**marks, **named}, summary={**summary, **marks})
     current = _current_files(table, dts)
     for dt in dts:
         wanted = {f.url for f in todo[dt].files}

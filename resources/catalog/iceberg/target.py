@@ -8,8 +8,11 @@ dates' seqs, their files) and committed again, at most `COMMIT_POLICY.max_attemp
 full jitter. Because every switch re-plans from scratch, no pyiceberg conflict validation is
 involved: two publishers switching different dates both land, one after the other, and the
 same date switched twice lands once. Snapshots past the retention expire in the same commit
-(`switching.expired_snapshots`); expiry removes metadata only, and `gc.enabled=false` keeps any
-other engine's expiry from deleting data files.
+(`switching.expired_snapshots`); once it landed, the manifest lists of the expired snapshots
+and the manifests no retained snapshot names are deleted (`references`: the metadata files on
+storage stay as bounded as the metadata). No data file is ever deleted here, and
+`gc.enabled=false` keeps any other engine's expiry from deleting one: leasehold's GC deletes
+what no retained snapshot references (`referenced_files`), never under `metadata_prefix`.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from resources.catalog.base import (
     CatalogError,
@@ -30,7 +35,7 @@ from resources.catalog.base import (
     TableDefinition,
     grown_columns,
 )
-from resources.catalog.iceberg import history, internals
+from resources.catalog.iceberg import history, internals, references
 from resources.catalog.iceberg.catalogs import IcebergCatalog, unreachable
 from resources.catalog.iceberg.schema import (
     hive_columns,
@@ -39,7 +44,7 @@ from resources.catalog.iceberg.schema import (
     table_properties,
     table_schema,
 )
-from resources.catalog.iceberg.switching import expired_snapshots, plan_switch, seqs
+from resources.catalog.iceberg.switching import expired_snapshots, plan_switch, seqs, versions
 from resources.catalog.target import (
     ICEBERG,
     PartitionFile,
@@ -56,6 +61,25 @@ log = logging.getLogger(__name__)
 
 COMMIT_POLICY = RetryPolicy(max_attempts=10, base_delay_s=0.05, max_delay_s=2.0)
 """Commit rounds (another writer first, or the catalog not answering) before giving up."""
+
+
+class ExpiredMeanwhileError(CommitFailedException):
+    """A snapshot a commit expires was expired by another engine between the plan and the
+    commit: nothing landed; re-planned on the new head like any other concurrent commit."""
+
+
+@dataclass(frozen=True)
+class _Committed:
+    """A switch that landed: the dates it switched, the snapshots it expired (as they were
+    before it), and the table as the commit left it."""
+
+    dts: list[str]
+    expired: list[Snapshot]
+    table: Table
+
+
+def _metadata_prefix(table: Table) -> str:
+    return table.location_provider().metadata_path.rstrip("/") + "/"
 
 
 class IcebergTarget(PublicationTarget):
@@ -79,6 +103,7 @@ class IcebergTarget(PublicationTarget):
         self.max_snapshots = max_snapshots
         self.commit_policy = commit_policy
         self.clock = clock
+        self._manifest_lists: dict[str, references.ManifestLists] = {}
 
     def __repr__(self) -> str:
         return f"IcebergTarget({self.catalog.where})"
@@ -155,9 +180,11 @@ class IcebergTarget(PublicationTarget):
     def partitions(self, table: str) -> list[PublishedPartition]:
         found = self.load(table)
         location = found.metadata.location
+        properties = found.metadata.properties
+        named = versions(properties)
         return [
-            PublishedPartition(table, dt, seq, location)
-            for dt, seq in sorted(seqs(found.metadata.properties).items())
+            PublishedPartition(table, dt, seq, location, named.get(dt, ""))
+            for dt, seq in sorted(seqs(properties).items())
         ]
 
     def partition(self, table: str, dt: str) -> PublishedPartition | None:
@@ -171,28 +198,66 @@ class IcebergTarget(PublicationTarget):
         summary: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Commits, when a switch applies, one snapshot whose summary holds `summary` and
-        `leasehold.seq.<dt>` per date switched; snapshots past the retention expire in it."""
+        `leasehold.seq.<dt>` per date switched; snapshots past the retention expire in it, and
+        once it landed the metadata files only they referenced are deleted (`references`)."""
+        committed = self._committing(
+            f"switch {table!r}", lambda: self._commit_switch(table, switches, summary or {})
+        )
+        if committed is None:
+            return []
+        if committed.expired:
+            self._delete_unreferenced(table, committed)
+        log.info("%s: switched %s of %s", self.catalog.where, ", ".join(committed.dts), table)
+        return committed.dts
 
-        def attempt() -> list[str]:
-            found = self.load(table)
-            plan = plan_switch(found, switches, summary or {})
-            if plan is None:
-                return []
-            tx = internals.transaction(found)
-            tx.set_properties(plan.properties)
-            now_ms = int(self.clock() * 1000)
-            internals.stage_expiry(
-                tx,
-                expired_snapshots(found.metadata, now_ms, self.retention_ms, self.max_snapshots),
+    def _commit_switch(
+        self, table: str, switches: Sequence[PartitionSwitch], summary: Mapping[str, str]
+    ) -> _Committed | None:
+        """One attempt: load, plan on the table as it is now, commit (expiry staged in it)."""
+        found = self.load(table)
+        plan = plan_switch(found, switches, summary)
+        if plan is None:
+            return None
+        planned_on = found.metadata  # the commit replaces `found.metadata` with its own
+        tx = internals.transaction(found)
+        tx.set_properties(plan.properties)
+        now_ms = int(self.clock() * 1000)
+        expired = expired_snapshots(planned_on, now_ms, self.retention_ms, self.max_snapshots)
+        internals.stage_expiry(tx, expired)
+        producer = internals.stage_overwrite(tx, plan.deleted, plan.added, plan.summary)
+        try:
+            committed = internals.commit(tx, producer)
+        except ValueError as exc:
+            # pyiceberg's catalogs apply our updates to the table as it is at commit time: a
+            # snapshot another engine expired meanwhile cannot be removed again. Nothing landed.
+            if expired and self._expired_meanwhile(table, expired):
+                raise ExpiredMeanwhileError(f"{table}: a snapshot to expire is gone") from exc
+            raise
+        gone = [s for s in planned_on.snapshots if s.snapshot_id in set(expired)]
+        return _Committed(plan.dts, gone, committed)
+
+    def _expired_meanwhile(self, table: str, snapshot_ids: Sequence[int]) -> bool:
+        held = self.load(table).metadata
+        return any(held.snapshot_by_id(i) is None for i in snapshot_ids)
+
+    def _delete_unreferenced(self, table: str, committed: _Committed) -> None:
+        """Delete the manifest lists of the snapshots `committed` expired and the manifests no
+        snapshot it retains names. The switch landed: a failure here is logged, not raised
+        (the files are left behind; they cost only storage)."""
+        done = committed.table
+        lists = self._manifest_lists.setdefault(table, references.ManifestLists())
+        try:
+            doomed = references.unreferenced_metadata(
+                done.io, committed.expired, done.metadata, lists
             )
-            producer = internals.stage_overwrite(tx, plan.deleted, plan.added, plan.summary)
-            internals.commit(tx, producer)
-            return plan.dts
-
-        switched = self._committing(f"switch {table!r}", attempt)
-        if switched:
-            log.info("%s: switched %s of %s", self.catalog.where, ", ".join(switched), table)
-        return switched
+        except OSError as exc:
+            log.warning("%s: %s: expired metadata kept (%s)", self.catalog.where, table, exc)
+            return
+        prefix = _metadata_prefix(done)
+        deleted, failures = references.delete_files(done.io, doomed, prefix)
+        for failure in failures:
+            log.warning("%s: %s: not deleted: %s", self.catalog.where, table, failure)
+        log.debug("%s: %s: deleted %d expired metadata files", self.catalog.where, table, deleted)
 
     def _committing(self, what: str, attempt: Callable[[], T]) -> T:
         """`attempt()` (load, decide on the table as it is now, commit), again after another
@@ -234,6 +299,14 @@ class IcebergTarget(PublicationTarget):
         Raises `CatalogError` (also for a snapshot the table does not hold)."""
         return history.data_files(self.load(table), dt, snapshot_id)
 
+    def files_by_date(
+        self, table: str, snapshot_id: int | None = None
+    ) -> dict[str, list[PartitionFile]]:
+        """dt -> the files of that date at `snapshot_id` (default: the current snapshot), by
+        URL, from one scan plan. Raises `CatalogError` (also for a snapshot the table does not
+        hold)."""
+        return history.files_by_date(self.load(table), snapshot_id)
+
     def read(
         self,
         table: str,
@@ -245,3 +318,34 @@ class IcebergTarget(PublicationTarget):
         current snapshot) with `columns` (default: all, in the schema's order), read by
         pyiceberg's scan. Raises `CatalogError`."""
         return history.read(self.load(table), dt, snapshot_id, columns)
+
+    # -- garbage collection ------------------------------------------------------------------
+
+    def referenced_files(self, table: str) -> set[str]:
+        """The URL of every file a retained snapshot of `table` references (data files, and
+        delete files another engine wrote): the live entries of the distinct manifests of all
+        retained snapshots, each manifest read once. Leasehold's GC must keep these; a file a
+        commit still in flight adds is not among them (the GC's safety delay covers it).
+        Read-only. When a manifest list or manifest is gone because a commit expired its
+        snapshot meanwhile, the table is loaded again and read anew. Raises `CatalogError`
+        (no such table; a file the table still references is missing or unreadable: never a
+        partial set), `CatalogUnreachableError`."""
+        where = f"{self.catalog.where}: files referenced by {table!r}"
+        for _ in range(self.commit_policy.max_attempts):
+            found = self.load(table)
+            try:
+                return references.referenced_files(found.io, found.metadata)
+            except FileNotFoundError as exc:
+                if self.load(table).metadata_location == found.metadata_location:
+                    raise CatalogError(f"{where}: {exc}") from exc
+            except OSError as exc:
+                raise CatalogError(f"{where}: {exc}") from exc
+        raise CatalogError(f"{where}: the table changed under every read")
+
+    def metadata_prefix(self, table: str) -> str:
+        """Where `table` keeps its Iceberg metadata (metadata.json files, manifest lists,
+        manifests), ending with `/`: `<table location>/metadata/`, or the table's
+        `write.metadata.path`. Leasehold's GC must never take a file under it for an orphan:
+        the target deletes what expiry leaves there itself. Read-only. Raises `CatalogError`
+        (no such table), `CatalogUnreachableError`."""
+        return _metadata_prefix(self.load(table))
