@@ -219,7 +219,7 @@ class IcebergTarget(PublicationTarget):
         if plan is None:
             return None
         planned_on = found.metadata  # the commit replaces `found.metadata` with its own
-        tx = found.transaction()
+        tx = internals.transaction(found)
         tx.set_properties(plan.properties)
         now_ms = int(self.clock() * 1000)
         expired = expired_snapshots(planned_on, now_ms, self.retention_ms, self.max_snapshots)
