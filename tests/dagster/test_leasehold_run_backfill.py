@@ -13,9 +13,6 @@ from collections import Counter
 from dagster import Definitions
 
 from coordination_assets.main_job import run_stream
-from resources.catalog.opening import target_for
-from resources.catalog.settings import CatalogSettings
-from resources.catalog.target import MANIFESTS
 from resources.dagster_resources.lake import LakeResource
 from resources.publication.reader import read_partition
 from tests.dagster.test_merge_sensor import env
@@ -48,7 +45,7 @@ def land(env: PipelineEnv, wave: str, dts: list[str], records: int = 5) -> None:
 
 def published_ids(env: PipelineEnv, dts: set[str]) -> Counter[str]:
     """Event ids of the published table: catalog -> manifest -> files, nothing cached."""
-    catalog = target_for(CatalogSettings(catalog_path=str(env.root / "catalog.json")), MANIFESTS)
+    catalog = env.catalog().target(env.lake().stream(STREAM).table_format, env.lake())
     ids: Counter[str] = Counter()
     for dt in sorted(dts):
         ids.update(read_partition(catalog, STREAM, dt).column("event_id").to_pylist())

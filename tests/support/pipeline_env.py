@@ -62,8 +62,13 @@ class PipelineEnv:
         )
 
     def catalog(self, **fields: Any) -> CatalogResource:
-        """The local catalog file under the pipeline's root."""
-        return CatalogResource(catalog_path=str(self.root / "catalog.json"), **fields)
+        """The local catalogs under the pipeline's root: the Hive catalog file and the Iceberg
+        SQL catalog (never the default data directory, which other tests share)."""
+        return CatalogResource(
+            catalog_path=str(self.root / "catalog.json"),
+            iceberg_catalog_path=str(self.root / "iceberg" / "catalog.db"),
+            **fields,
+        )
 
     def resources(self) -> dict[str, Any]:
         return {
