@@ -1,7 +1,8 @@
 """Publication: a switch's cost with Iceberg against manifests, and as snapshots accumulate.
 
     .venv/bin/python bench/publication.py [--switches 10000] [--open-dates 3]
-        [--files-per-switch 20] [--dates 0] [--rows 200] [--max-snapshots N] [--glue 0]
+        [--files-per-switch 20] [--dates 0] [--warmup 200] [--rows 200] [--max-snapshots N]
+        [--glue 0]
         [--work DIR]
 
 One sequence of switches, published through both formats on the same Parquet files, in one
@@ -22,8 +23,11 @@ switches in turn; a date's live switches publish its small files 1..k, k growing
 rows, and a new date opens in its place. The open dates start staggered, so the mix is the
 same from the first switch to the last. Dates accumulate in the table as they would (one
 merged file each); `--dates D` instead re-uses D dates round (a date coming round again is
-published from its first small file, with a higher seq): a table whose content stays the size
-of D dates while only its history grows.
+published from its first small file, with a higher seq), all D first published (their merged
+files, seq 0) by one switch, then `--warmup` switches untimed (the table's manifests settle
+into the layout merges keep them in) and the history cut to two snapshots: from the first timed
+switch to the last the table holds D dates in the same layout while only its history grows —
+the cost of snapshots accumulating, apart from the table's growth.
 
 Reported: per switch wall and CPU time (median, p90) of each format and the ratio; the
 Iceberg switch's phases (load the table, plan the switch — read the date's current files from
@@ -243,6 +247,37 @@ def open_targets(
     return out
 
 
+def prefill(pubs: list[Publishing], dates: int, files: dict[int, list[PartitionFile]]) -> None:
+    """One untimed switch publishing each of `dates` dates' merged file (seq 0)."""
+    switches = [PartitionSwitch(dt_of(d), 0, "prefill/", (files[d][-1],)) for d in range(dates)]
+    for pub in pubs:
+        done = pub.target.switch(TABLE, switches)
+        if len(done) != dates:
+            raise SystemExit(f"{pub.name}: prefill switched {len(done)} of {dates} dates")
+
+
+def warm_up(pubs: list[Publishing], steps: list[Step], files: dict) -> None:
+    """Publish `steps` untimed (the table's manifests reach the layout they keep: their
+    count grows over the first switches until merges hold it), the last with the Iceberg
+    table's snapshots capped at one (a switch keeps the head it replaces: two are left), so
+    the timed switches start from a two-snapshot history on the table as it will stay; then
+    forget the timings."""
+    ice = next(p.target for p in pubs if p.name == "iceberg")
+    assert isinstance(ice, iceberg_target.IcebergTarget)
+    cap, last = ice.max_snapshots, len(steps) - 1
+    for i, step in enumerate(steps):
+        ice.max_snapshots = 1 if i == last else cap
+        for pub in pubs:
+            pub.publish(step, files)
+    ice.max_snapshots = cap
+    if len(ice.snapshots(TABLE)) != 2:
+        raise SystemExit("iceberg: the warm-up did not cut the history to two snapshots")
+    for pub in pubs:
+        pub.wall.clear()
+        pub.cpu.clear()
+        pub.phases.clear()
+
+
 def run(
     steps: list[Step], files: dict[int, list[PartitionFile]], pubs: list[Publishing], progress: str
 ) -> None:
@@ -459,6 +494,12 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--rows", type=int, default=200, help="rows per small file")
     parser.add_argument(
+        "--warmup",
+        type=int,
+        default=200,
+        help="with --dates: untimed switches first, then the history cut to two snapshots",
+    )
+    parser.add_argument(
         "--glue", type=int, default=0, help="also run the first N switches on Glue (loopback moto)"
     )
     parser.add_argument(
@@ -499,8 +540,10 @@ def main() -> int:
 
 def bench(args: argparse.Namespace, work: Path) -> int:
     n = args.files_per_switch
-    steps = schedule(args.switches, args.open_dates, n, args.dates)
-    days = max(s.day for s in steps) + 1
+    warm = args.warmup if args.dates else 0
+    every = schedule(warm + args.switches, args.open_dates, n, args.dates)
+    steps = every[warm:]
+    days = max(s.day for s in every) + 1
     started = time.monotonic()
     files = write_files(work / "data", days, n, args.rows)
     print(
@@ -524,6 +567,11 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     clock_iceberg_phases()
     load_start = load_average()
     pubs = open_targets(work, settings, "sql")
+    if args.dates:
+        prefill(pubs, args.dates, files)
+        if warm:
+            warm_up(pubs, every[:warm], files)
+            print(f"Warm-up: {warm} switches, untimed; the history then cut to two snapshots.")
     started = time.monotonic()
     run(steps, files, pubs, "sql")
     elapsed = time.monotonic() - started
@@ -536,7 +584,7 @@ def bench(args: argparse.Namespace, work: Path) -> int:
     man, ice = pubs
     report = metadata_report(ice, man, work / "catalog.json")
     print_metadata(report)
-    check_agree(pubs, steps, files, report["total_rows"])
+    check_agree(pubs, every, files, report["total_rows"])
     if args.glue:
         glue = glue_run(work, steps[: args.glue], files)
         comparison_table(glue, "Glue (loopback moto server), both formats")

@@ -1,6 +1,7 @@
 """Opening an Iceberg catalog from `CatalogSettings`, and calling it with bounded retries.
 
-- `local` (the embedded default): pyiceberg's `SqlCatalog` on the SQLite file
+- `local` (the embedded default): pyiceberg's `SqlCatalog` (as `internals.LeaseholdSqlCatalog`,
+  like Glue's: the commit without pyiceberg's deep copy of the metadata) on the SQLite file
   `CatalogSettings.iceberg_sqlite_path()` (`$LEASEHOLD_DATA_DIR/iceberg/catalog.db`), namespace
   `leasehold`;
 - `glue`: pyiceberg's Glue catalog in the Glue database, region, endpoint and catalog id the
@@ -136,16 +137,17 @@ def file_io_properties(endpoint_url: str | None, region: str | None) -> dict[str
 
 
 def _sqlite(path: Path, io: dict[str, str]) -> PyIcebergCatalog:
-    from pyiceberg.catalog.sql import SqlCatalog
+    from resources.catalog.iceberg.internals import LeaseholdSqlCatalog
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("leasehold", uri=f"sqlite:///{path}", **io)
+    return LeaseholdSqlCatalog("leasehold", uri=f"sqlite:///{path}", **io)
 
 
 def _glue(settings: CatalogSettings, io: dict[str, str]) -> PyIcebergCatalog:
     import boto3
     from botocore.config import Config
-    from pyiceberg.catalog.glue import GlueCatalog
+
+    from resources.catalog.iceberg.internals import LeaseholdGlueCatalog
 
     client = boto3.client(
         "glue",
@@ -160,7 +162,7 @@ def _glue(settings: CatalogSettings, io: dict[str, str]) -> PyIcebergCatalog:
             params.setdefault("CatalogId", catalog_id)
 
         client.meta.events.register("provide-client-params.glue", add_catalog_id)
-    return GlueCatalog("leasehold", client=client, **io)
+    return LeaseholdGlueCatalog("leasehold", client=client, **io)
 
 
 def _rest(settings: CatalogSettings, io: dict[str, str]) -> PyIcebergCatalog:

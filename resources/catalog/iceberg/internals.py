@@ -27,14 +27,18 @@ Relied on:
 - `ExpireSnapshots(transaction)` stages its `RemoveSnapshotsUpdate` in a transaction that is
   not autocommitting: expiry lands in the same commit as the switch. It removes snapshots from
   the metadata only: no manifest, manifest list or data file is deleted.
-- `Transaction.table_metadata` applies the staged updates to the table's metadata and
-  deep-copies the result on EVERY read, and a snapshot producer reads it about twenty times
-  per commit: each read costs what the retained snapshots weigh (500 by default), so a switch
-  on a table with a long history paid that twenty times over (bench/publication.py: 4x the
-  first switches' cost at 500 snapshots). `LeaseholdTransaction` computes it once per staged
-  state (the table's metadata and the `_updates` tuple, both immutable: `TableMetadata` is a
-  frozen model and `_stage` replaces the tuple) and hands the same frozen object to every
-  reader.
+- `update_table_metadata` (what `Transaction.table_metadata` and the SQL and Glue catalogs'
+  `_update_and_stage_table` call) ends with `model_copy(deep=True)`: a deep copy of every
+  retained snapshot (500 by default: ~100 ms here), and `Transaction.table_metadata` runs it
+  on EVERY read, about twenty per commit. Each `_apply_table_update` step already returns a
+  new frozen `TableMetadata` whose changed lists and dicts are new objects (`model_copy` with
+  `update=`), and nothing in pyiceberg or leasehold mutates a metadata's containers in place,
+  so `staged_metadata` is the same computation without the copy (the result shares the
+  unchanged snapshots with the base: immutable values). `LeaseholdTransaction` computes it
+  once per staged state (the table's metadata and the `_updates` tuple: `_stage` replaces
+  the tuple) and `ShallowStaging` is the catalogs' commit with it
+  (`LeaseholdSqlCatalog`, `LeaseholdGlueCatalog`). `tests/catalog/test_iceberg_metadata.py`
+  checks that it equals pyiceberg's own result.
 - `pyiceberg.io.pyarrow._check_pyarrow_schema_compatible` checks a data file's schema against
   the table's, as `parquet_file_to_data_file` does.
 """
@@ -42,24 +46,40 @@ Relied on:
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 import pyiceberg
+from pyiceberg.catalog import ICEBERG, METADATA_LOCATION, TABLE_TYPE, Catalog, MetastoreCatalog
+from pyiceberg.catalog.glue import GlueCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
 from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table import StagedTable, Table, TableProperties, Transaction
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update import TableUpdate
+from pyiceberg.table.update import (
+    TableRequirement,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
 from pyiceberg.table.update.snapshot import (
     ExpireSnapshots,
     _ManifestMergeManager,
     _OverwriteFiles,
 )
+from pyiceberg.typedef import Identifier
+from pyiceberg.utils.datetime import datetime_to_millis
 from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 WRITTEN_AGAINST = "0.12."
@@ -91,11 +111,19 @@ class LeaseholdOverwrite(_OverwriteFiles):
         self._listed = {m.manifest_path for m in merged}
         return merged
 
+    @property
+    def listed(self) -> frozenset[str] | None:
+        """The manifests the snapshot's manifest list names; None before `_commit` wrote it."""
+        found = getattr(self, "_listed", None)
+        return None if found is None else frozenset(found)
+
     def delete_unlisted(self) -> None:
         """Delete the manifests this producer wrote that its snapshot does not list (the
         merge replaced them): written for this commit only, no snapshot ever named them.
         A failure is logged: the commit landed."""
-        listed: set[str] = getattr(self, "_listed", set())
+        listed = self.listed
+        if listed is None:
+            return
         for path in self._written_manifests:
             if path not in listed:
                 try:
@@ -124,6 +152,28 @@ _DEFAULTS = {
 }
 
 
+def staged_metadata(
+    base: TableMetadata, updates: tuple[TableUpdate, ...], metadata_location: str | None = None
+) -> TableMetadata:
+    """`update_table_metadata(base, updates, metadata_location=...)` without the final deep
+    copy: `base` with `updates` applied (the metadata log extended when `metadata_location`,
+    the base's own, is given). Raises what pyiceberg raises for an update that does not apply
+    (`ValueError`, `ValidationError`)."""
+    context = _TableMetadataUpdateContext()
+    new = base
+    for update in updates:
+        new = _apply_table_update(update, new, context)
+    if context.has_changes():
+        if metadata_location:
+            new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == new.last_updated_ms:
+            now = datetime_to_millis(datetime.now().astimezone())
+            new = new.model_copy(update={"last_updated_ms": now})
+    new.spec().check_compatible(new.schema())
+    new.sort_order().check_compatible(new.schema())
+    return new
+
+
 class LeaseholdTransaction(Transaction):
     """A transaction whose staged metadata is computed once per staged state, not per read."""
 
@@ -134,10 +184,116 @@ class LeaseholdTransaction(Transaction):
         base, updates = self._table.metadata, self._updates
         staged = self._staged
         if staged is None or staged[0] is not base or staged[1] is not updates:
-            # pyiceberg's own computation (`update_table_metadata` and a deep copy)
-            staged = (base, updates, super().table_metadata)
+            staged = (base, updates, staged_metadata(base, updates))
             self._staged = staged
         return staged[2]
+
+
+class ParsedMetadata:
+    """The last few metadata files read or written by this process, parsed, by location.
+
+    A metadata file is never rewritten: each commit writes a new one under a new name (its
+    version and a UUID) and points the catalog at it, so what a location held once it holds
+    for good. The catalogs below read the catalog's pointer as pyiceberg does and parse the
+    file only when this does not hold it: a publisher that loads the table it just committed
+    parses nothing (pyiceberg parses the whole file, every retained snapshot, on every load)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._held: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> TableMetadata | None:
+        with self._lock:
+            found = self._held.get(location)
+            if found is not None:
+                self._held.move_to_end(location)
+            return found
+
+    def put(self, location: str, metadata: TableMetadata) -> None:
+        with self._lock:
+            self._held[location] = metadata
+            self._held.move_to_end(location)
+            while len(self._held) > self._size:
+                self._held.popitem(last=False)
+
+
+PARSED = ParsedMetadata()
+
+
+class ShallowStaging(MetastoreCatalog):
+    """A metastore catalog (SQL, Glue) whose commit stages the new metadata with
+    `staged_metadata` (pyiceberg's own `_update_and_stage_table` for a table being created)."""
+
+    def _update_and_stage_table(
+        self,
+        current_table: Table | None,
+        table_identifier: Identifier,
+        requirements: tuple[TableRequirement, ...],
+        updates: tuple[TableUpdate, ...],
+    ) -> StagedTable:
+        if current_table is None:
+            return super()._update_and_stage_table(None, table_identifier, requirements, updates)
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        location = current_table.metadata_location
+        updated = staged_metadata(current_table.metadata, updates, location)
+        provider = load_location_provider(updated.location, updated.properties)
+        new_location = provider.new_table_metadata_file_location(
+            self._parse_metadata_version(location) + 1
+        )
+        return StagedTable(
+            identifier=table_identifier,
+            metadata=updated,
+            metadata_location=new_location,
+            io=self._load_file_io(properties=updated.properties, location=new_location),
+            catalog=self,
+        )
+
+    @staticmethod
+    def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
+        MetastoreCatalog._write_metadata(metadata, io, metadata_path)
+        PARSED.put(metadata_path, metadata)
+
+    def _table_at(self, identifier: Identifier, location: str) -> Table | None:
+        """The table at `location` from `PARSED`, None when not held there."""
+        metadata = PARSED.get(location)
+        if metadata is None:
+            return None
+        io = self._load_file_io(metadata.properties, location)
+        return Table(identifier, metadata=metadata, metadata_location=location, io=io, catalog=self)
+
+
+class LeaseholdSqlCatalog(ShallowStaging, SqlCatalog):
+    """pyiceberg's SQL catalog, committing through `ShallowStaging`, loading through
+    `ParsedMetadata`."""
+
+    def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
+        location, namespace = orm_table.metadata_location, orm_table.table_namespace
+        if location and namespace and orm_table.table_name:
+            identifier = (*Catalog.identifier_to_tuple(namespace), orm_table.table_name)
+            if (held := self._table_at(identifier, location)) is not None:
+                return held
+        table = super()._convert_orm_to_iceberg(orm_table)
+        PARSED.put(table.metadata_location, table.metadata)
+        return table
+
+
+class LeaseholdGlueCatalog(ShallowStaging, GlueCatalog):
+    """pyiceberg's Glue catalog, committing through `ShallowStaging`, loading through
+    `ParsedMetadata`."""
+
+    def _convert_glue_to_iceberg(self, glue_table: Any) -> Table:
+        parameters = glue_table.get("Parameters") or {}
+        location = parameters.get(METADATA_LOCATION)
+        database, name = glue_table.get("DatabaseName"), glue_table.get("Name")
+        is_iceberg = str(parameters.get(TABLE_TYPE, "")).lower() == ICEBERG
+        if location and database and name and is_iceberg:
+            if (held := self._table_at((database, name), location)) is not None:
+                return held
+        table = super()._convert_glue_to_iceberg(glue_table)
+        PARSED.put(table.metadata_location, table.metadata)
+        return table
 
 
 def transaction(table: Table) -> Transaction:

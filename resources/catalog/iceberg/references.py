@@ -20,8 +20,9 @@ scan of a snapshot expired since fails to read its manifest list (FileNotFoundEr
 planning on the current snapshot is safe until that snapshot expires: for age, the retention
 after it was replaced; for count, `iceberg_max_snapshots` switches later.
 
-`ManifestLists` remembers what each manifest list names (a manifest list is never rewritten):
-after the first switch of a process, a switch reads only the manifest list it wrote.
+`ManifestLists` remembers what each manifest list names (a manifest list is never rewritten),
+and is told what the list a switch wrote names: after the first switch of a process, a switch
+reads no manifest list.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class ManifestLists:
             found = self.named[manifest_list] = frozenset(m.manifest_path for m in listed)
         return found
 
+    def remember(self, manifest_list: str, manifests: frozenset[str]) -> None:
+        """Record what `manifest_list` names (a list this process just wrote)."""
+        self.named[manifest_list] = manifests
+
     def keep_only(self, manifest_lists: Iterable[str]) -> None:
         """Forget every list but `manifest_lists` (those of the retained snapshots)."""
         keep = set(manifest_lists)
@@ -68,23 +73,26 @@ def unreferenced_metadata(
     nothing can then be called unreferenced."""
     retained = committed.snapshots
     kept_lists = {s.manifest_list for s in retained}
-    kept: set[str] = set()
-    for s in retained:
-        kept |= lists.manifests(io, s.manifest_list)
     gone = [
         s
         for s in expired
         if committed.snapshot_by_id(s.snapshot_id) is None and s.manifest_list not in kept_lists
     ]
-    manifests: dict[str, None] = {}
+    candidates: dict[str, None] = {}
     for s in gone:
         try:
-            named = lists.manifests(io, s.manifest_list)
+            candidates.update(dict.fromkeys(sorted(lists.manifests(io, s.manifest_list))))
         except FileNotFoundError:
             continue
-        manifests.update(dict.fromkeys(sorted(named - kept)))
+    # Strike what a retained snapshot names, newest first (it shares the most with the
+    # candidates); each step costs the candidates left, not the manifests a list names.
+    left = set(candidates)
+    for s in sorted(retained, key=lambda r: r.timestamp_ms, reverse=True):
+        if not left:
+            break
+        left = left - lists.manifests(io, s.manifest_list)
     lists.keep_only(kept_lists)
-    return [*manifests, *dict.fromkeys(s.manifest_list for s in gone)]
+    return [*(m for m in candidates if m in left), *dict.fromkeys(s.manifest_list for s in gone)]
 
 
 def distinct_manifests(io: FileIO, metadata: TableMetadata) -> list[ManifestFile]:

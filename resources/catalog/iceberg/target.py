@@ -76,6 +76,8 @@ class _Committed:
     dts: list[str]
     expired: list[Snapshot]
     table: Table
+    listed: frozenset[str] | None
+    """The manifests the new snapshot's manifest list names (None: not known)."""
 
 
 def _metadata_prefix(table: Table) -> str:
@@ -205,6 +207,10 @@ class IcebergTarget(PublicationTarget):
         )
         if committed is None:
             return []
+        lists = self._manifest_lists.setdefault(table, references.ManifestLists())
+        current = committed.table.current_snapshot()
+        if current is not None and committed.listed is not None:  # the snapshot it made
+            lists.remember(current.manifest_list, committed.listed)
         if committed.expired:
             self._delete_unreferenced(table, committed)
         log.info("%s: switched %s of %s", self.catalog.where, ", ".join(committed.dts), table)
@@ -233,8 +239,9 @@ class IcebergTarget(PublicationTarget):
             if expired and self._expired_meanwhile(table, expired):
                 raise ExpiredMeanwhileError(f"{table}: a snapshot to expire is gone") from exc
             raise
-        gone = [s for s in planned_on.snapshots if s.snapshot_id in set(expired)]
-        return _Committed(plan.dts, gone, committed)
+        expiring = set(expired)
+        gone = [s for s in planned_on.snapshots if s.snapshot_id in expiring]
+        return _Committed(plan.dts, gone, committed, producer.listed)
 
     def _expired_meanwhile(self, table: str, snapshot_ids: Sequence[int]) -> bool:
         held = self.load(table).metadata
