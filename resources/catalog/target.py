@@ -145,6 +145,14 @@ class PublicationTarget(ABC):
 
     def metadata_prefix(self, table: str) -> str | None:
         """The URL prefix (ending with `/`) under the table's root where the target keeps its
-        own metadata, which garbage collection never deletes; None when it keeps none there.
-        Read-only. Raises `CatalogError`."""
+        own metadata; None when it keeps none there. Garbage collection deletes a file under
+        it only when `metadata_files` does not name it and it is older than the safety delay
+        (a commit that never landed wrote it). Read-only. Raises `CatalogError`."""
+        return None
+
+    def metadata_files(self, table: str) -> set[str] | None:
+        """The URLs of every metadata file the table's current state names (for Iceberg: the
+        current metadata file and those its log names, each retained snapshot's manifest list
+        and the manifests they name, statistics files); None when the target keeps no
+        metadata of its own. Read-only. Raises `CatalogError` (never a partial set)."""
         return None

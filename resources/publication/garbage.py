@@ -11,8 +11,12 @@ that never committed. A file is kept if anything may still read it:
   delay: `retained`);
 - every merged object of the current chain (what the next publication and merge read);
 - every file a retained snapshot of the table's Iceberg history references
-  (`PublicationTarget.referenced_files`: a reader may time-travel to it), and everything under
-  the target's own metadata prefix (`metadata/`: Iceberg deletes what it expires there itself);
+  (`PublicationTarget.referenced_files`: a reader may time-travel to it), and every file under
+  the target's own metadata prefix (`metadata/`) that the table's current metadata names
+  (`PublicationTarget.metadata_files`; what expiry drops there the target deletes itself): the
+  rest there was written by a commit that never landed — a publisher killed between writing
+  its manifests and the catalog's swap, a commit refused or of unknown outcome — and goes like
+  any orphan;
 - every small object the current publication does not cover through merged ranges (all of them
   before the switch; after it, the ids above `published_upper`) — so a small object goes only
   once a switched publication covering it is current and no retained older manifest names it;
@@ -59,7 +63,8 @@ SUPERSEDED_MERGED = "superseded merged object"
 MERGED_SMALL = "small object merged and published"
 EXPIRED_MANIFEST = "expired manifest version"
 ORPHAN = "orphan of a failed attempt"
-REASONS = (SUPERSEDED_MERGED, MERGED_SMALL, EXPIRED_MANIFEST, ORPHAN)
+ORPHAN_METADATA = "table metadata of a commit that never landed"
+REASONS = (SUPERSEDED_MERGED, MERGED_SMALL, EXPIRED_MANIFEST, ORPHAN, ORPHAN_METADATA)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class _KeepSet:
     ledger_small: set[str] = field(default_factory=set)
     """Every small object the ledger holds (kept or not): how a deletion is classified."""
     forget: dict[str, int] = field(default_factory=dict)
+    metadata_prefix: str | None = None
+    """The target's metadata directory, as a key prefix (how a deletion is classified)."""
 
     def holds(self, key: str) -> bool:
         return key in self.keys or any(key.startswith(p) for p in self.prefixes)
@@ -277,16 +284,21 @@ class GarbageCollector:
                 keep.keys.add(key)
 
     def _keep_served(self, keep: _KeepSet) -> None:
-        """What the target's history serves and its metadata (`PublicationTarget`'s
-        `referenced_files`, `metadata_prefix`). Raises `CatalogError` (nothing is deleted when
-        the history cannot be read whole)."""
+        """What the target's history serves and the metadata its current state names
+        (`PublicationTarget`'s `referenced_files`, `metadata_prefix`, `metadata_files`; a
+        target that cannot name its metadata files keeps its whole prefix). Raises
+        `CatalogError` (nothing is deleted when the history cannot be read whole)."""
         if self.target is None or self.target.table(self.table) is None:
             return
         prefix = self.target.metadata_prefix(self.table)
-        if prefix is not None:
-            key = self._key(prefix)
-            if key is not None:
-                keep.prefixes.append(key if key.endswith("/") else key + "/")
+        key = None if prefix is None else self._key(prefix)
+        if key is not None:
+            keep.metadata_prefix = key if key.endswith("/") else key + "/"
+            in_use = self.target.metadata_files(self.table)
+            if in_use is None:
+                keep.prefixes.append(keep.metadata_prefix)
+            for url in in_use or ():
+                self._keep_url(url, keep.keys)
         for url in self.target.referenced_files(self.table) or ():
             self._keep_url(url, keep.keys)
 
@@ -355,6 +367,8 @@ class GarbageCollector:
 
     @staticmethod
     def _reason(key: str, keep: _KeepSet) -> str:
+        if keep.metadata_prefix is not None and key.startswith(keep.metadata_prefix):
+            return ORPHAN_METADATA
         if key.startswith(MERGED_PREFIX):
             return SUPERSEDED_MERGED
         if key in keep.ledger_small:

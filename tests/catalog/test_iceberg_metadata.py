@@ -2,7 +2,7 @@
 head), the files expired snapshots leave on storage deleted (never a data file, never one a
 retained snapshot names), another engine's expiry between plan and commit retried, small
 manifests merged, and the files leasehold's GC must keep (`referenced_files`,
-`metadata_prefix`)."""
+`metadata_prefix`, `metadata_files`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 
 from resources.catalog.base import CatalogError
 from resources.catalog.iceberg import internals
+from resources.catalog.iceberg.files import data_file
 from resources.catalog.iceberg.target import IcebergTarget
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import PartitionFile, PartitionSwitch
@@ -171,6 +172,37 @@ def test_referenced_files_and_the_metadata_prefix(iceberg_spec: TargetSpec) -> N
         target.referenced_files("clicks")
     with pytest.raises(CatalogError, match="clicks"):
         target.metadata_prefix("clicks")
+    with pytest.raises(CatalogError, match="clicks"):
+        target.metadata_files("clicks")
+
+
+def test_metadata_files_name_what_landed_and_not_what_a_killed_commit_wrote(
+    iceberg_spec: TargetSpec,
+) -> None:
+    """Everything under `metadata/` is named by the table's current metadata, except what a
+    writer wrote and never swapped in (here: staged, then abandoned, as a publisher SIGKILLed
+    before the catalog's swap leaves it): that is what leasehold's GC may take for an orphan."""
+    target = opened(iceberg_spec, max_snapshots=3)
+    files = [write_file(iceberg_spec, f"f{i}.parquet", rows(f"f{i}", 1)) for i in range(5)]
+    for i, f in enumerate(files[:4]):
+        switch_one(target, f"2024-01-0{1 + i % 2}", i + 1, f)
+    table = target.load("events")
+    prefix = target.metadata_prefix("events")
+    in_use = target.metadata_files("events")
+    assert named(table) | {table.metadata_location} <= in_use
+    everything = on_storage(iceberg_spec, prefix) | {table.metadata_location}
+    assert everything <= in_use  # nothing left behind by the commits that landed
+
+    tx = internals.transaction(table)  # a commit that never lands
+    from_killed = internals.stage_overwrite(tx, [], [table_file(table, files[4])], {})
+    written = set(from_killed._written_manifests) | {tx.table_metadata.snapshots[-1].manifest_list}
+    assert written <= on_storage(iceberg_spec, prefix)
+    assert not written & target.metadata_files("events")
+    assert target.metadata_files("events") == in_use
+
+
+def table_file(table: Table, f: PartitionFile) -> Any:
+    return data_file(table.io, table.metadata, "2024-01-03", f)
 
 
 def test_referenced_files_reads_each_manifest_once(

@@ -29,6 +29,7 @@ from resources.publication.garbage import (
     EXPIRED_MANIFEST,
     MERGED_SMALL,
     ORPHAN,
+    ORPHAN_METADATA,
     SUPERSEDED_MERGED,
     GarbageCollector,
     GcPlan,
@@ -377,9 +378,16 @@ class HistoryTarget(HiveManifestsTarget):
     """A target with a history of its own (as an Iceberg table has): what its retained
     snapshots reference and where its metadata lives, or a history that cannot be read."""
 
-    def __init__(self, referenced: set[str], prefix: str, broken: bool = False) -> None:
+    def __init__(
+        self,
+        referenced: set[str],
+        prefix: str,
+        broken: bool = False,
+        in_use: set[str] | None = None,
+    ) -> None:
         super().__init__(LocalCatalog(Path("/nowhere/catalog.json")))
         self.referenced, self.prefix, self.broken = referenced, prefix, broken
+        self.in_use = in_use
 
     def table(self, name: str) -> TableDefinition | None:
         return TableDefinition(name, (), "")
@@ -391,6 +399,9 @@ class HistoryTarget(HiveManifestsTarget):
 
     def metadata_prefix(self, table: str) -> str | None:
         return self.prefix
+
+    def metadata_files(self, table: str) -> set[str] | None:
+        return self.in_use
 
 
 def test_files_a_retained_snapshot_references_and_the_tables_metadata_stay(
@@ -417,3 +428,23 @@ def test_files_a_retained_snapshot_references_and_the_tables_metadata_stay(
     broken = gc(lake, clock, HistoryTarget(set(), "", broken=True))
     with pytest.raises(CatalogError, match="cannot be read"):
         broken.plan()  # a history not read whole deletes nothing
+
+
+def test_table_metadata_no_commit_landed_with_goes_after_the_delay(
+    lake: Lake, clock: FakeClock
+) -> None:
+    """Under the target's metadata prefix, what its current state names stays; what a killed
+    or refused commit wrote there goes once older than the safety delay, as any orphan."""
+    lake.ingest(100)
+    current = lake.objects.put_bytes("metadata/00002-b.metadata.json", b"{}")
+    listed = lake.objects.put_bytes("metadata/snap-1.avro", b"list")
+    killed = lake.objects.put_bytes("metadata/m-killed.avro", b"manifest")
+    prefix = lake.objects.url("metadata/")
+    target = HistoryTarget(set(), prefix, in_use={current, listed})
+    clock.advance(DELAY_S - 5)
+    assert deletions(gc(lake, clock, target).plan()) == {}  # a commit may still be running
+    clock.advance(10)
+    assert deletions(gc(lake, clock, target).plan()) == {lake.key(killed): ORPHAN_METADATA}
+
+    unnamed = HistoryTarget(set(), prefix)  # a target that cannot name its files: all stay
+    assert not deletions(gc(lake, clock, unnamed).plan())

@@ -105,6 +105,22 @@ def distinct_manifests(io: FileIO, metadata: TableMetadata) -> list[ManifestFile
     return list(found.values())
 
 
+def metadata_files(io: FileIO, metadata: TableMetadata, metadata_location: str) -> set[str]:
+    """Every metadata file `metadata` (read from `metadata_location`) names: that file and the
+    earlier ones its log names, each retained snapshot's manifest list and the manifests each
+    list names, the statistics files. Anything else under the table's metadata directory was
+    written by a commit that never landed (a writer killed or refused between writing its
+    files and the catalog's swap), or expired and not yet deleted. Reads each manifest list;
+    raises `OSError` (`FileNotFoundError`: a list is gone)."""
+    named = {metadata_location, *(e.metadata_file for e in metadata.metadata_log)}
+    named.update(f.statistics_path for f in metadata.statistics)
+    named.update(f.statistics_path for f in metadata.partition_statistics)
+    for m in distinct_manifests(io, metadata):
+        named.add(m.manifest_path)
+    named.update(s.manifest_list for s in metadata.snapshots)
+    return named
+
+
 def referenced_files(io: FileIO, metadata: TableMetadata) -> set[str]:
     """The path of every live file (data and delete files) a snapshot of `metadata` holds:
     the ADDED and EXISTING entries of their distinct manifests, each manifest read once, in

@@ -12,7 +12,8 @@ same date switched twice lands once. Snapshots past the retention expire in the 
 and the manifests no retained snapshot names are deleted (`references`: the metadata files on
 storage stay as bounded as the metadata). No data file is ever deleted here, and
 `gc.enabled=false` keeps any other engine's expiry from deleting one: leasehold's GC deletes
-what no retained snapshot references (`referenced_files`), never under `metadata_prefix`.
+what no retained snapshot references (`referenced_files`), and under `metadata_prefix` only
+what the current metadata does not name (`metadata_files`: a commit that never landed).
 """
 
 from __future__ import annotations
@@ -352,7 +353,24 @@ class IcebergTarget(PublicationTarget):
     def metadata_prefix(self, table: str) -> str:
         """Where `table` keeps its Iceberg metadata (metadata.json files, manifest lists,
         manifests), ending with `/`: `<table location>/metadata/`, or the table's
-        `write.metadata.path`. Leasehold's GC must never take a file under it for an orphan:
-        the target deletes what expiry leaves there itself. Read-only. Raises `CatalogError`
-        (no such table), `CatalogUnreachableError`."""
+        `write.metadata.path`. The target deletes what its expiry leaves there itself;
+        leasehold's GC deletes what no commit that landed names (`metadata_files`).
+        Read-only. Raises `CatalogError` (no such table), `CatalogUnreachableError`."""
         return _metadata_prefix(self.load(table))
+
+    def metadata_files(self, table: str) -> set[str]:
+        """Every metadata file `table`'s current metadata names (`references.metadata_files`);
+        reads the retained snapshots' manifest lists, again on a table a commit changed
+        meanwhile. Raises `CatalogError` (no such table; a retained snapshot's manifest list
+        missing or unreadable: never a partial set), `CatalogUnreachableError`."""
+        where = f"{self.catalog.where}: metadata files of {table!r}"
+        for _ in range(self.commit_policy.max_attempts):
+            found = self.load(table)
+            try:
+                return references.metadata_files(found.io, found.metadata, found.metadata_location)
+            except FileNotFoundError as exc:
+                if self.load(table).metadata_location == found.metadata_location:
+                    raise CatalogError(f"{where}: {exc}") from exc
+            except OSError as exc:
+                raise CatalogError(f"{where}: {exc}") from exc
+        raise CatalogError(f"{where}: the table changed under every read")
