@@ -338,17 +338,9 @@ class IcebergTarget(PublicationTarget):
         snapshot meanwhile, the table is loaded again and read anew. Raises `CatalogError`
         (no such table; a file the table still references is missing or unreadable: never a
         partial set), `CatalogUnreachableError`."""
-        where = f"{self.catalog.where}: files referenced by {table!r}"
-        for _ in range(self.commit_policy.max_attempts):
-            found = self.load(table)
-            try:
-                return references.referenced_files(found.io, found.metadata)
-            except FileNotFoundError as exc:
-                if self.load(table).metadata_location == found.metadata_location:
-                    raise CatalogError(f"{where}: {exc}") from exc
-            except OSError as exc:
-                raise CatalogError(f"{where}: {exc}") from exc
-        raise CatalogError(f"{where}: the table changed under every read")
+        return self._read_whole(
+            table, "files referenced by", lambda t: references.referenced_files(t.io, t.metadata)
+        )
 
     def metadata_prefix(self, table: str) -> str:
         """Where `table` keeps its Iceberg metadata (metadata.json files, manifest lists,
@@ -363,11 +355,21 @@ class IcebergTarget(PublicationTarget):
         reads the retained snapshots' manifest lists, again on a table a commit changed
         meanwhile. Raises `CatalogError` (no such table; a retained snapshot's manifest list
         missing or unreadable: never a partial set), `CatalogUnreachableError`."""
-        where = f"{self.catalog.where}: metadata files of {table!r}"
+        return self._read_whole(
+            table,
+            "metadata files of",
+            lambda t: references.metadata_files(t.io, t.metadata, t.metadata_location),
+        )
+
+    def _read_whole(self, table: str, what: str, read: Callable[[Table], T]) -> T:
+        """`read(table as loaded)`, again on the table as loaded anew when a file it needs is
+        gone because a commit expired its snapshot meanwhile (bounded). Raises `CatalogError`
+        naming `what`: a file the table still references is missing or unreadable."""
+        where = f"{self.catalog.where}: {what} {table!r}"
         for _ in range(self.commit_policy.max_attempts):
             found = self.load(table)
             try:
-                return references.metadata_files(found.io, found.metadata, found.metadata_location)
+                return read(found)
             except FileNotFoundError as exc:
                 if self.load(table).metadata_location == found.metadata_location:
                     raise CatalogError(f"{where}: {exc}") from exc
