@@ -83,21 +83,25 @@ def unique_record_ids(
             {"skipped": "no record_id configured"},
         )
     report = find_duplicate_ids(store, table, record_id, read_column, scope)
+    problems = []
     if report.duplicates:
         ids = sum(len(v) for v in report.duplicates.values())
         found = [f"dt={dt}: {sorted(v)[:5]}" for dt, v in report.duplicates.items()]
-        summary = (
+        problems.append(
             f"{ids} {record_id} values appear more than once in {len(report.duplicates)} "
             f"table partitions{_first(found)}"
         )
-    else:
-        summary = (
-            f"no {record_id} twice in {report.partitions_checked} table partitions "
-            f"({report.rows_checked} rows)"
+    if report.unreadable:
+        found = [f"dt={dt}: {why}" for dt, why in report.unreadable.items()]
+        problems.append(
+            f"{len(report.unreadable)} table partitions name a file that cannot be read"
+            f"{_first(found)}"
         )
-    return CheckOutcome(
-        "unique_record_ids", not report.duplicates, "error", summary, report.metadata()
+    summary = "; ".join(problems) or (
+        f"no {record_id} twice in {report.partitions_checked} table partitions "
+        f"({report.rows_checked} rows)"
     )
+    return CheckOutcome("unique_record_ids", not problems, "error", summary, report.metadata())
 
 
 def lease_health(

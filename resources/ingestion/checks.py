@@ -20,6 +20,7 @@ from resources.coordination.health import INDEX_LAG_MS, completed_since
 from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.supplier import SUPPLIER_STATE
+from resources.errors import ComponentUnreachableError
 from resources.ingestion.discovery import Lister
 from resources.ingestion.source_listing import listing_pages
 from resources.ingestion.unit_progress import TABLE_PARTITIONS, quarantine_table
@@ -28,6 +29,7 @@ from resources.ledger.check_scope import CheckScope
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
 from resources.ledger.publication import current_data_files
+from resources.objects.base import ObjectStoreError
 from resources.stores.base import CoordinationStore
 
 
@@ -154,14 +156,18 @@ class DuplicateReport:
     partitions_checked: int = 0
     rows_checked: int = 0
     duplicates: dict[str, list[str]] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """dt -> why a file the ledger names for it could not be read (missing, not Parquet)."""
 
     def metadata(self) -> dict[str, Any]:
+        details = [f"dt={dt}: {ids[:10]}" for dt, ids in self.duplicates.items()]
+        details += [f"dt={dt}: unreadable: {why}" for dt, why in self.unreadable.items()]
         return {
             "table_partitions_checked": self.partitions_checked,
             "rows_checked": self.rows_checked,
             "duplicated_ids": sum(len(v) for v in self.duplicates.values()),
-            "details": "\n".join(f"dt={dt}: {ids[:10]}" for dt, ids in self.duplicates.items())
-            or "none",
+            "unreadable_partitions": len(self.unreadable),
+            "details": "\n".join(details) or "none",
         }
 
 
@@ -191,7 +197,14 @@ def find_duplicate_ids(
         # Chain after objects: a merge committed in between covers ids this read holds, so
         # every committed row read is still named exactly once.
         files = current_data_files(objects, whole_chain(store, table, dt))
-        ids = read_column([f.url for f in files], record_id)
+        try:
+            ids = read_column([f.url for f in files], record_id)
+        except ComponentUnreachableError:
+            raise  # the store did not answer: no verdict
+        except (ObjectStoreError, OSError, pa.ArrowException) as exc:
+            # A file the ledger names is gone or damaged: the partition cannot be vouched for.
+            report.unreadable[dt] = f"{type(exc).__name__}: {exc}"
+            continue
         report.partitions_checked += 1
         report.rows_checked += len(ids)
         # A row without an id (an object written before the record id column was added reads

@@ -373,3 +373,26 @@ def test_completed_since_reads_every_item_across_pages_of_equal_priorities(
     first = [i.priority for i in store.completed_between(sid, None, 2**62, 1)][0]
     later = [i.partition_key for i in health.completed_since(store, sid, first, 2**62)]
     assert sorted(later) == ["c", "d", "e", "f", "g", "h"]
+
+
+def test_a_file_the_ledger_names_that_is_gone_fails_the_id_check_instead_of_crashing(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """A merged or small object moved away under a committed partition: `check --full` once
+    crashed with the reader's FileNotFoundError; the partition cannot be vouched for: FAIL."""
+    commit_unit(store, "a.jsonl", {"2026-01-01": 2, "2026-01-02": 1})
+    lake = LocalObjectStore(tmp_path / "lake")
+
+    def read_column(urls: list[str], column: str) -> pa.ChunkedArray:
+        if any("2026-01-02" in u for u in urls):
+            return lake.read_column([lake.url("gone.parquet")], column)  # FileNotFoundError
+        return pa.chunked_array([pa.array(["x", "y"])])
+
+    outcome = check_suite.unique_record_ids(
+        store, STREAM, "id", read_column, CheckScope.everything()
+    )
+    assert outcome.verdict == "FAIL"
+    assert "1 table partitions name a file that cannot be read" in outcome.summary
+    assert "dt=2026-01-02: FileNotFoundError" in outcome.summary
+    assert outcome.metadata["unreadable_partitions"] == 1
+    assert outcome.metadata["table_partitions_checked"] == 1
