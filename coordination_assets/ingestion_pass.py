@@ -32,6 +32,7 @@ from coordination_assets.ingestion import (
 from coordination_assets.run_progress import Progress
 from coordination_assets.run_report import MainJobReport
 from coordination_assets.sensor_loop import QUIET, in_this_process, sensor_ticks
+from resources.dagster_resources.discovery_tick import SensorCursor
 from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
 
 
@@ -53,6 +54,7 @@ def run_ingestion(
     ticks = sensor_ticks(
         sensor, instance, resources, partitions_for(stream), main_job_cursor_key(stream), max_ticks
     )
+    passes = _ReconciliationPasses()
     for result in ticks:
         report.ticks += 1
         if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
@@ -60,7 +62,7 @@ def run_ingestion(
             break
         _record_tick(result, report)
         runs = [r for r in result.run_requests or [] if r.run_key not in executed]
-        if not runs:
+        if not runs and not passes.continues(result.cursor):
             break
         for run in runs:
             executed.add(str(run.run_key))
@@ -70,6 +72,27 @@ def run_ingestion(
                     f" ({report.rows['rows_read']:,} records read so far)"
                 )
             _execute_ingestion_run(run, asset_def, instance, resources, report, log, stream)
+
+
+class _ReconciliationPasses:
+    """Whether a tick that asked for nothing new leaves a reconciliation pass to follow: its
+    step lists a bounded page behind the discovery cursor (`LEASEHOLD_MAX_OBJECTS_PER_TICK`),
+    so the late objects of a large source may lie pages ahead. `leasehold run` ticks on until
+    the pass in progress ends — once: with an interval of 0 the next pass would start at once,
+    and so on without end."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        """A tick of this run left a pass in progress."""
+        self.ended = False
+        """A pass in progress during this run has ended."""
+
+    def continues(self, raw_cursor: str | None) -> bool:
+        """Note the tick's cursor; True while the first pass seen in this run is in progress."""
+        in_pass = SensorCursor.parse(raw_cursor).reconcile.in_pass
+        self.ended = self.ended or (self.seen and not in_pass)
+        self.seen = self.seen or in_pass
+        return in_pass and not self.ended
 
 
 def _record_tick(result: SensorResult, report: MainJobReport) -> None:

@@ -118,14 +118,17 @@ def test_a_dead_letter_fixed_and_redriven_is_ingested_once(tmp_path: Path) -> No
 def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path) -> None:
     """A file that lands behind the discovery cursor (yesterday's folder, after today's was
     listed): `leasehold check --full` fails on it (a plain pass lists only after the key it last
-    found held), the next reconciliation pass ingests it, and then the check passes."""
+    found held), the next reconciliation pass ingests it, and then the check passes — also
+    when the pass needs several ticks to reach it (one object listed per tick here: `leasehold
+    run` once stopped after the pass's first step found nothing)."""
     sources = tmp_path / "sources"
     write_sample_sources(sources, objects=3, records_per_object=20, days=1)
     write_streams(tmp_path / "streams.yaml", f"file://{sources}", f"file://{tmp_path / 'lake'}")
     assert leasehold(tmp_path, "run").returncode == 0
     assert leasehold(tmp_path, "check").returncode == 0
 
-    late = "2026/01/01/0-late.jsonl"  # sorts before every key already listed
+    keys = sorted(str(p.relative_to(sources)) for p in sources.rglob("*") if p.is_file())
+    late = keys[1] + "-late.jsonl"  # between the second and third keys already listed
     (sources / late).write_text(
         '{"event_id": "late-1", "user_id": "u", "amount": 1, '
         '"event_time": "2026-01-01T01:00:00Z"}\n'
@@ -136,7 +139,12 @@ def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path)
     assert "FAIL" in before.stdout and late in before.stdout
 
     # The pass of the first run ended; with the default interval the next one is 15 min away.
-    done = leasehold(tmp_path, "run", LEASEHOLD_RECONCILE_INTERVAL_SECONDS="0")
+    done = leasehold(
+        tmp_path,
+        "run",
+        LEASEHOLD_RECONCILE_INTERVAL_SECONDS="0",
+        LEASEHOLD_MAX_OBJECTS_PER_TICK="1",
+    )
     assert done.returncode == 0, done.stderr
     assert "1 run ingested 1 unit:" in done.stdout
     after = leasehold(tmp_path, "check")
