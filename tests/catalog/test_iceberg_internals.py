@@ -5,12 +5,14 @@ after this process committed it is not parsed again — while another writer's c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from pyiceberg import serializers
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import update as pyiceberg_update
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
 
 from resources.catalog.base import Column, TableDefinition
@@ -132,3 +134,28 @@ def test_parsed_metadata_holds_the_most_recent_few() -> None:
     assert held.get("a") is marker  # now the most recent
     held.put("c", marker)  # type: ignore[arg-type]
     assert held.get("b") is None and held.get("a") is marker and held.get("c") is marker
+
+
+def test_the_metadata_file_written_is_pyicebergs_json_with_the_snapshots_text_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each metadata file holds the JSON value pyiceberg would write for its metadata, also
+    after expiry rewrote a retained snapshot (its parent cleared); only the snapshots a commit
+    added or changed are serialised."""
+    spec = local(tmp_path)
+    target = opened(spec, max_snapshots=3)
+    switched(spec, target, 3)
+    dumped: list[int] = []
+    real = Snapshot.model_dump_json
+    monkeypatch.setattr(
+        Snapshot, "model_dump_json", lambda self, **k: dumped.append(1) or real(self, **k)
+    )
+    for seq in range(10, 14):
+        dumped.clear()
+        target.switch("events", [PartitionSwitch("2024-01-01", seq, "v/", ())])
+        table = target.load("events")
+        written = json.loads(Path(table.metadata_location[len("file://") :]).read_text())
+        assert written == json.loads(table.metadata.model_dump_json())
+        assert written["snapshots"][0].get("parent-snapshot-id") is None  # rewritten by expiry
+        assert len(written["snapshots"]) == 3
+        assert len(dumped) <= 2, dumped  # the new snapshot, and the one expiry rewrote
