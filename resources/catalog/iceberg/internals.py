@@ -29,7 +29,7 @@ Relied on:
   the metadata only: no manifest, manifest list or data file is deleted.
 - `update_table_metadata` (what `Transaction.table_metadata` and the SQL and Glue catalogs'
   `_update_and_stage_table` call) ends with `model_copy(deep=True)`: a deep copy of every
-  retained snapshot (500 by default: ~100 ms here), and `Transaction.table_metadata` runs it
+  retained snapshot (~100 ms at 500 snapshots here), and `Transaction.table_metadata` runs it
   on EVERY read, about twenty per commit. Each `_apply_table_update` step already returns a
   new frozen `TableMetadata` whose changed lists and dicts are new objects (`model_copy` with
   `update=`), and nothing in pyiceberg or leasehold mutates a metadata's containers in place,

@@ -97,7 +97,7 @@ class IcebergTarget(PublicationTarget):
         catalog: IcebergCatalog,
         *,
         retention_s: float = 432000.0,
-        max_snapshots: int = 500,
+        max_snapshots: int = 250,
         commit_policy: RetryPolicy = COMMIT_POLICY,
         clock: Callable[[], float] = time.time,
     ) -> None:
