@@ -33,7 +33,8 @@ Reported: per switch wall and CPU time (median, p90) of each format and the rati
 Iceberg switch's phases (load the table, plan the switch — read the date's current files from
 the manifests and the new files' footers —, stage expiry and the overwrite — write manifests
 and the manifest list —, commit — the new metadata.json and the catalog row); the median of
-windows of 100 switches along the run (the first against the last: target <= 1.2x); after the
+windows of 100 switches along the run (the first against the last: target <= 1.2x, as
+snapshots accumulate: `--dates`); after the
 run, the snapshots retained, the metadata.json size, the manifest lists and manifests the
 current snapshot references, everything under the table's `metadata/` directory, and what
 the manifest versions left under both formats. `--glue N`: the first N switches again through
