@@ -1,6 +1,7 @@
 """Every use of pyiceberg's private API, in one place. Written against pyiceberg 0.12.0
-(pyproject pins `>=0.12,<0.13`); `tests/catalog/test_iceberg_target.py` and
-`tests/catalog/test_iceberg_metadata.py` fail loudly when the behaviour relied on here changes.
+(pyproject pins `>=0.12,<0.13`); `tests/catalog/test_iceberg_target.py`,
+`test_iceberg_metadata.py` and `test_iceberg_internals.py` fail loudly when the behaviour relied
+on here changes.
 
 Relied on:
 - `_OverwriteFiles` (what `UpdateSnapshot.overwrite()` returns) keeps, in every later snapshot,
@@ -37,7 +38,7 @@ Relied on:
   unchanged snapshots with the base: immutable values). `LeaseholdTransaction` computes it
   once per staged state (the table's metadata and the `_updates` tuple: `_stage` replaces
   the tuple) and `ShallowStaging` is the catalogs' commit with it
-  (`LeaseholdSqlCatalog`, `LeaseholdGlueCatalog`). `tests/catalog/test_iceberg_metadata.py`
+  (`LeaseholdSqlCatalog`, `LeaseholdGlueCatalog`). `tests/catalog/test_iceberg_internals.py`
   checks that it equals pyiceberg's own result.
 - A metadata file is `TableMetadata.model_dump_json()` (`ToOutputFile.table_metadata`), which
   serialises every retained snapshot each time; `ShallowStaging._write_metadata` writes the
