@@ -42,7 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_door([streams[name] for name in names])  # Spark and Glue: once, not in every run
     quiet_spark(args.verbose)
     write_samples(lake, {name: streams[name] for name in names}, args.sample_objects)
-    progress: Progress | None = None
+    progress: Progress = PlainProgress()  # --verbose: the stage lines among the details
     if not args.verbose:
         quiet_dagster_warnings()
         progress = TerminalProgress() if sys.stdout.isatty() else PlainProgress()

@@ -142,10 +142,12 @@ def test_a_late_object_is_ingested_after_the_next_reconciliation(tmp_path: Path)
     done = leasehold(
         tmp_path,
         "run",
+        "--verbose",  # the stage lines too, among the details (they were dropped)
         LEASEHOLD_RECONCILE_INTERVAL_SECONDS="0",
         LEASEHOLD_MAX_OBJECTS_PER_TICK="1",
     )
     assert done.returncode == 0, done.stderr
+    assert "events > discovery and ingestion: " in done.stdout
     assert "1 run ingested 1 unit:" in done.stdout
     after = leasehold(tmp_path, "check")
     assert after.returncode == 0, after.stdout
