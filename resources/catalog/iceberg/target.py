@@ -213,7 +213,7 @@ class IcebergTarget(PublicationTarget):
         if current is not None and committed.listed is not None:  # the snapshot it made
             lists.remember(current.manifest_list, committed.listed)
         if committed.expired:
-            self._delete_unreferenced(table, committed)
+            self._delete_unreferenced(table, committed, lists)
         log.info("%s: switched %s of %s", self.catalog.where, ", ".join(committed.dts), table)
         return committed.dts
 
@@ -248,12 +248,13 @@ class IcebergTarget(PublicationTarget):
         held = self.load(table).metadata
         return any(held.snapshot_by_id(i) is None for i in snapshot_ids)
 
-    def _delete_unreferenced(self, table: str, committed: _Committed) -> None:
+    def _delete_unreferenced(
+        self, table: str, committed: _Committed, lists: references.ManifestLists
+    ) -> None:
         """Delete the manifest lists of the snapshots `committed` expired and the manifests no
         snapshot it retains names. The switch landed: a failure here is logged, not raised
         (the files are left behind; they cost only storage)."""
         done = committed.table
-        lists = self._manifest_lists.setdefault(table, references.ManifestLists())
         try:
             doomed = references.unreferenced_metadata(
                 done.io, committed.expired, done.metadata, lists
