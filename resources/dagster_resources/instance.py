@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from dagster import DagsterInstance
+from sqlalchemy.exc import DBAPIError
 
 from resources.dagster_resources.runs import GC_TAG, MERGE_TAG, PUBLISH_TAG
 from resources.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Imported only for the pooled event log: with `LEASEHOLD_EVENT_LOG=dagster`, a Dagster whose
 # internals moved (the module fails to import) still runs leasehold on its own storage.
@@ -156,6 +160,11 @@ def ensure_spark_pool(instance: DagsterInstance) -> int | None:
     queued run in it, but only after it read the limits for that pass, so every run queued
     before that pass starts at once (seen: four Materializes from the UI all started). Called
     by `leasehold run`, every discovery tick and the doctor: one query when the limit exists.
+
+    Several processes (hosts) on one Postgres instance may find it missing at once: Dagster's
+    insert of the second fails on the key's unique index, and on Postgres the failed statement
+    aborts its transaction (its `IntegrityError` handler then fails too). That transaction
+    rolled back, nothing of it stays: the loser reads the winner's limit and goes on.
     """
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
@@ -165,5 +174,16 @@ def ensure_spark_pool(instance: DagsterInstance) -> int | None:
         return next((p.limit for p in storage.get_pool_limits() if p.name == SPARK_POOL), None)
 
     if limit() is None and instance.global_op_concurrency_default_limit is not None:
-        storage.initialize_concurrency_limit_to_default(SPARK_POOL)
+        try:
+            storage.initialize_concurrency_limit_to_default(SPARK_POOL)
+        except DBAPIError as exc:
+            created = limit()
+            if created is None:  # not a concurrent creator: the database's own error
+                raise
+            cause = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
+            log.info(
+                "pool %s: its limit was created meanwhile by another process (%s); using it: %s",
+                SPARK_POOL, cause, created,
+            )  # fmt: skip
+            return created
     return limit()
