@@ -7,10 +7,13 @@ import uuid
 
 import boto3
 import pytest
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError
 
 from resources.coordination.errors import (
     StoreConfigError,
     StoreNotFoundError,
+    StoreRefusedError,
     StoreUnavailableError,
 )
 from resources.coordination.items import ATTR
@@ -70,6 +73,31 @@ def test_a_second_node_reuses_the_table(aws_server: LocalAwsServer) -> None:
     one.create_partitions(one.source_identifier("e"), ["a"])
     two = DynamoDbLeaseStore(s)  # CreateTable finds it in use: fine, it fits
     assert two.get(two.source_identifier("e"), "a") is not None
+
+
+def test_nodes_enabling_ttl_at_once_all_start(
+    aws_server: LocalAwsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hosts started together on a fresh deployment each create the table and turn TTL on:
+    DynamoDB refuses the second UpdateTimeToLive while the first is under way (a
+    ValidationException, not "already enabled"). The TTL is on: that node goes on."""
+    s = settings(aws_server.endpoint_url, ttl="P1D")
+    DynamoDbLeaseStore(s)  # the first node: table and TTL
+    refusal = {"Error": {"Code": "ValidationException", "Message": "Time to live has been "
+                         "modified multiple times within a fixed interval"}}  # fmt: skip
+
+    def refused(self: object, operation: str, params: object) -> object:
+        if operation == "UpdateTimeToLive":
+            raise ClientError(refusal, operation)  # type: ignore[arg-type]
+        return real(self, operation, params)
+
+    real = BaseClient._make_api_call
+    monkeypatch.setattr(BaseClient, "_make_api_call", refused)
+    second = DynamoDbLeaseStore(s)
+    assert second.table_name == s.table_name
+    # A refusal while TTL is not on (a fresh table) is still an error.
+    with pytest.raises(StoreRefusedError):
+        DynamoDbLeaseStore(settings(aws_server.endpoint_url, ttl="P1D"))
 
 
 def test_skip_table_creation_accepts_a_fitting_table(aws_server: LocalAwsServer) -> None:

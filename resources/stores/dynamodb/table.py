@@ -6,6 +6,7 @@ creates it: a missing table is a `StoreNotFoundError` naming table, region and e
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -14,6 +15,8 @@ from resources.coordination.errors import StoreConfigError, StoreNotFoundError
 from resources.coordination.items import ATTR
 from resources.stores.dynamodb.client import DynamoDbClient, error_code
 from resources.stores.settings import StoreSettings
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # boto3-stubs, a dev extra: only the type checker reads them
     from mypy_boto3_dynamodb.type_defs import TableDescriptionTypeDef
@@ -65,22 +68,41 @@ def create_table(client: DynamoDbClient, settings: StoreSettings) -> None:
         ),
     )
     if settings.ttl_seconds is not None:
-        try:
-            client.call(
-                "UpdateTimeToLive",
-                lambda: client.client.update_time_to_live(
-                    TableName=settings.table_name,
-                    TimeToLiveSpecification={
-                        "Enabled": True,
-                        "AttributeName": ATTR["expiration"],
-                    },
-                ),
-            )
-        except ClientError as exc:
-            if "already enabled" not in str(exc).lower():
-                raise
-            # Enabled by another node or an earlier start: what was asked for; checked below.
+        _enable_ttl(client, settings)
     check_table(client, settings)
+
+
+def _enable_ttl(client: DynamoDbClient, settings: StoreSettings) -> None:
+    try:
+        client.call(
+            "UpdateTimeToLive",
+            lambda: client.client.update_time_to_live(
+                TableName=settings.table_name,
+                TimeToLiveSpecification={
+                    "Enabled": True,
+                    "AttributeName": ATTR["expiration"],
+                },
+            ),
+        )
+    except ClientError as exc:
+        # Enabled by an earlier start ("already enabled"), or being enabled by another node
+        # starting at the same moment (DynamoDB refuses a second change while the first is
+        # under way): either is what was asked for. Anything else is raised.
+        if not _ttl_on(client, settings):
+            raise
+        log.info("%s: TTL already on (%s)", settings.table_name, error_code(exc))
+
+
+def _ttl_on(client: DynamoDbClient, settings: StoreSettings) -> bool:
+    """Whether the table's TTL is ENABLED or ENABLING, on our attribute."""
+    ttl = client.call(
+        "DescribeTimeToLive",
+        lambda: client.client.describe_time_to_live(TableName=settings.table_name),
+    )["TimeToLiveDescription"]
+    return (
+        ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
+        and ttl.get("AttributeName") == ATTR["expiration"]
+    )
 
 
 def describe_table(
