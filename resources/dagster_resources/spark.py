@@ -5,7 +5,8 @@ A classic session (a master) is started by dagster-pyspark's `LazyPySparkResourc
 leasehold's settings (`session_conf`: loopback, the table defaults); a Spark Connect session
 (`remote`) by leasehold itself, since dagster-pyspark has no Connect support. Either way
 `starting_spark` finds Java, sends the JVM's output to `LEASEHOLD_SPARK_LOG` and turns a
-failure to start into one message.
+failure to start into one message. On a master that is not `local`, the project's code is
+shipped to the executors (resources/spark/code_shipping.py), as `build_spark_session` does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import PrivateAttr
 
 from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
+from resources.spark.code_shipping import ship_code
 from resources.spark.reachable import require_reachable
 from resources.spark.session import (
     SparkSettings,
@@ -68,6 +70,7 @@ class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
                 pyspark = LazyPySparkResource(spark_config=session_conf(self.master))
                 with starting_spark(self.master, None, self.log_file):
                     self._session = pyspark.spark_session
+                ship_code(self._session, self.master, None)
                 self._owned = True
         return self._session
 

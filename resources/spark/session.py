@@ -17,6 +17,7 @@ from typing import Any
 
 from resources.errors import ComponentUnreachableError, ConfigError
 from resources.settings import Settings, setting
+from resources.spark.code_shipping import ship_code
 from resources.spark.reachable import require_reachable
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
@@ -106,11 +107,15 @@ def build_spark_session(
             builder = SparkSession.builder
             for key, value in session_conf(master, app_name, extra_conf).items():
                 builder = builder.config(key, value)
-            return builder.getOrCreate()
-        builder = SparkSession.builder.appName(app_name).remote(remote)
-        for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+        else:
+            builder = SparkSession.builder.appName(app_name).remote(remote)
+            for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
+                builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        # On a cluster or behind a Connect server the executors get the project's code from
+        # the session (resources/spark/code_shipping.py).
+        ship_code(session, master, remote)
+        return session
 
 
 def session_conf(
