@@ -1,0 +1,426 @@
+"""Parse a JSON-lines or CSV source object's bytes (or a chunk of one cut at line ends) into
+the rows and quarantine records today's Spark read (`read_plan`, `source_rows`, `quarantine`)
+makes of them, with pyarrow and plain Python only: what a Spark task can run inside
+`mapInArrow` without Spark expressions.
+
+JSON lines, fast path: the lines that can only be records (`{` first, `}` last, valid UTF-8)
+are read by `pyarrow.json.read_json` with the declared types (timestamps and dates as text,
+converted here by Spark's rules: pyarrow's parsing differs) and `unexpected_field_behavior=
+"infer"`, which also names the fields outside the schema and their kinds. Where pyarrow
+refuses a block (a malformed line, a quoted number, a nested value in a string column...) or
+its rows could differ from Spark's (a row count other than the lines', a time Spark reads
+otherwise), the block is halved until the lines at fault are few, and those lines alone take
+the exact path: `json`'s C scanner keeping each number's text, and Spark's value rules
+(`record_values`). A line pyarrow must never see (`null` crashes its reader) takes that path
+too. CSV: `csv_records`' own record splitting, then the same rules over each field's text.
+
+What differs from Spark (on purpose or where exact equality costs more than it is worth):
+- A line with single-quoted names or strings (Spark's reader accepts them) is quarantined here
+  as invalid JSON.
+- A time alone ("10:00:00") is on today's date in UTC, as Spark has it, but the two may run on
+  either side of midnight.
+- Time zones by name come from Python's tz database, Spark's from Java's: a zone whose rules
+  the two versions disagree on gives other instants (and dates).
+- Quarantine line numbers: Spark finds a bad record's line by searching the object for its
+  text (the k-th record with a text gets the k-th line holding it); here each gets its own
+  line. They differ only where one line holds several bad records (a JSON array line) or two
+  lines' texts agree once invalid UTF-8 is replaced.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from resources.ingestion.csv_records import CsvFormat, CsvHeaderError, CsvRecords
+from resources.ingestion.field_scan import FieldSeen, ObjectFields, arrow_json_type
+from resources.ingestion.read_plan import wrong_type
+from resources.ingestion.record_lines import Lines, Piece, python_piece, typed_table
+from resources.ingestion.record_values import CASTS, date_of, timestamp_of
+from resources.schema.arrow import arrow_type
+from resources.schema.field_types import widen
+from resources.schema.modes import RESCUE
+from resources.streams import StreamConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CsvHeaderError", "ParsedRecords", "parse_csv", "parse_json_lines"]
+
+MISSING_EVENT_TIME = "missing event time"
+MISSING_RECORD_ID = "missing record id"
+SMALL_BLOCK = 16
+"""Lines of a block pyarrow refused below which its lines take the exact path one by one."""
+BLOCK_SIZE = 16 << 20
+BAD_SCHEMA = pa.schema([("line", pa.int64()), ("reason", pa.string()), ("raw", pa.string())])
+
+
+@dataclass
+class ParsedRecords:
+    """What one object (or chunk) holds, as today's Spark read would stage it."""
+
+    rows: pa.Table
+    """Good records in source order: the config's columns with their Arrow types, and `dt`."""
+    bad: pa.Table
+    """(line, reason, raw) of each quarantined record, in source order."""
+    fields: ObjectFields = field(default_factory=ObjectFields)
+    """Fields outside the config's columns, as `field_scan` reports them (none under rescue)."""
+    lines: int = 0
+    """Lines the data held."""
+
+
+ZONED = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-](0\d|1[0-7]):[0-5]\d|[+-]18:00)$"
+NAIVE = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"
+PLAIN_DATE = r"^\d{4}-\d{2}-\d{2}$"
+"""Texts pyarrow's casts read as Spark does (checked against `record_values`); any other
+text is converted in Python."""
+UTC = pa.timestamp("us", tz="UTC")
+
+
+def parse_json_lines(data: bytes, config: StreamConfig, first_line: int = 1) -> ParsedRecords:
+    """The rows, quarantine records and fields outside the schema of JSON-lines `data` (whole
+    lines of an object; its first line is the object's line `first_line`), as today's Spark
+    read gives them (module docstring: how, and what differs)."""
+    if config.schema_evolution == RESCUE:
+        from resources.ingestion.record_rescue import rescue_pieces
+
+        lines = Lines(data)
+        return _finished(rescue_pieces(lines, config), config, first_line, lines, lines.count)
+    lines = Lines(data)
+    return _finished(_json_pieces(lines, config), config, first_line, lines, lines.count)
+
+
+def _json_pieces(lines: Lines, config: StreamConfig) -> list[Piece]:
+    """Every line's results, in line order: runs of lines pyarrow may read (`_line_kinds`)
+    through `_arrow_run`, the others through the exact path."""
+    kinds = _line_kinds(lines)
+    schema = pa.schema(
+        [
+            pa.field(c.name, pa.string() if c.type in ("timestamp", "date") else arrow_type(c.type))
+            for c in config.columns
+        ]
+    )
+    pieces: list[Piece] = []
+    exact = np.flatnonzero(kinds == 2)
+    begin = 0
+    for stop in [*exact.tolist(), lines.count]:
+        if stop > begin and (kinds[begin:stop] == 1).any():
+            pieces.extend(_arrow_run(lines, begin, stop, config, schema, kinds))
+        if stop < lines.count:
+            pieces.append(python_piece(lines, [stop], config))
+        begin = stop + 1
+    return pieces
+
+
+def _line_kinds(lines: Lines) -> np.ndarray:
+    """Per line: 0 empty, 1 for pyarrow (`{` first, `}` last, valid UTF-8), 2 the exact path
+    (anything else: pyarrow crashes on a `null` line, refuses arrays, skips no blank)."""
+    view = np.frombuffer(lines.data, dtype=np.uint8)
+    kinds = np.full(lines.count, 2, dtype=np.int8)
+    if lines.count == 0:
+        return kinds
+    empty = lines.starts == lines.ends
+    last = np.maximum(lines.ends - 1, 0)
+    first = view[np.minimum(lines.starts, max(len(view) - 1, 0))]
+    kinds[(first == ord("{")) & (view[last] == ord("}")) & ~empty] = 1
+    kinds[empty] = 0
+    if not lines.valid:
+        for i in np.flatnonzero(kinds == 1).tolist():
+            if not lines.line_valid(i):
+                kinds[i] = 2
+    return kinds
+
+
+def _arrow_run(
+    lines: Lines, begin: int, stop: int, config: StreamConfig, schema: pa.Schema, kinds: np.ndarray
+) -> list[Piece]:
+    """Lines `begin`..`stop` (records and empty lines only) by pyarrow; a block it refuses, or
+    whose row count is not its records', halved until small, then the exact path."""
+    records = np.flatnonzero(kinds[begin:stop] == 1) + begin
+    start, end = int(lines.starts[begin]), int(lines.ends[stop - 1])
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
+    try:
+        table = pj.read_json(
+            pa.BufferReader(pa.py_buffer(lines.data).slice(start, end - start)),
+            read_options=pj.ReadOptions(use_threads=False, block_size=BLOCK_SIZE),
+            parse_options=options,
+        )
+        if table.num_rows != len(records):
+            raise ValueError(f"{table.num_rows} rows from {len(records)} lines")
+    except (pa.ArrowInvalid, ValueError) as exc:
+        log.debug("lines %d..%d take the exact path: %s", begin, stop, exc)
+        if len(records) <= SMALL_BLOCK:
+            return [python_piece(lines, records.tolist(), config)]
+        middle = int(records[len(records) // 2])
+        return [
+            *_arrow_run(lines, begin, middle, config, schema, kinds),
+            *_arrow_run(lines, middle, stop, config, schema, kinds),
+        ]
+    return _arrow_pieces(lines, table, records, config)
+
+
+def _arrow_pieces(
+    lines: Lines, table: pa.Table, records: np.ndarray, config: StreamConfig
+) -> list[Piece]:
+    """pyarrow's rows as a piece: times converted by Spark's rules; a row whose time Spark's
+    typed parse would refuse goes through the exact path (its whole line is parsed again)."""
+    columns = []
+    redo = np.zeros(table.num_rows, dtype=bool)
+    for c in config.columns:
+        column = table.column(c.name)
+        if c.type in ("timestamp", "date"):
+            column, failed = converted_times(column, c.type)
+            redo |= failed
+        columns.append(column)
+    typed = pa.Table.from_arrays(columns, names=config.column_names)
+    extras = table.drop_columns(config.column_names)
+    if not redo.any():
+        return [_with_fields(Piece(typed, records), extras, records)]
+    keep = pa.array(~redo)
+    kept = _with_fields(Piece(typed.filter(keep), records[~redo]), extras.filter(keep), records[~redo])
+    again = python_piece(lines, records[redo].tolist(), config)
+    return [kept, again]
+
+
+def _with_fields(piece: Piece, extras: pa.Table, records: np.ndarray) -> Piece:
+    """`piece` with the fields of `extras` (pyarrow's columns outside the schema) noted."""
+    holding = None
+    for name in extras.column_names:
+        column = extras.column(name)
+        count = len(column) - column.null_count
+        if count == 0:
+            continue
+        present = pc.is_valid(column)
+        first = int(np.argmax(present.to_numpy(zero_copy_only=False)))
+        piece.fields[name] = FieldSeen(
+            records=count, type=arrow_json_type(column.type), first_line=int(records[first])
+        )
+        holding = present if holding is None else pc.or_(holding, present)
+    if holding is not None:
+        piece.records_with_unknown = int(pc.sum(pc.cast(holding, pa.int64())).as_py() or 0)
+    return piece
+
+
+def converted_times(column: pa.ChunkedArray, type_name: str) -> tuple[pa.Array, np.ndarray]:
+    """(the timestamps or dates of text `column` as Spark reads them, a mask of the texts it
+    does not read): pyarrow's casts for the plain ISO forms, `record_values` for the rest."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    target = arrow_type(type_name)
+    if type_name == "timestamp":
+        zoned = pc.fill_null(pc.match_substring_regex(column, ZONED), False)
+        naive = pc.fill_null(pc.match_substring_regex(column, NAIVE), False)
+        fast = pc.or_(zoned, naive)
+        casts = [(zoned, UTC), (naive, pa.timestamp("us"))]
+    else:
+        fast = pc.fill_null(pc.match_substring_regex(column, PLAIN_DATE), False)
+        casts = [(fast, target)]
+    out = pa.nulls(len(column), target)
+    try:
+        for mask, typ in casts:
+            if pc.any(mask).as_py():
+                part = pc.cast(pc.if_else(mask, column, pa.scalar(None, column.type)), typ).cast(target)
+                out = pc.if_else(mask, part, out)
+    except pa.ArrowInvalid as exc:  # an impossible date among them: Python reads each
+        log.debug("times through Python: %s", exc)
+        fast = pa.array(np.zeros(len(column), dtype=bool))
+        out = pa.nulls(len(column), target)
+    slow = pc.and_(pc.is_valid(column), pc.invert(fast))
+    if pc.any(slow).as_py():
+        out = _python_times(column, slow, out, type_name)
+    failed = pc.and_(pc.is_valid(column), pc.is_null(out))
+    return out, failed.to_numpy(zero_copy_only=False)
+
+
+def _python_times(column: pa.Array, slow: pa.Array, out: pa.Array, type_name: str) -> pa.Array:
+    parse = timestamp_of if type_name == "timestamp" else date_of
+    plain = pa.int64() if type_name == "timestamp" else pa.int32()
+    values = out.cast(plain).to_pylist()
+    texts = column.to_pylist()
+    for i in np.flatnonzero(slow.to_numpy(zero_copy_only=False)).tolist():
+        values[i] = parse(texts[i])
+    return pa.array(values, plain).cast(arrow_type(type_name))
+
+
+def _finished(
+    pieces: list[Piece], config: StreamConfig, first_line: int, lines: Lines | None, count: int
+) -> ParsedRecords:
+    """The pieces' results together, in line order: the checks (event time, record id) and
+    the date of each good row, the bad records numbered (JSON: as `quarantine.line_numbers`
+    finds them; CSV, `lines` None: each piece's line indexes are the object's numbers)."""
+    tables = [p.table for p in pieces if p.table.num_rows]
+    table = pa.concat_tables(tables) if tables else typed_table([[] for _ in config.columns], config)
+    index = np.concatenate([p.line_index for p in pieces]) if pieces else np.zeros(0, np.int64)
+    if len(index) > 1 and (np.diff(index) < 0).any():
+        order = np.argsort(index, kind="stable")
+        table, index = table.take(pa.array(order)), index[order]
+    event = table.column(config.event_time)
+    if not pa.types.is_timestamp(event.type):
+        event = converted_times(event, "timestamp")[0]
+    missing = pc.is_null(event)
+    reasons = pc.if_else(missing, pa.scalar(MISSING_EVENT_TIME), pa.scalar(None, pa.string()))
+    if config.record_id:
+        no_id = pc.and_(pc.invert(missing), pc.is_null(table.column(config.record_id)))
+        reasons = pc.if_else(no_id, pa.scalar(MISSING_RECORD_ID), reasons)
+    failing = pc.is_valid(reasons)
+    bad = [entry for p in pieces for entry in p.bad]
+    if pc.any(failing).as_py():
+        assert lines is not None, "CSV rows are checked as they are typed"
+        at = index[failing.to_numpy(zero_copy_only=False)].tolist()
+        texts = reasons.filter(failing).to_pylist()
+        bad += [(i, why, lines.text(i)) for i, why in zip(at, texts, strict=True)]
+        keep = pc.invert(failing)
+        table, event = table.filter(keep), pc.filter(event, keep)
+    bad.sort(key=lambda entry: entry[0])
+    local = event.cast(pa.timestamp("us", tz=config.timezone))
+    rows = table.append_column("dt", pc.cast(pc.local_timestamp(local), pa.date32()))
+    return ParsedRecords(
+        rows=rows,
+        bad=_bad_table(bad, first_line, lines),
+        fields=_merged_fields(pieces, 0 if lines is None else first_line),
+        lines=count,
+    )
+
+
+def _bad_table(bad: list[tuple[int, str, str]], first_line: int, lines: Lines | None) -> pa.Table:
+    """(line, reason, raw) of `bad`. JSON: today's reader finds a bad record's line by its
+    text (`quarantine.line_numbers`): the k-th record with a text gets the k-th line holding it
+    (none past the last; none for the first line after a byte-order mark, whose text the
+    search does not match), which is each record's own line but where a line holds several."""
+    if lines is None:
+        numbers: list[int | None] = [i for i, _, _ in bad]
+    else:
+        holding: dict[str, list[int]] = {}
+        for i, _, raw in bad:
+            seen = holding.setdefault(raw, [])
+            if not (lines.bom and i == 0) and (not seen or seen[-1] != i):
+                seen.append(i)
+        taken: dict[str, int] = {}
+        numbers = []
+        for _, _, raw in bad:
+            k = taken.get(raw, 0)
+            taken[raw] = k + 1
+            found = holding[raw]
+            numbers.append(found[k] + first_line if k < len(found) else None)
+    return pa.table(
+        [
+            pa.array(numbers, pa.int64()),
+            pa.array([why for _, why, _ in bad], pa.string()),
+            pa.array([raw for _, _, raw in bad], pa.string()),
+        ],
+        schema=BAD_SCHEMA,
+    )
+
+
+def _merged_fields(pieces: list[Piece], shift: int) -> ObjectFields:
+    """The pieces' fields outside the schema as one object's: counts summed, types widened,
+    the first line the earliest (shifted to the object's numbering)."""
+    merged = ObjectFields()
+    for piece in pieces:
+        merged.records_with_unknown += piece.records_with_unknown
+        for name, seen in piece.fields.items():
+            into = merged.fields.get(name)
+            if into is None:
+                merged.fields[name] = FieldSeen(seen.records, seen.type, seen.first_line + shift)
+                continue
+            into.records += seen.records
+            into.type = widen(into.type, seen.type)
+            into.first_line = min(into.first_line, seen.first_line + shift)
+    return merged
+
+
+def parse_csv(
+    data: bytes, config: StreamConfig, first_line: int = 1, header: bytes | None = None
+) -> ParsedRecords:
+    """The rows, quarantine records and fields outside the schema of CSV `data`, as today's
+    reader stages (`csv_records.stage_csv`) and reads them. `data` is whole records; with
+    `header` (a chunk after an object's first: its header line(s) as written), `first_line`
+    is the object's line of the chunk's first line; without, `data` starts with the header
+    when the stream has one. Raises `CsvHeaderError` (today's `failed` message) when the
+    header names no usable columns."""
+    fmt = CsvFormat.of(config)
+    above = _csv_line_count(header) if header else 0
+    text = ((header or b"") + data).decode("utf-8", "surrogateescape")
+    records = CsvRecords(io.StringIO(text, newline=""), fmt, config.column_names, first_line - above)
+    piece = _csv_piece(records, config)
+    count = records.next_line - first_line
+    return _finished([piece], config, first_line, None, count)
+
+
+def _csv_line_count(header: bytes) -> int:
+    return sum(1 for _ in io.StringIO(header.decode("utf-8", "surrogateescape"), newline=""))
+
+
+def _csv_piece(records: CsvRecords, config: StreamConfig) -> Piece:
+    """Each CSV record typed by Spark's casts of its fields' texts (what the JSON path makes
+    of the staged record: a literal where it is one, else the text `try_cast`), checked; the
+    header's names outside the schema noted as fields of type string."""
+    header = records.header
+    known = set(config.column_names)
+    at = {name: j for j, name in enumerate(header)}
+    specs = [(c.name, c.type, at.get(c.name), CASTS[c.type]) for c in config.columns]
+    extras = [(j, name) for j, name in enumerate(header) if name not in known]
+    event = config.column_names.index(config.event_time)
+    string_event = config.columns[event].type == "string"
+    rid = config.column_names.index(config.record_id) if config.record_id else None
+    values: list[list[Any]] = [[] for _ in specs]
+    piece = Piece(pa.table({}), np.zeros(0, np.int64))
+    numbers: list[int] = []
+    for row in records:
+        if row.values is None:
+            piece.bad.append((row.line, row.error or "", row.raw))
+            continue
+        _note_csv_fields(piece, row.values, extras, row.line)
+        typed, reason = _csv_typed(row.values, specs)
+        if reason is None:
+            when = typed[event]
+            if string_event and when is not None:
+                when = timestamp_of(when)
+            if when is None:
+                reason = MISSING_EVENT_TIME
+            elif rid is not None and typed[rid] is None:
+                reason = MISSING_RECORD_ID
+        if reason is not None:
+            piece.bad.append((row.line, reason, row.raw))
+            continue
+        numbers.append(row.line)
+        for column, value in zip(values, typed, strict=True):
+            column.append(value)
+    piece.table = typed_table(values, config)
+    piece.line_index = np.array(numbers, dtype=np.int64)
+    return piece
+
+
+def _csv_typed(
+    fields: list[str], specs: list[tuple[str, str, int | None, Any]]
+) -> tuple[list[Any], str | None]:
+    """(a record's values, None) or (partial values, why it is refused: the first column whose
+    text does not cast)."""
+    typed = []
+    for name, typ, j, cast in specs:
+        text = fields[j] if j is not None else ""
+        if not text:
+            typed.append(None)
+            continue
+        value = cast(text)
+        if value is None:
+            return typed, wrong_type(name, typ)
+        typed.append(value)
+    return typed, None
+
+
+def _note_csv_fields(piece: Piece, fields: list[str], extras: list[tuple[int, str]], line: int) -> None:
+    unknown = False
+    for j, name in extras:
+        if fields[j]:
+            unknown = True
+            seen = piece.fields.get(name)
+            if seen is None:
+                seen = piece.fields[name] = FieldSeen(type="string", first_line=line)
+            seen.records += 1
+    piece.records_with_unknown += unknown
