@@ -189,33 +189,34 @@ class _Records(list[dict[str, Any]]):
     array = True
 
 
-def parsed_records(text: str) -> list[dict[str, Any]] | None:
+def parsed_records(text: str, first_wins: bool = False) -> list[dict[str, Any]] | None:
     """The records of one line (module docstring), or None when it is malformed; each
     record's values: `Number` (a number's text), `Nested` (an object's or array's text), str,
-    bool or None."""
+    bool or None. A repeated name keeps its last value (`first_wins`: its first, as a map
+    parsed by `from_json` is looked up)."""
     start = _WS.match(text, 0).end()  # type: ignore[union-attr]
     if text.startswith("\ufeff", start):
         return None
     try:
         if text.startswith("{", start) or text.startswith("'", start):
-            record, _ = _object(text, start)
+            record, _ = _object(text, start, first_wins)
             return [record]
         if text.startswith("[", start):
             value, _ = _SCAN(text, start)
             if not all(isinstance(e, dict) for e in value):
-                return [] if not value else None
-            return _Records(_members(text, start))
+                return None if value else []
+            return _Records(_members(text, start, first_wins))
     except (ValueError, StopIteration, RecursionError, IndexError):
         return None
     return None
 
 
-def _members(text: str, start: int) -> list[dict[str, Any]]:
+def _members(text: str, start: int, first_wins: bool) -> list[dict[str, Any]]:
     """The objects of the array at `start`, each parsed by `_object` (their values' texts)."""
     records = []
     at = _WS.match(text, start + 1).end()  # type: ignore[union-attr]
     while text[at] != "]":
-        record, at = _object(text, at)
+        record, at = _object(text, at, first_wins)
         records.append(record)
         at = _WS.match(text, at).end()  # type: ignore[union-attr]
         if text[at] == ",":
@@ -225,7 +226,7 @@ def _members(text: str, start: int) -> list[dict[str, Any]]:
     return records
 
 
-def _object(text: str, at: int) -> tuple[dict[str, Any], int]:
+def _object(text: str, at: int, first_wins: bool = False) -> tuple[dict[str, Any], int]:
     """The object at `at` (its `{`): name -> value (a nested value as `Nested` text, a number
     as `Number`), the last of a repeated name; and where it ends."""
     if text[at] != "{":
@@ -248,7 +249,9 @@ def _object(text: str, at: int) -> tuple[dict[str, Any], int]:
                 value = Nested(text[at:end])
             elif isinstance(value, str):
                 value = _java_string(value)
-        record[_java_string(name)] = value
+        name = _java_string(name)
+        if not first_wins or name not in record:
+            record[name] = value
         at = _WS.match(text, end).end()  # type: ignore[union-attr]
         if text[at] == "}":
             return record, at + 1

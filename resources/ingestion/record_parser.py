@@ -91,7 +91,9 @@ def parse_json_lines(data: bytes, config: StreamConfig, first_line: int = 1) -> 
         from resources.ingestion.record_rescue import rescue_pieces
 
         lines = Lines(data)
-        return _finished(rescue_pieces(lines, config), config, first_line, lines, lines.count)
+        pieces = rescue_pieces(lines, config)
+        lines.bom = False  # the rescue read's text keeps the mark: the search finds line 1
+        return _finished(pieces, config, first_line, lines, lines.count)
     lines = Lines(data)
     return _finished(_json_pieces(lines, config), config, first_line, lines, lines.count)
 
