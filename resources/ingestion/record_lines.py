@@ -36,13 +36,15 @@ from resources.schema.arrow import arrow_type
 from resources.schema.field_types import widen
 from resources.streams import StreamConfig
 
+__all__ = ["Lines", "Nested", "Number", "Piece", "parsed_records", "python_piece", "typed_table"]
+
 BOM = b"\xef\xbb\xbf"
 MALFORMED = "invalid JSON (truncated or malformed)"
 INVALID_UTF8 = "invalid UTF-8"
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder(parse_float=Number, parse_int=Number, parse_constant=Number)
-_SCAN = json.scanner.make_scanner(_DECODER)
-_SCANSTRING = json.decoder.scanstring
+_SCAN: Any = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
+_SCANSTRING: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 class Lines:
@@ -154,7 +156,7 @@ def typed_records(
     """Each record's values as Spark's read types them, or why the line is rejected: the
     typed parse first; a record it refuses makes the whole line go through the text parse,
     which names the first column (in the schema's order) whose text does not cast."""
-    rows = []
+    rows: list[list[Any]] = []
     for record in records:
         row = []
         for name, typ in zip(names, types, strict=True):
@@ -263,7 +265,8 @@ def _object(text: str, at: int, first_wins: bool = False) -> tuple[dict[str, Any
 def _string(text: str, at: int) -> tuple[str, int]:
     """The string at `at`, double- or single-quoted (Spark's reader allows both)."""
     if text[at] == '"':
-        return _SCANSTRING(text, at + 1, True)
+        found: tuple[str, int] = _SCANSTRING(text, at + 1, True)
+        return found
     if text[at] != "'":
         raise ValueError("expected a name")
     end = at + 1

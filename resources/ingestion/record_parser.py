@@ -185,7 +185,9 @@ def _arrow_pieces(
     if not redo.any():
         return [_with_fields(Piece(typed, records), extras, records)]
     keep = pa.array(~redo)
-    kept = _with_fields(Piece(typed.filter(keep), records[~redo]), extras.filter(keep), records[~redo])
+    kept = _with_fields(
+        Piece(typed.filter(keep), records[~redo]), extras.filter(keep), records[~redo]
+    )
     again = python_piece(lines, records[redo].tolist(), config)
     return [kept, again]
 
@@ -226,7 +228,9 @@ def converted_times(column: pa.ChunkedArray, type_name: str) -> tuple[pa.Array, 
     try:
         for mask, typ in casts:
             if pc.any(mask).as_py():
-                part = pc.cast(pc.if_else(mask, column, pa.scalar(None, column.type)), typ).cast(target)
+                part = pc.cast(pc.if_else(mask, column, pa.scalar(None, column.type)), typ).cast(
+                    target
+                )
                 out = pc.if_else(mask, part, out)
     except pa.ArrowInvalid as exc:  # an impossible date among them: Python reads each
         log.debug("times through Python: %s", exc)
@@ -256,7 +260,9 @@ def _finished(
     the date of each good row, the bad records numbered (JSON: as `quarantine.line_numbers`
     finds them; CSV, `lines` None: each piece's line indexes are the object's numbers)."""
     tables = [p.table for p in pieces if p.table.num_rows]
-    table = pa.concat_tables(tables) if tables else typed_table([[] for _ in config.columns], config)
+    table = (
+        pa.concat_tables(tables) if tables else typed_table([[] for _ in config.columns], config)
+    )
     index = np.concatenate([p.line_index for p in pieces]) if pieces else np.zeros(0, np.int64)
     if len(index) > 1 and (np.diff(index) < 0).any():
         order = np.argsort(index, kind="stable")
@@ -348,7 +354,9 @@ def parse_csv(
     fmt = CsvFormat.of(config)
     above = _csv_line_count(header) if header else 0
     text = ((header or b"") + data).decode("utf-8", "surrogateescape")
-    records = CsvRecords(io.StringIO(text, newline=""), fmt, config.column_names, first_line - above)
+    records = CsvRecords(
+        io.StringIO(text, newline=""), fmt, config.column_names, first_line - above
+    )
     piece = _csv_piece(records, config)
     count = records.next_line - first_line
     return _finished([piece], config, first_line, None, count)
@@ -403,7 +411,7 @@ def _csv_typed(
 ) -> tuple[list[Any], str | None]:
     """(a record's values, None) or (partial values, why it is refused: the first column whose
     text does not cast)."""
-    typed = []
+    typed: list[Any] = []
     for name, typ, j, cast in specs:
         text = fields[j] if j is not None else ""
         if not text:
@@ -416,7 +424,9 @@ def _csv_typed(
     return typed, None
 
 
-def _note_csv_fields(piece: Piece, fields: list[str], extras: list[tuple[int, str]], line: int) -> None:
+def _note_csv_fields(
+    piece: Piece, fields: list[str], extras: list[tuple[int, str]], line: int
+) -> None:
     unknown = False
     for j, name in extras:
         if fields[j]:

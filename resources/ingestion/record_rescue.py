@@ -42,9 +42,21 @@ from resources.ingestion.record_values import (
 from resources.schema.modes import RESCUED
 from resources.streams import StreamConfig
 
+
+def _first_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's names and values, the first of a repeated name kept."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        out.setdefault(name, value)
+    return out
+
+
 _INTEGER = re.compile(r"-?[0-9]+").fullmatch
 _PLAIN_DECIMAL = re.compile(r"-?[0-9]*\.?[0-9]*").fullmatch
 MAX_DIGITS = 38
+_NESTED = json.JSONDecoder(
+    parse_float=Number, parse_int=Number, parse_constant=Number, object_pairs_hook=_first_pairs
+)
 
 
 class Variant:
@@ -67,16 +79,8 @@ def variant(value: Any) -> Variant | None:
     if isinstance(value, Number):
         return _number(value)
     if isinstance(value, Nested):
-        return _nested(json.loads(value, parse_float=Number, parse_int=Number,
-                                  parse_constant=Number, object_pairs_hook=_first_pairs))  # fmt: skip
+        return _nested(_NESTED.decode(value))
     return Variant("string", value)
-
-
-def _first_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in pairs:
-        out.setdefault(name, value)
-    return out
 
 
 def _nested(value: Any) -> Variant | None:
@@ -141,9 +145,14 @@ def variant_json(v: Variant | None) -> str:
         return json.dumps(v.value, ensure_ascii=False)
     if v.kind == "array":
         return "[" + ",".join(variant_json(e) for e in v.value) + "]"
-    return "{" + ",".join(
-        f"{json.dumps(k, ensure_ascii=False)}:{variant_json(v.value[k])}" for k in sorted(v.value)
-    ) + "}"
+    return (
+        "{"
+        + ",".join(
+            f"{json.dumps(k, ensure_ascii=False)}:{variant_json(v.value[k])}"
+            for k in sorted(v.value)
+        )
+        + "}"
+    )
 
 
 def _numeric(v: Variant) -> Any:
@@ -236,7 +245,9 @@ def _rescued_row(
         if (name not in known and value is not None) or name in failed
     ]
     if kept:
-        row[RESCUED] = "{" + ",".join(
-            f"{json.dumps(k, ensure_ascii=False)}:{variant_json(v)}" for k, v in kept
-        ) + "}"
+        row[RESCUED] = (
+            "{"
+            + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{variant_json(v)}" for k, v in kept)
+            + "}"
+        )
     return row

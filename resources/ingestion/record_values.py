@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 from typing import Any
@@ -283,14 +284,23 @@ def date_of(text: str) -> int | None:
         return None
 
 
-CASTS = {
+def int_of(text: str) -> int | None:
+    """`try_cast(text as int)`."""
+    return long_of(text, INT_MIN, INT_MAX)
+
+
+def string_of(text: str) -> str:
+    return text
+
+
+CASTS: dict[str, Callable[[str], Any]] = {
     "long": long_of,
-    "int": lambda text: long_of(text, INT_MIN, INT_MAX),
+    "int": int_of,
     "double": double_of,
     "boolean": boolean_of,
     "timestamp": timestamp_of,
     "date": date_of,
-    "string": lambda text: text,
+    "string": string_of,
 }
 """Column type -> `try_cast` of a text to it (None: null)."""
 
