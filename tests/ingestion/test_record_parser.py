@@ -16,12 +16,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from resources.ingestion import record_parser
 from resources.ingestion.csv_records import CsvHeaderError
 from resources.ingestion.record_parser import (
     ParsedRecords,
+    converted_times,
     parse_csv,
     parse_json_lines,
 )
+from resources.ingestion.record_values import date_of, timestamp_of
 from resources.ingestion.sample_data import record_line
 from resources.ingestion.schema_following import refused_fields
 from resources.schema.modes import FAIL, RESCUE
@@ -289,3 +292,103 @@ def test_the_parser_reads_every_object_as_todays_spark_read(
             assert reads[key].failed == str(exc), key
             continue
         assert_same(key, config, reads[key], ours)
+
+
+# The fast/slow path switch, without Spark.
+
+EVENTS_CONFIG = stream(EVENTS, record_id="event_id")
+
+
+def exact_lines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record every line index the exact (Python) path is given."""
+    given: list[int] = []
+    real = record_parser.python_piece
+
+    def spy(lines: Any, indexes: list[int], config: StreamConfig) -> Any:
+        given.extend(indexes)
+        return real(lines, indexes, config)
+
+    monkeypatch.setattr(record_parser, "python_piece", spy)
+    return given
+
+
+def test_clean_data_never_takes_the_exact_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    given = exact_lines(monkeypatch)
+    parsed = parse_json_lines(lines(*clean(2000)), EVENTS_CONFIG, first_line=11)
+    assert given == []
+    assert parsed.rows.num_rows == 2000 and parsed.bad.num_rows == 0
+    assert parsed.lines == 2000
+    assert parsed.rows.schema.field("event_time").type == pa.timestamp("us", tz="UTC")
+
+
+def test_a_bad_line_in_many_is_found_by_halving_and_parsed_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    given = exact_lines(monkeypatch)
+    body = clean(3000)
+    body[1234] = ev(5000, amount="12.5")  # pyarrow refuses a quoted number; Spark converts it
+    body[2500] = '{"event_id": "e1", "amount": 2'
+    parsed = parse_json_lines(lines(*body), EVENTS_CONFIG, first_line=101)
+    assert 1234 in given and 2500 in given
+    assert len(given) <= 2 * record_parser.SMALL_BLOCK
+    assert parsed.rows.num_rows == 2999
+    assert parsed.rows.column("amount").to_pylist()[1234] == 12.5
+    assert parsed.rows.column("event_id").to_pylist()[:3] == [
+        "e000000000001",
+        "e000000000002",
+        "e000000000003",
+    ]
+    assert parsed.bad.to_pylist() == [
+        {"line": 2601, "reason": "invalid JSON (truncated or malformed)", "raw": body[2500]}
+    ]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    ["null", "  " + ev(2), ev(2) + ev(3), "[" + ev(2) + "]", ev(2, event_time="2026-02-30")],
+    ids=["null-line", "leading-space", "two-objects", "array", "impossible-date"],
+)
+def test_what_pyarrow_reads_otherwise_takes_the_exact_path(
+    monkeypatch: pytest.MonkeyPatch, odd: str
+) -> None:
+    """pyarrow crashes on a `null` line, reads two objects on one line as two rows (Spark: the
+    first), and reads a time Spark would not as something: each goes to the exact path."""
+    given = exact_lines(monkeypatch)
+    parse_json_lines(lines(ev(1), odd, ev(4)), EVENTS_CONFIG)
+    assert 1 in given
+
+
+def test_times_pyarrow_converts_agree_with_sparks_rules() -> None:
+    texts = [*TIMES, "2026-01-01T10:00:00.5+01:00", "2026-12-31 23:59:59.999999", None]
+    converted, failed = converted_times(
+        pa.chunked_array([pa.array(texts, pa.string())]), "timestamp"
+    )
+    expected = [None if t is None else timestamp_of(t) for t in texts]
+    assert converted.cast(pa.int64()).to_pylist() == expected
+    assert failed.tolist() == [
+        t is not None and e is None for t, e in zip(texts, expected, strict=True)
+    ]
+    days = ["2026-01-01", "2026-02-29", "2026-1-1", "2026-01-01T10:00:00Z", None]
+    converted, _ = converted_times(pa.chunked_array([pa.array(days, pa.string())]), "date")
+    assert converted.cast(pa.int32()).to_pylist() == [
+        None if d is None else date_of(d) for d in days
+    ]
+
+
+def test_a_csv_chunk_numbers_lines_as_its_object() -> None:
+    config = stream(CSV_COLUMNS, fmt="csv", record_id="event_id")
+    body = b"c1,1,1,2026-01-01T10:00:00Z\nc2,x,1,2026-01-01T10:00:00Z\n"
+    parsed = parse_csv(body, config, first_line=500, header=(CSV_HEAD + "\n").encode())
+    assert parsed.bad.column("line").to_pylist() == [501]
+    assert parsed.lines == 2
+    with pytest.raises(CsvHeaderError, match="more than once"):
+        parse_csv(b"a,a\n1,2\n", config)
+
+
+def test_the_parser_modules_do_not_import_spark() -> None:
+    import resources.ingestion.record_lines as lines_module
+    import resources.ingestion.record_rescue as rescue_module
+    import resources.ingestion.record_values as values_module
+
+    for module in (record_parser, lines_module, rescue_module, values_module):
+        assert "pyspark" not in Path(module.__file__ or "").read_text()
