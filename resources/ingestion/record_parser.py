@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,8 @@ MISSING_EVENT_TIME = "missing event time"
 MISSING_RECORD_ID = "missing record id"
 SMALL_BLOCK = 16
 """Lines of a block pyarrow refused below which its lines take the exact path one by one."""
-BLOCK_SIZE = 16 << 20
+ROW_IN_ERROR = re.compile(r" in row (\d+)$")
+"""Where pyarrow says a parse error is: the row (of the block read as one) at fault."""
 BAD_SCHEMA = pa.schema([("line", pa.int64()), ("reason", pa.string()), ("raw", pa.string())])
 
 
@@ -142,23 +144,38 @@ def _line_kinds(lines: Lines) -> np.ndarray:
 def _arrow_run(
     lines: Lines, begin: int, stop: int, config: StreamConfig, schema: pa.Schema, kinds: np.ndarray
 ) -> list[Piece]:
-    """Lines `begin`..`stop` (records and empty lines only) by pyarrow; a block it refuses, or
-    whose row count is not its records', halved until small, then the exact path."""
+    """Lines `begin`..`stop` (records and empty lines only) by pyarrow, in one block; when it
+    refuses them (or its row count is not their records'), the lines at fault take the exact
+    path: the row its error names (and the one before: a line with text after its object
+    shifts the count by one), else found by halving the lines until few."""
     records = np.flatnonzero(kinds[begin:stop] == 1) + begin
+    if not len(records):
+        return []
     start, end = int(lines.starts[begin]), int(lines.ends[stop - 1])
-    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
     try:
         table = pj.read_json(
             pa.BufferReader(pa.py_buffer(lines.data).slice(start, end - start)),
-            read_options=pj.ReadOptions(use_threads=False, block_size=BLOCK_SIZE),
-            parse_options=options,
+            read_options=pj.ReadOptions(use_threads=False, block_size=end - start + 1),
+            parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="infer"
+            ),
         )
         if table.num_rows != len(records):
             raise ValueError(f"{table.num_rows} rows from {len(records)} lines")
     except (pa.ArrowInvalid, ValueError) as exc:
-        log.debug("lines %d..%d take the exact path: %s", begin, stop, exc)
+        log.debug("lines %d..%d: %s", begin, stop, exc)
         if len(records) <= SMALL_BLOCK:
             return [python_piece(lines, records.tolist(), config)]
+        found = ROW_IN_ERROR.search(str(exc))
+        row = int(found.group(1)) if found else -1
+        if 0 <= row <= len(records):
+            low, high = max(row - 1, 0), min(row + 1, len(records))
+            cut, resume = int(records[low]), int(records[high - 1]) + 1
+            return [
+                *_arrow_run(lines, begin, cut, config, schema, kinds),
+                python_piece(lines, records[low:high].tolist(), config),
+                *_arrow_run(lines, resume, stop, config, schema, kinds),
+            ]
         middle = int(records[len(records) // 2])
         return [
             *_arrow_run(lines, begin, middle, config, schema, kinds),
@@ -218,7 +235,10 @@ def converted_times(column: pa.ChunkedArray, type_name: str) -> tuple[pa.Array, 
     target = arrow_type(type_name)
     if type_name == "timestamp":
         zoned = pc.fill_null(pc.match_substring_regex(column, ZONED), False)
-        naive = pc.fill_null(pc.match_substring_regex(column, NAIVE), False)
+        if pc.all(zoned).as_py():  # the usual column: every time with its zone, cast at once
+            naive = pa.array(np.zeros(len(column), dtype=bool))
+        else:
+            naive = pc.fill_null(pc.match_substring_regex(column, NAIVE), False)
         fast = pc.or_(zoned, naive)
         casts = [(zoned, UTC), (naive, pa.timestamp("us"))]
     else:
@@ -227,11 +247,11 @@ def converted_times(column: pa.ChunkedArray, type_name: str) -> tuple[pa.Array, 
     out = pa.nulls(len(column), target)
     try:
         for mask, typ in casts:
-            if pc.any(mask).as_py():
-                part = pc.cast(pc.if_else(mask, column, pa.scalar(None, column.type)), typ).cast(
-                    target
-                )
-                out = pc.if_else(mask, part, out)
+            if pc.all(mask).as_py():
+                out = pc.cast(column, typ).cast(target)
+            elif pc.any(mask).as_py():
+                part = pc.cast(pc.if_else(mask, column, pa.scalar(None, column.type)), typ)
+                out = pc.if_else(mask, part.cast(target), out)
     except pa.ArrowInvalid as exc:  # an impossible date among them: Python reads each
         log.debug("times through Python: %s", exc)
         fast = pa.array(np.zeros(len(column), dtype=bool))
