@@ -121,6 +121,29 @@ EXTRAS = [
     ev(5, x=None),
     ev(6, amount="bad", v=1),
 ]
+
+
+def dirty(n: int) -> bytes:
+    """`n` clean lines with odd ones spread through them (every path of the parser at once):
+    bad lines, lines pyarrow reads otherwise than Spark, fields whose kind changes."""
+    body = clean(n)
+    odd = [
+        ev(9001, user_id=7, x=1),
+        '{"event_id": "e9002", "amount": 2',
+        ev(9003, amount="3.5", x="text"),
+        ev(9004) + " tail",
+        "null",
+        "[" + ev(9005) + ", " + ev(9006, y=[1]) + "]",
+        ev(9007, event_time="2026-02-30T00:00:00Z"),
+        ev(9008, event_time="2026-03-01 12:00:00 Europe/Paris", x=2.5),
+        '{"event_id": "e9009", "amount": 2',
+        ev(9010, event_id=None, z=True),
+    ]
+    for k, line in enumerate(odd):
+        body[(k * 97 + 13) % n] = line
+    return lines(*body[: n // 2]) + b'{"event_id": "e9011\xff"}\n' + lines(*body[n // 2 :])
+
+
 CSV_HEAD = "event_id,amount,qty,event_time"
 CSV_COLUMNS = {"event_id": "string", "amount": "double", "qty": "long", "event_time": "timestamp"}
 CSV_BODY = [
@@ -164,6 +187,7 @@ def json_cases() -> list[tuple[str, StreamConfig, dict[str, bytes], dict[str, in
         "late.jsonl.gz": gzip.compress(gz),
         "chunk.jsonl": lines(*clean(20, 100), '{"event_id": "e3', ev(4, amount="x")),
         "extras.jsonl": lines(*EXTRAS),
+        "dirty.jsonl": dirty(600),
     }
     plain_times = stream(
         {"id": "long", "n": "int", "ok": "boolean", "day": "date", "at": "string"},
@@ -189,7 +213,16 @@ def json_cases() -> list[tuple[str, StreamConfig, dict[str, bytes], dict[str, in
     return [
         ("events", events, objects, {"chunk.jsonl": 999}),
         ("values", plain_times, values, {}),
-        ("fail", failing, {"extras.jsonl": lines(*EXTRAS), "plain.jsonl": lines(*clean(5))}, {}),
+        (
+            "fail",
+            failing,
+            {
+                "extras.jsonl": lines(*EXTRAS),
+                "plain.jsonl": lines(*clean(5)),
+                "dirty.jsonl": dirty(400).replace(b"null\n", b"{}\n"),  # Spark's scan: no null
+            },
+            {},
+        ),
     ]
 
 
