@@ -76,6 +76,7 @@ TYPES = [
     ev(18, event_id=None),
     '{"event_id": "e19", "user_id": -0, "amount": -0.0, ' + T + "}",
     ev(20, user_id="caf\u00e9 \U0001f600"),
+    '{"event_id": "e22", "user_id": {"b": 1, "a": [2.50, 1E3]}, ' + T + "}",
     '{"event_id": "e21", "user_id": "\\ud83d", ' + T + "}",
 ]
 TIMES = [
@@ -241,6 +242,10 @@ def rescue_case() -> tuple[str, StreamConfig, dict[str, bytes], dict[str, int]]:
             "{}",
             ev(12, event_time=1700000000),
             ev(13, amount=True, x=None),
+            ev(14, user_id=1e-07, x=1e20, w=123456789.5),
+            '{"event_id": "e15", "user_id": {"b": 1, "a": [2.50, 1E3]}, "n": 10.00, ' + T + "}",
+            '{"event_id": "e16", "user_id": "x", "user_id": "y", "amount": "1,5", ' + T + "}",
+            '{"event_id": "e17", "amount": 12345678901234567890123, "d": 1.5e300, ' + T + "}",
         )
     }
     return ("rescue", config, objects, {})
