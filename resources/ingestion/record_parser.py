@@ -3,28 +3,39 @@ the rows and quarantine records today's Spark read (`read_plan`, `source_rows`, 
 makes of them, with pyarrow and plain Python only: what a Spark task can run inside
 `mapInArrow` without Spark expressions.
 
-JSON lines, fast path: the lines that can only be records (`{` first, `}` last, valid UTF-8)
-are read by `pyarrow.json.read_json` with the declared types (timestamps and dates as text,
-converted here by Spark's rules: pyarrow's parsing differs) and `unexpected_field_behavior=
-"infer"`, which also names the fields outside the schema and their kinds. Where pyarrow
-refuses a block (a malformed line, a quoted number, a nested value in a string column...) or
-its rows could differ from Spark's (a row count other than the lines', a time Spark reads
-otherwise), the block is halved until the lines at fault are few, and those lines alone take
-the exact path: `json`'s C scanner keeping each number's text, and Spark's value rules
-(`record_values`). A line pyarrow must never see (`null` crashes its reader) takes that path
-too. CSV: `csv_records`' own record splitting, then the same rules over each field's text.
+JSON lines, fast path: runs of lines that can only be records (`{` first, `}` last, valid
+UTF-8) are read by `pyarrow.json.read_json` in one block, with the declared types (timestamps
+and dates as text, converted here by Spark's rules: pyarrow's own parsing differs) and
+`unexpected_field_behavior="infer"`, which also names the fields outside the schema and their
+kinds. Where pyarrow refuses a run (a malformed line, a quoted number, a nested value in a
+string column...) or its rows could differ from Spark's (a row count other than the lines':
+two objects on a line; a time Spark reads otherwise), the lines at fault take the exact path
+(`record_lines`: `json`'s C scanner keeping each number's text, then Spark's value rules,
+`record_values`) and the rest is read again by pyarrow: the row pyarrow's error names, else
+found by halving the run. A line pyarrow must never see (`null` crashes its reader, an array
+it refuses, leading blanks) takes the exact path directly. CSV: `csv_records`' own record
+splitting, then the same rules over each field's text. Rescue: `record_rescue`, exact path
+only (as Spark's rescue read, it is the slow mode).
 
-What differs from Spark (on purpose or where exact equality costs more than it is worth):
-- A line with single-quoted names or strings (Spark's reader accepts them) is quarantined here
-  as invalid JSON.
-- A time alone ("10:00:00") is on today's date in UTC, as Spark has it, but the two may run on
-  either side of midnight.
-- Time zones by name come from Python's tz database, Spark's from Java's: a zone whose rules
-  the two versions disagree on gives other instants (and dates).
-- Quarantine line numbers: Spark finds a bad record's line by searching the object for its
-  text (the k-th record with a text gets the k-th line holding it); here each gets its own
-  line. They differ only where one line holds several bad records (a JSON array line) or two
-  lines' texts agree once invalid UTF-8 is replaced.
+What differs from today's Spark read, as far as known (the differential test,
+tests/ingestion/test_record_parser.py, holds the cases that agree):
+- A nested value with single-quoted strings (Spark's reader takes them; single quotes around
+  a record's own names and values are handled) is quarantined here as invalid JSON.
+- Nesting deeper than Jackson's limit (1,000) or Python's recursion limit: Spark refuses the
+  line as invalid JSON; here the limit is Python's (close to it, not equal).
+- A time alone ("10:00:00") is on today's date, as Spark has it; two readers running on
+  either side of midnight give different dates.
+- Time zones named in a timestamp's text or in `timezone` come from Python's tz database,
+  Spark's from Java's: a zone whose rules the two versions disagree on gives other instants.
+- Rescue: a double in `_rescued` or a string column is printed as Java 19+ prints it
+  (shortest digits); Java 17 prints a few values with more digits.
+- Quarantine line numbers follow `quarantine.line_numbers` (the k-th bad record with a text
+  gets the k-th line holding it, so the second bad record of one array line gets the next
+  line with the same text or none; none for a first line after a byte-order mark), except
+  that lines whose texts agree only once invalid UTF-8 is replaced are not matched together.
+- A line holding a `null` makes today's reader crash when `field_scan.scan_fields` passes the
+  object to pyarrow (a segmentation fault in pyarrow 26); here it is quarantined as Spark's
+  JSON reader does ("invalid JSON").
 """
 
 from __future__ import annotations
@@ -58,6 +69,8 @@ MISSING_EVENT_TIME = "missing event time"
 MISSING_RECORD_ID = "missing record id"
 SMALL_BLOCK = 16
 """Lines of a block pyarrow refused below which its lines take the exact path one by one."""
+MAX_DEPTH = 1000
+"""Jackson's nesting limit: a line nested deeper is malformed to Spark (pyarrow reads it)."""
 ROW_IN_ERROR = re.compile(r" in row (\d+)$")
 """Where pyarrow says a parse error is: the row (of the block read as one) at fault."""
 BAD_SCHEMA = pa.schema([("line", pa.int64()), ("reason", pa.string()), ("raw", pa.string())])
@@ -123,8 +136,9 @@ def _json_pieces(lines: Lines, config: StreamConfig) -> list[Piece]:
 
 
 def _line_kinds(lines: Lines) -> np.ndarray:
-    """Per line: 0 empty, 1 for pyarrow (`{` first, `}` last, valid UTF-8), 2 the exact path
-    (anything else: pyarrow crashes on a `null` line, refuses arrays, skips no blank)."""
+    """Per line: 0 empty, 1 for pyarrow (`{` first, `}` last, valid UTF-8, not possibly nested
+    deeper than `MAX_DEPTH`), 2 the exact path (anything else: pyarrow crashes on a `null`
+    line, refuses arrays, skips no blank, reads what Jackson finds too deep)."""
     view = np.frombuffer(lines.data, dtype=np.uint8)
     kinds = np.full(lines.count, 2, dtype=np.int8)
     if lines.count == 0:
@@ -138,6 +152,10 @@ def _line_kinds(lines: Lines) -> np.ndarray:
         for i in np.flatnonzero(kinds == 1).tolist():
             if not lines.line_valid(i):
                 kinds[i] = 2
+    for i in np.flatnonzero((lines.ends - lines.starts > 2 * MAX_DEPTH) & (kinds == 1)).tolist():
+        raw = lines.raw(i)  # nesting pyarrow takes and Jackson refuses needs a long line
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+            kinds[i] = 2
     return kinds
 
 

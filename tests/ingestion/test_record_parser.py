@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from resources.ingestion import record_parser
+from resources.ingestion import record_lines, record_parser
 from resources.ingestion.csv_records import CsvHeaderError
 from resources.ingestion.record_parser import (
     ParsedRecords,
@@ -189,6 +189,7 @@ def json_cases() -> list[tuple[str, StreamConfig, dict[str, bytes], dict[str, in
         "chunk.jsonl": lines(*clean(20, 100), '{"event_id": "e3', ev(4, amount="x")),
         "extras.jsonl": lines(*EXTRAS),
         "dirty.jsonl": dirty(600),
+        "deep.jsonl": lines('{"x": ' + "[" * 1200 + "]" * 1200 + ", " + T + "}", ev(1)),
     }
     plain_times = stream(
         {"id": "long", "n": "int", "ok": "boolean", "day": "date", "at": "string"},
@@ -340,7 +341,7 @@ EVENTS_CONFIG = stream(EVENTS, record_id="event_id")
 def exact_lines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record every line index the exact (Python) path is given."""
     given: list[int] = []
-    real = record_parser.python_piece
+    real = record_lines.python_piece
 
     def spy(lines: Any, indexes: list[int], config: StreamConfig) -> Any:
         given.extend(indexes)
@@ -383,8 +384,15 @@ def test_a_bad_line_in_many_is_found_by_halving_and_parsed_alone(
 
 @pytest.mark.parametrize(
     "odd",
-    ["null", "  " + ev(2), ev(2) + ev(3), "[" + ev(2) + "]", ev(2, event_time="2026-02-30")],
-    ids=["null-line", "leading-space", "two-objects", "array", "impossible-date"],
+    [
+        "null",
+        "  " + ev(2),
+        ev(2) + ev(3),
+        "[" + ev(2) + "]",
+        ev(2, event_time="2026-02-30"),
+        '{"x": ' + "[" * 1200 + "]" * 1200 + ", " + T + "}",
+    ],
+    ids=["null-line", "leading-space", "two-objects", "array", "impossible-date", "deep"],
 )
 def test_what_pyarrow_reads_otherwise_takes_the_exact_path(
     monkeypatch: pytest.MonkeyPatch, odd: str
