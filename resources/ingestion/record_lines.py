@@ -99,10 +99,15 @@ class Piece:
     bad: list[tuple[int, str, str]] = field(default_factory=list)
     fields: dict[str, FieldSeen] = field(default_factory=dict)
     records_with_unknown: int = 0
+    unconverted: bool = False
+    """pyarrow's rows: timestamps and dates still as their text."""
 
 
-def python_piece(lines: Lines, indexes: list[int], config: StreamConfig) -> Piece:
-    """The exact path over lines `indexes` (in order): each line parsed and typed in Python."""
+def python_piece(
+    lines: Lines, indexes: list[int], config: StreamConfig, note_fields: bool = True
+) -> Piece:
+    """The exact path over lines `indexes` (in order): each line parsed and typed in Python;
+    the fields outside the schema noted unless `note_fields` is False (pyarrow counted them)."""
     names = config.column_names
     types = [c.type for c in config.columns]
     values: list[list[Any]] = [[] for _ in names]
@@ -120,7 +125,7 @@ def python_piece(lines: Lines, indexes: list[int], config: StreamConfig) -> Piec
         if records is None:
             piece.bad.append((i, MALFORMED, lines.text(i)))
             continue
-        for record in records:
+        for record in records if note_fields else ():
             _note_fields(piece, record, known, i)
         outcome = typed_records(records, names, types)
         if isinstance(outcome, str):

@@ -132,7 +132,10 @@ def _json_pieces(lines: Lines, config: StreamConfig) -> list[Piece]:
         if stop < lines.count:
             pieces.append(python_piece(lines, [stop], config))
         begin = stop + 1
-    return pieces
+    read = [p for p in pieces if p.unconverted]
+    if not read:
+        return pieces
+    return [*(p for p in pieces if not p.unconverted), *_converted(lines, read, config)]
 
 
 def _line_kinds(lines: Lines) -> np.ndarray:
@@ -199,14 +202,17 @@ def _arrow_run(
             *_arrow_run(lines, begin, middle, config, schema, kinds),
             *_arrow_run(lines, middle, stop, config, schema, kinds),
         ]
-    return _arrow_pieces(lines, table, records, config)
+    piece = Piece(table.select(config.column_names), records, unconverted=True)
+    return [_with_fields(piece, table.drop_columns(config.column_names), records)]
 
 
-def _arrow_pieces(
-    lines: Lines, table: pa.Table, records: np.ndarray, config: StreamConfig
-) -> list[Piece]:
-    """pyarrow's rows as a piece: times converted by Spark's rules; a row whose time Spark's
-    typed parse would refuse goes through the exact path (its whole line is parsed again)."""
+def _converted(lines: Lines, read: list[Piece], config: StreamConfig) -> list[Piece]:
+    """pyarrow's pieces as one, their times converted by Spark's rules at once; a row whose
+    time Spark's typed parse would refuse goes through the exact path (its whole line parsed
+    again, its fields already counted)."""
+    table = pa.concat_tables([p.table for p in read])
+    records = np.concatenate([p.line_index for p in read])
+    found = _merged_fields(read, 0)
     columns = []
     redo = np.zeros(table.num_rows, dtype=bool)
     for c in config.columns:
@@ -216,15 +222,13 @@ def _arrow_pieces(
             redo |= failed
         columns.append(column)
     typed = pa.Table.from_arrays(columns, names=config.column_names)
-    extras = table.drop_columns(config.column_names)
-    if not redo.any():
-        return [_with_fields(Piece(typed, records), extras, records)]
-    keep = pa.array(~redo)
-    kept = _with_fields(
-        Piece(typed.filter(keep), records[~redo]), extras.filter(keep), records[~redo]
+    piece = Piece(
+        typed, records, fields=found.fields, records_with_unknown=found.records_with_unknown
     )
-    again = python_piece(lines, records[redo].tolist(), config)
-    return [kept, again]
+    if not redo.any():
+        return [piece]
+    piece.table, piece.line_index = typed.filter(pa.array(~redo)), records[~redo]
+    return [piece, python_piece(lines, records[redo].tolist(), config, note_fields=False)]
 
 
 def _with_fields(piece: Piece, extras: pa.Table, records: np.ndarray) -> Piece:

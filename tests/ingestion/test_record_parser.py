@@ -135,7 +135,7 @@ def dirty(n: int) -> bytes:
         ev(9004) + " tail",
         "null",
         "[" + ev(9005) + ", " + ev(9006, y=[1]) + "]",
-        ev(9007, event_time="2026-02-30T00:00:00Z"),
+        ev(9007, event_time="2026-02-30T00:00:00Z", x=3),
         ev(9008, event_time="2026-03-01 12:00:00 Europe/Paris", x=2.5),
         '{"event_id": "e9009", "amount": 2',
         ev(9010, event_id=None, z=True),
@@ -343,9 +343,9 @@ def exact_lines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     given: list[int] = []
     real = record_lines.python_piece
 
-    def spy(lines: Any, indexes: list[int], config: StreamConfig) -> Any:
+    def spy(lines: Any, indexes: list[int], config: StreamConfig, **options: Any) -> Any:
         given.extend(indexes)
-        return real(lines, indexes, config)
+        return real(lines, indexes, config, **options)
 
     monkeypatch.setattr(record_parser, "python_piece", spy)
     return given
