@@ -36,10 +36,22 @@ from resources.schema.arrow import arrow_type
 from resources.schema.field_types import widen
 from resources.streams import StreamConfig
 
-__all__ = ["Lines", "Nested", "Number", "Piece", "parsed_records", "python_piece", "typed_table"]
+__all__ = [
+    "MISSING_EVENT_TIME",
+    "MISSING_RECORD_ID",
+    "Lines",
+    "Nested",
+    "Number",
+    "Piece",
+    "parsed_records",
+    "python_piece",
+    "typed_table",
+]
 
 BOM = b"\xef\xbb\xbf"
 MALFORMED = "invalid JSON (truncated or malformed)"
+MISSING_EVENT_TIME = "missing event time"
+MISSING_RECORD_ID = "missing record id"
 INVALID_UTF8 = "invalid UTF-8"
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder(parse_float=Number, parse_int=Number, parse_constant=Number)
@@ -201,6 +213,10 @@ def parsed_records(text: str, first_wins: bool = False) -> list[dict[str, Any]] 
     record's values: `Number` (a number's text), `Nested` (an object's or array's text), str,
     bool or None. A repeated name keeps its last value (`first_wins`: its first, as a map
     parsed by `from_json` is looked up)."""
+    if not first_wins:
+        quick = _plain_records(text)
+        if quick is not None:
+            return quick
     start = _WS.match(text, 0).end()  # type: ignore[union-attr]
     if text.startswith("\ufeff", start):
         return None
@@ -216,6 +232,33 @@ def parsed_records(text: str, first_wins: bool = False) -> list[dict[str, Any]] 
     except (ValueError, StopIteration, RecursionError, IndexError):
         return None
     return None
+
+
+def _plain_records(text: str) -> list[dict[str, Any]] | None:
+    """`parsed_records` by `json`'s C decoder, for a line it reads as Jackson does: one object
+    or an array of objects, no nested value (whose text it does not keep), nothing after the
+    root value; None for any other line (the walker decides)."""
+    try:
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError):
+        return None
+    escaped = "\\u" in text  # a lone surrogate can only come from an escape
+    if isinstance(value, dict):
+        return [value] if _flat(value, escaped) else None
+    if isinstance(value, list) and all(isinstance(e, dict) and _flat(e, escaped) for e in value):
+        return _Records(value)
+    return None
+
+
+def _flat(record: dict[str, Any], escaped: bool) -> bool:
+    """Whether `record` holds no nested value; its strings made Java's when `escaped`."""
+    for name, value in list(record.items()):
+        if isinstance(value, (dict, list)):
+            return False
+        if escaped:
+            del record[name]
+            record[_java_string(name)] = _java_string(value) if isinstance(value, str) else value
+    return True
 
 
 def _members(text: str, start: int, first_wins: bool) -> list[dict[str, Any]]:

@@ -44,7 +44,6 @@ import io
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -53,9 +52,16 @@ import pyarrow.json as pj
 
 from resources.ingestion.csv_records import CsvFormat, CsvHeaderError, CsvRecords
 from resources.ingestion.field_scan import FieldSeen, ObjectFields, arrow_json_type
-from resources.ingestion.read_plan import wrong_type
-from resources.ingestion.record_lines import Lines, Piece, python_piece, typed_table
-from resources.ingestion.record_values import CASTS, date_of, timestamp_of
+from resources.ingestion.record_csv import csv_piece
+from resources.ingestion.record_lines import (
+    MISSING_EVENT_TIME,
+    MISSING_RECORD_ID,
+    Lines,
+    Piece,
+    python_piece,
+    typed_table,
+)
+from resources.ingestion.record_values import date_of, timestamp_of
 from resources.schema.arrow import arrow_type
 from resources.schema.field_types import widen
 from resources.schema.modes import RESCUE
@@ -65,10 +71,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CsvHeaderError", "ParsedRecords", "parse_csv", "parse_json_lines"]
 
-MISSING_EVENT_TIME = "missing event time"
-MISSING_RECORD_ID = "missing record id"
 SMALL_BLOCK = 16
 """Lines of a block pyarrow refused below which its lines take the exact path one by one."""
+DENSE = 8
+"""Records per line at fault below which a run of lines stops going to pyarrow."""
 MAX_DEPTH = 1000
 """Jackson's nesting limit: a line nested deeper is malformed to Spark (pyarrow reads it)."""
 ROW_IN_ERROR = re.compile(r" in row (\d+)$")
@@ -166,12 +172,74 @@ def _arrow_run(
     lines: Lines, begin: int, stop: int, config: StreamConfig, schema: pa.Schema, kinds: np.ndarray
 ) -> list[Piece]:
     """Lines `begin`..`stop` (records and empty lines only) by pyarrow, in one block; when it
-    refuses them (or its row count is not their records'), the lines at fault take the exact
-    path: the row its error names (and the one before: a line with text after its object
-    shifts the count by one), else found by halving the lines until few."""
+    refuses them, the row its error names (and the one before: a line with text after its
+    object shifts the count by one) takes the exact path, the lines before it are read again
+    and reading resumes after it; pyarrow stops at its first error, so that costs about one
+    more read of the data however many lines are at fault. Lines at fault closer together than
+    `DENSE` (on average, past the first few) all take the exact path from there on; an error
+    naming no row is found by halving (`_halved`)."""
+    pieces: list[Piece] = []
+    exact: list[int] = []
+    first, faults = begin, 0
+    while begin < stop:
+        records = np.flatnonzero(kinds[begin:stop] == 1) + begin
+        if not len(records):
+            break
+        read = _read_block(lines, begin, stop, records, config, schema)
+        if isinstance(read, Piece):
+            pieces.append(read)
+            break
+        found = ROW_IN_ERROR.search(str(read))
+        row = int(found.group(1)) if found else -1
+        if len(records) <= SMALL_BLOCK or not 0 <= row <= len(records):
+            pieces += _halved(lines, begin, stop, config, schema, kinds)
+            break
+        faults += 1
+        if faults > DENSE and (int(records[min(row, len(records) - 1)]) - first) < faults * DENSE:
+            exact += records.tolist()
+            break
+        low, high = max(row - 1, 0), min(row + 1, len(records))
+        cut = int(records[low])
+        if cut > begin:
+            pieces += _halved(lines, begin, cut, config, schema, kinds)
+        exact += records[low:high].tolist()
+        begin = int(records[high - 1]) + 1
+    if exact:
+        pieces.append(python_piece(lines, exact, config))
+    return pieces
+
+
+def _halved(
+    lines: Lines, begin: int, stop: int, config: StreamConfig, schema: pa.Schema, kinds: np.ndarray
+) -> list[Piece]:
+    """Lines `begin`..`stop` by pyarrow; a block it refuses is halved until its lines are
+    few, which take the exact path."""
     records = np.flatnonzero(kinds[begin:stop] == 1) + begin
     if not len(records):
         return []
+    read = _read_block(lines, begin, stop, records, config, schema)
+    if isinstance(read, Piece):
+        return [read]
+    if len(records) <= SMALL_BLOCK:
+        return [python_piece(lines, records.tolist(), config)]
+    middle = int(records[len(records) // 2])
+    return [
+        *_halved(lines, begin, middle, config, schema, kinds),
+        *_halved(lines, middle, stop, config, schema, kinds),
+    ]
+
+
+def _read_block(
+    lines: Lines,
+    begin: int,
+    stop: int,
+    records: np.ndarray,
+    config: StreamConfig,
+    schema: pa.Schema,
+) -> Piece | Exception:
+    """pyarrow's rows of lines `begin`..`stop` as an unconverted piece (the fields outside the
+    schema noted), or why they are not Spark's: pyarrow's error, or a row count other than
+    the records'."""
     start, end = int(lines.starts[begin]), int(lines.ends[stop - 1])
     try:
         table = pj.read_json(
@@ -181,29 +249,15 @@ def _arrow_run(
                 explicit_schema=schema, unexpected_field_behavior="infer"
             ),
         )
-        if table.num_rows != len(records):
-            raise ValueError(f"{table.num_rows} rows from {len(records)} lines")
-    except (pa.ArrowInvalid, ValueError) as exc:
+    except pa.ArrowInvalid as exc:
         log.debug("lines %d..%d: %s", begin, stop, exc)
-        if len(records) <= SMALL_BLOCK:
-            return [python_piece(lines, records.tolist(), config)]
-        found = ROW_IN_ERROR.search(str(exc))
-        row = int(found.group(1)) if found else -1
-        if 0 <= row <= len(records):
-            low, high = max(row - 1, 0), min(row + 1, len(records))
-            cut, resume = int(records[low]), int(records[high - 1]) + 1
-            return [
-                *_arrow_run(lines, begin, cut, config, schema, kinds),
-                python_piece(lines, records[low:high].tolist(), config),
-                *_arrow_run(lines, resume, stop, config, schema, kinds),
-            ]
-        middle = int(records[len(records) // 2])
-        return [
-            *_arrow_run(lines, begin, middle, config, schema, kinds),
-            *_arrow_run(lines, middle, stop, config, schema, kinds),
-        ]
+        refused: Exception = exc
+        return refused
+    if table.num_rows != len(records):
+        return ValueError(f"{table.num_rows} rows from {len(records)} lines")
     piece = Piece(table.select(config.column_names), records, unconverted=True)
-    return [_with_fields(piece, table.drop_columns(config.column_names), records)]
+    noted: Piece = _with_fields(piece, table.drop_columns(config.column_names), records)
+    return noted
 
 
 def _converted(lines: Lines, read: list[Piece], config: StreamConfig) -> list[Piece]:
@@ -399,82 +453,10 @@ def parse_csv(
     records = CsvRecords(
         io.StringIO(text, newline=""), fmt, config.column_names, first_line - above
     )
-    piece = _csv_piece(records, config)
+    piece = csv_piece(records, config)
     count = records.next_line - first_line
     return _finished([piece], config, first_line, None, count)
 
 
 def _csv_line_count(header: bytes) -> int:
     return sum(1 for _ in io.StringIO(header.decode("utf-8", "surrogateescape"), newline=""))
-
-
-def _csv_piece(records: CsvRecords, config: StreamConfig) -> Piece:
-    """Each CSV record typed by Spark's casts of its fields' texts (what the JSON path makes
-    of the staged record: a literal where it is one, else the text `try_cast`), checked; the
-    header's names outside the schema noted as fields of type string."""
-    header = records.header
-    known = set(config.column_names)
-    at = {name: j for j, name in enumerate(header)}
-    specs = [(c.name, c.type, at.get(c.name), CASTS[c.type]) for c in config.columns]
-    extras = [(j, name) for j, name in enumerate(header) if name not in known]
-    event = config.column_names.index(config.event_time)
-    string_event = config.columns[event].type == "string"
-    rid = config.column_names.index(config.record_id) if config.record_id else None
-    values: list[list[Any]] = [[] for _ in specs]
-    piece = Piece(pa.table({}), np.zeros(0, np.int64))
-    numbers: list[int] = []
-    for row in records:
-        if row.values is None:
-            piece.bad.append((row.line, row.error or "", row.raw))
-            continue
-        _note_csv_fields(piece, row.values, extras, row.line)
-        typed, reason = _csv_typed(row.values, specs)
-        if reason is None:
-            when = typed[event]
-            if string_event and when is not None:
-                when = timestamp_of(when)
-            if when is None:
-                reason = MISSING_EVENT_TIME
-            elif rid is not None and typed[rid] is None:
-                reason = MISSING_RECORD_ID
-        if reason is not None:
-            piece.bad.append((row.line, reason, row.raw))
-            continue
-        numbers.append(row.line)
-        for column, value in zip(values, typed, strict=True):
-            column.append(value)
-    piece.table = typed_table(values, config)
-    piece.line_index = np.array(numbers, dtype=np.int64)
-    return piece
-
-
-def _csv_typed(
-    fields: list[str], specs: list[tuple[str, str, int | None, Any]]
-) -> tuple[list[Any], str | None]:
-    """(a record's values, None) or (partial values, why it is refused: the first column whose
-    text does not cast)."""
-    typed: list[Any] = []
-    for name, typ, j, cast in specs:
-        text = fields[j] if j is not None else ""
-        if not text:
-            typed.append(None)
-            continue
-        value = cast(text)
-        if value is None:
-            return typed, wrong_type(name, typ)
-        typed.append(value)
-    return typed, None
-
-
-def _note_csv_fields(
-    piece: Piece, fields: list[str], extras: list[tuple[int, str]], line: int
-) -> None:
-    unknown = False
-    for j, name in extras:
-        if fields[j]:
-            unknown = True
-            seen = piece.fields.get(name)
-            if seen is None:
-                seen = piece.fields[name] = FieldSeen(type="string", first_line=line)
-            seen.records += 1
-    piece.records_with_unknown += unknown

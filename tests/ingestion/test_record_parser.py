@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.json as pj
 import pytest
 
 from resources.ingestion import record_lines, record_parser
@@ -382,6 +383,29 @@ def test_a_bad_line_in_many_is_found_by_halving_and_parsed_alone(
     ]
 
 
+def test_lines_at_fault_everywhere_go_to_the_exact_path_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A number in a string column on every line (pyarrow refuses each; Spark keeps its text):
+    after a few lines pyarrow names, the rest goes to the exact path at once, not one read
+    (and one recursion) per line."""
+    given = exact_lines(monkeypatch)
+    reads = 0
+    real = pj.read_json
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pj, "read_json", counted)
+    body = [ev(i, user_id=i) for i in range(5000)]
+    parsed = parse_json_lines(lines(*body), EVENTS_CONFIG)
+    assert parsed.rows.column("user_id").to_pylist() == [str(i) for i in range(5000)]
+    assert sorted(given) == list(range(5000))
+    assert reads <= 2 * (record_parser.DENSE + 1)
+
+
 @pytest.mark.parametrize(
     "odd",
     [
@@ -432,9 +456,10 @@ def test_a_csv_chunk_numbers_lines_as_its_object() -> None:
 
 
 def test_the_parser_modules_do_not_import_spark() -> None:
+    import resources.ingestion.record_csv as csv_module
     import resources.ingestion.record_lines as lines_module
     import resources.ingestion.record_rescue as rescue_module
     import resources.ingestion.record_values as values_module
 
-    for module in (record_parser, lines_module, rescue_module, values_module):
+    for module in (record_parser, csv_module, lines_module, rescue_module, values_module):
         assert "pyspark" not in Path(module.__file__ or "").read_text()
