@@ -12,10 +12,12 @@ string column...) or its rows could differ from Spark's (a row count other than 
 two objects on a line; a time Spark reads otherwise), the lines at fault take the exact path
 (`record_lines`: `json`'s C scanner keeping each number's text, then Spark's value rules,
 `record_values`) and the rest is read again by pyarrow: the row pyarrow's error names, else
-found by halving the run. A line pyarrow must never see (`null` crashes its reader, an array
-it refuses, leading blanks) takes the exact path directly. CSV: `csv_records`' own record
-splitting, then the same rules over each field's text. Rescue: `record_rescue`, exact path
-only (as Spark's rescue read, it is the slow mode).
+found by halving the run; where lines at fault are dense (a number in a string column on
+every line: Spark's typed parse keeps its text, pyarrow refuses it), the rest of the run goes
+to the exact path at once, at a few MB/s. A line pyarrow must never see (`null` crashes its
+reader, an array it refuses, leading blanks) takes the exact path directly. CSV
+(`record_csv`): `csv_records`' own record splitting, then the same rules over each field's
+text. Rescue (`record_rescue`): the exact path only (in Spark too, the slow mode).
 
 What differs from today's Spark read, as far as known (the differential test,
 tests/ingestion/test_record_parser.py, holds the cases that agree):
