@@ -262,7 +262,7 @@ def _scan_with_arrow(path: Path, known: set[str], first_line: int) -> ObjectFiel
         records = len(column) - column.null_count
         if records == 0:
             continue
-        typ = _arrow_json_type(column.type)
+        typ = arrow_json_type(column.type)
         if typ is None:
             return None
         found.fields[name] = FieldSeen(records=records, type=typ)
@@ -274,7 +274,7 @@ def _scan_with_arrow(path: Path, known: set[str], first_line: int) -> ObjectFiel
     return found
 
 
-def _arrow_json_type(t: pa.DataType) -> str | None:
+def arrow_json_type(t: pa.DataType) -> str | None:
     """The column type of a field pyarrow inferred as `t` (its JSON values' kind)."""
     if pa.types.is_boolean(t):
         return "boolean"
