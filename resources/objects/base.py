@@ -98,6 +98,12 @@ class ObjectStore(ABC):
         Raises as `get_bytes` does (S3 raises `ObjectStoreError` for an absent object too)."""
         return self.get_bytes(key)[:n]
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes `start` to `end` (exclusive) of the object, fewer where it ends sooner (none
+        from `start` at or past its end): a Spark task reading its byte range of a large object.
+        Here by reading it all; backends read only the range. Raises as `get_bytes` does."""
+        return self.get_bytes(key)[start:end]
+
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> str:
         """Write `data` as the object `key`, replacing any, atomically for readers; returns

@@ -125,8 +125,12 @@ class LocalObjectStore(ObjectStore):
         return self._path(key).read_bytes()
 
     def head_bytes(self, key: str, n: int) -> bytes:
+        return self.read_range(key, 0, n)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
         with self._path(key).open("rb") as f:
-            return f.read(n)
+            f.seek(start)
+            return f.read(max(end - start, 0))
 
     def put_bytes(self, key: str, data: bytes) -> str:
         target = self._path(key)

@@ -148,19 +148,27 @@ class S3ObjectStore(ObjectStore):
         return out["Body"].read()
 
     def head_bytes(self, key: str, n: int) -> bytes:
-        """One ranged GET of the first `n` bytes (S3 refuses a range of an empty object:
-        callers skip those, the listing gives their size)."""
+        """One ranged GET of the first `n` bytes (`read_range`)."""
+        return self.read_range(key, 0, n)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """One ranged GET (none for an empty range: S3 refuses a range past an object's end)."""
         from botocore.exceptions import ClientError
+
+        if end <= start:
+            return b""
 
         def get() -> Any:
             return self.client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{n - 1}"
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{end - 1}"
             )
 
         try:
             body: bytes = self._call("ranged get", key, get)["Body"].read()
             return body
         except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                return b""  # `start` at or past the object's end
             raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 
     def put_bytes(self, key: str, data: bytes) -> str:

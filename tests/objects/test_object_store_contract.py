@@ -200,3 +200,13 @@ def test_head_bytes_reads_only_the_start(objects: ObjectStore) -> None:
     objects.put_bytes("dir é/a b.jsonl.gz", b"0123456789")
     assert objects.head_bytes("dir é/a b.jsonl.gz", 4) == b"0123"
     assert objects.head_bytes("dir é/a b.jsonl.gz", 100) == b"0123456789"
+
+
+def test_read_range_reads_that_range_only(objects: ObjectStore) -> None:
+    """A Spark task reads its byte range of a large source object: inside, across the end,
+    from the end, and empty."""
+    objects.put_bytes("dir é/a b.jsonl", b"0123456789")
+    assert objects.read_range("dir é/a b.jsonl", 2, 5) == b"234"
+    assert objects.read_range("dir é/a b.jsonl", 7, 100) == b"789"
+    assert objects.read_range("dir é/a b.jsonl", 10, 20) == b""
+    assert objects.read_range("dir é/a b.jsonl", 4, 4) == b""

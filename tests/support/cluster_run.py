@@ -1,0 +1,348 @@
+"""`leasehold run` as a run worker on a Spark cluster runs it (tests/chaos/test_cluster_run.py).
+
+A `RunHost` is one run worker's own: its `LEASEHOLD_WORK_DIR` and `LEASEHOLD_DATA_DIR` (the
+cluster's workers and Connect server have an empty tmpfs over both), a Spark conf dir of its
+own (`spark-defaults.conf`: the cluster's small executors, and an event log, so that the test
+can say which task ran on which executor and how it ended) and its logs. A `RunLake` is what
+the run shares with the cluster: a source bucket and a lake bucket on the loopback S3 server,
+a lease table on its DynamoDB and a Glue database — configured the way docs/production.md
+says, by environment variables only.
+
+The sources are JSON lines, plain and gzip, every line a well-formed record
+(`source_objects`); the published table is read back as an engine reads it (pyiceberg's own
+Glue catalog, the table's metadata and files on S3).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from resources.ingestion.sample_data import record_line
+from resources.stores import open_existing_store
+from resources.stores.settings import StoreSettings
+from tests.support.aws_server import AWS_TEST_ENV
+from tests.support.cli_project import kill_group
+from tests.support.pipeline_env import STREAM
+from tests.support.spark_cluster import SparkCluster
+
+REPO = Path(__file__).resolve().parents[2]
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+WATCH_S = 0.1
+
+
+# -- the sources --------------------------------------------------------------------------------
+
+
+@dataclass
+class Sources:
+    """Source objects (key under the stream's prefix -> bytes as stored) and the record ids
+    they hold, each once: the independent account the table is checked against."""
+
+    objects: dict[str, bytes] = field(default_factory=dict)
+    ids: Counter[str] = field(default_factory=Counter)
+
+
+def source_objects(objects: int, records: int, days: int, gzip_every: int) -> Sources:
+    """`objects` JSON-lines objects of `records` records each over `days` dates; every
+    `gzip_every`-th is gzip (`.jsonl.gz`). Every line is a valid record of the declared types."""
+    sources = Sources()
+    per_day = -(-objects // days)
+    record = 0
+    for i in range(objects):
+        day = START + timedelta(days=i // per_day)
+        lines = []
+        for j in range(records):
+            record += 1
+            at = day + timedelta(seconds=(j * 86399) // records)
+            line = record_line(record, at)
+            # MALFORMED LINES GO HERE once the real record parser replaces the stand-in
+            # resources/ingestion/record_parser.py (clean JSON lines only): e.g. every n-th
+            # record truncated (`line[: len(line) // 2]`), counted as malformed and left out of
+            # `sources.ids`, and the quarantine's rows checked beside the table's.
+            lines.append(line)
+            sources.ids[f"e{record:012d}"] += 1
+        data = ("\n".join(lines) + "\n").encode()
+        key = f"{day:%Y/%m/%d}/part-{i:05d}.jsonl"
+        if gzip_every and i % gzip_every == gzip_every - 1:
+            key, data = key + ".gz", gzip.compress(data, mtime=0)
+        sources.objects[key] = data
+    return sources
+
+
+# -- the lake -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunLake:
+    """One run's S3 buckets, lease table and Glue database on the loopback AWS server."""
+
+    endpoint: str
+    suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    @property
+    def source_bucket(self) -> str:
+        return f"cluster-src-{self.suffix}"
+
+    @property
+    def lake_bucket(self) -> str:
+        return f"cluster-lake-{self.suffix}"
+
+    @property
+    def glue_database(self) -> str:
+        return f"cluster_{self.suffix}"
+
+    def s3(self) -> Any:
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+
+    def create(self, sources: Sources) -> RunLake:
+        s3 = self.s3()
+        for bucket in (self.source_bucket, self.lake_bucket):
+            s3.create_bucket(Bucket=bucket)
+        for key, data in sources.objects.items():
+            s3.put_object(Bucket=self.source_bucket, Key=f"events/{key}", Body=data)
+        return self
+
+    def streams_yaml(self, path: Path, unit_objects: int) -> Path:
+        path.write_text(
+            f"""
+streams:
+  {STREAM}:
+    source: s3://{self.source_bucket}/events
+    format: jsonl
+    schema: {{event_id: string, user_id: string, amount: double, event_time: timestamp}}
+    event_time: event_time
+    record_id: event_id
+    table: s3://{self.lake_bucket}/tables/events
+    quarantine: s3://{self.lake_bucket}/quarantine/events
+    partition: {{max_objects: {unit_objects}}}
+"""
+        )
+        return path
+
+    def env(self, streams: Path) -> dict[str, str]:
+        """The shared stores, as docs/production.md configures them."""
+        return {
+            **AWS_TEST_ENV,
+            "LEASEHOLD_STREAMS": str(streams),
+            "LEASEHOLD_STORE_BACKEND": "dynamodb",
+            "LEASEHOLD_DYNAMODB_TABLE": f"cluster-{self.suffix}",  # as `ledger_urls` opens it
+            "LEASEHOLD_DYNAMODB_ENDPOINT_URL": self.endpoint,
+            "LEASEHOLD_S3_ENDPOINT_URL": self.endpoint,
+            "LEASEHOLD_CATALOG": "glue",
+            "LEASEHOLD_GLUE_DATABASE": self.glue_database,
+            "LEASEHOLD_GLUE_ENDPOINT_URL": self.endpoint,
+        }
+
+    def published_ids(self) -> Counter[str]:
+        """Every record id of the stream's table at its current snapshot, as an engine reads
+        it: pyiceberg's own Glue catalog, the table's metadata and files on S3."""
+        from pyiceberg.catalog.glue import GlueCatalog
+
+        properties: dict[str, Any] = {
+            "glue.endpoint": self.endpoint,
+            "glue.region": "us-east-1",
+            "s3.endpoint": self.endpoint,
+            "s3.region": "us-east-1",
+            "s3.access-key-id": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"],
+            "s3.session-token": AWS_TEST_ENV["AWS_SESSION_TOKEN"],
+        }
+        catalog = GlueCatalog("engine", **properties)
+        table = catalog.load_table((self.glue_database, STREAM))
+        return Counter(table.scan().to_arrow().column("event_id").to_pylist())
+
+    def ledger_urls(self) -> set[str]:
+        """The URLs of every table object a commit named (the ledger, in the lease table)."""
+        settings = StoreSettings(
+            backend="dynamodb", table_name=f"cluster-{self.suffix}", endpoint_url=self.endpoint
+        )
+        store = open_existing_store(settings)
+        try:
+            return {o.url for o in store.ledger_objects(STREAM)}
+        finally:
+            store.close_store()
+
+    def table_objects(self) -> list[str]:
+        """Every object under the table's prefix (what tasks wrote, committed or not)."""
+        pages = self.s3().get_paginator("list_objects_v2")
+        listed = pages.paginate(Bucket=self.lake_bucket, Prefix="tables/events/")
+        return [o["Key"] for page in listed for o in page.get("Contents", [])]
+
+
+# -- the run worker -----------------------------------------------------------------------------
+
+
+@dataclass
+class RunHost:
+    """A run worker's own directories; `root` is seen by the cluster, `work` and `data` not.
+    `seen`: every path that appeared under `work` while a run was watched (`finish`)."""
+
+    root: Path
+    seen: set[str] = field(default_factory=set)
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "spark-events"
+
+    @property
+    def hidden(self) -> list[Path]:
+        return [self.work, self.data]
+
+    def make(self) -> RunHost:
+        for d in (self.work, self.data, self.events, self.root / "spark-conf"):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def spark_conf_dir(self) -> Path:
+        """`spark-defaults.conf` for a classic driver on the cluster: its small executors,
+        both registered before the first job, and an uncompressed event log."""
+        conf = {
+            **SparkCluster.executor_conf(),
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+            "spark.eventLog.dir": self.events.as_uri(),
+        }
+        conf_dir = self.root / "spark-conf"
+        text = "".join(f"{k} {v}\n" for k, v in conf.items())
+        (conf_dir / "spark-defaults.conf").write_text(text)
+        return conf_dir
+
+    def env(self, lake_env: dict[str, str], spark: dict[str, str]) -> dict[str, str]:
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("LEASEHOLD_", "DAGSTER_", "PYSPARK_", "SPARK_", "AWS_"))
+        }
+        return {
+            **base,
+            **lake_env,
+            **spark,
+            "PYTHONPATH": str(REPO),
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "LEASEHOLD_DATA_DIR": str(self.data),
+            "LEASEHOLD_WORK_DIR": str(self.work),
+            "LEASEHOLD_SPARK_LOG": str(self.root / "spark-driver.log"),
+        }
+
+    def start_run(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """`leasehold run` as an operator starts it: a process group of its own (its Spark JVM
+        with it), its output in `run.log`."""
+        with (self.root / "run.log").open("wb") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "resources.cli.main", "run"],
+                cwd=self.root,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return (self.root / "run.log").read_text(errors="replace")
+
+    def finish(self, proc: subprocess.Popen[bytes], timeout_s: float, why: str) -> str:
+        """Wait for the run, noting what appears under the work directory meanwhile (`seen`,
+        polled: a file that lives less than a poll goes unseen); fail, with its output and
+        `why`, unless it ended with 0."""
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                kill_group(proc)
+                raise AssertionError(
+                    f"`leasehold run` not done after {timeout_s:.0f} s\n"
+                    f"{self.output()[-4000:]}\n{why}"
+                )
+            self.seen.update(self.files_written())
+            time.sleep(WATCH_S)
+        code = proc.returncode
+        out = self.output()
+        assert code == 0, f"`leasehold run` exited with {code}\n{out[-6000:]}\n{why}"
+        return out
+
+    def files_written(self) -> list[str]:
+        """Every file under the work directory, relative to it."""
+        try:
+            return sorted(p.relative_to(self.work).as_posix() for p in self.work.rglob("*"))
+        except FileNotFoundError:  # removed while listed: the next poll sees what is left
+            return []
+
+
+# -- what Spark says it did ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    stage: int
+    index: int
+    attempt: int
+    executor: str
+    reason: str
+
+
+@dataclass
+class SparkApp:
+    """One driver's application, from its event log: its id and every task's end."""
+
+    app_id: str
+    tasks: list[TaskEnd]
+
+    def worker_of(self, cluster: SparkCluster, executor: str) -> int:
+        """The worker an executor ran on: the one whose work dir holds its directory."""
+        found = [
+            i
+            for i in range(cluster.workers)
+            if (cluster.worker(i).root / "work" / self.app_id / executor).is_dir()
+        ]
+        assert len(found) == 1, f"executor {executor} of {self.app_id} on workers {found}"
+        return found[0]
+
+    def by_worker(self, cluster: SparkCluster) -> dict[int, Counter[str]]:
+        """worker -> task end reasons counted."""
+        counts: dict[int, Counter[str]] = {i: Counter() for i in range(cluster.workers)}
+        for task in self.tasks:
+            counts[self.worker_of(cluster, task.executor)][task.reason] += 1
+        return counts
+
+
+def spark_app(events: Path) -> SparkApp:
+    """The one application whose event log is in `events`."""
+    logs = [p for p in events.rglob("*") if p.is_file() and not p.name.startswith("appstatus")]
+    assert len(logs) == 1, f"expected one event log in {events}: {logs}"
+    app_id, tasks = "", []
+    for line in logs[0].read_text().splitlines():
+        event = json.loads(line)
+        if event["Event"] == "SparkListenerApplicationStart":
+            app_id = event["App ID"]
+        elif event["Event"] == "SparkListenerTaskEnd":
+            info = event["Task Info"]
+            reason = event["Task End Reason"]["Reason"]
+            tasks.append(
+                TaskEnd(event["Stage ID"], info["Index"], info["Attempt"], info["Executor ID"],
+                        reason)
+            )  # fmt: skip
+    assert app_id, f"no application start in {logs[0]}"
+    return SparkApp(app_id, tasks)
