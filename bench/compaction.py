@@ -99,7 +99,7 @@ def write_partition(directory: Path, config: StreamConfig, objects: int, rows: i
         )
         first += n
         target = directory / f"attempt-{i}-{DT}-0.parquet"
-        write_table_object(table, DT, target, columns, dictionary)
+        write_table_object(table, target, columns, dictionary)
         paths.append(str(target))
     return paths
 

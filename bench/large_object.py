@@ -35,9 +35,9 @@ from resources.coordination.errors import StoreUnavailableError  # noqa: E402
 from resources.coordination.lease import LeaseTiming  # noqa: E402
 from resources.ingestion.outcomes import COMMITTED  # noqa: E402
 from resources.ingestion.runner import IngestionRunner  # noqa: E402
-from resources.ingestion.source_reader import SourceReader  # noqa: E402
+from resources.ingestion.split_task import StoreAddress  # noqa: E402
+from resources.ingestion.task_reader import TaskReader  # noqa: E402
 from resources.ingestion.work_units import UnitObject, WorkUnit  # noqa: E402
-from resources.objects.local import LocalObjectStore  # noqa: E402
 from resources.spark.session import build_spark_session  # noqa: E402
 from resources.stores import build_store  # noqa: E402
 from resources.stores.settings import StoreSettings  # noqa: E402
@@ -68,7 +68,7 @@ def write_object(path: Path, mib: int, gz: bool) -> int:
     return n
 
 
-def attempt(work: Path, store, reader, source, lake, config, chunk: int, fail_at: int | None):  # type: ignore[no-untyped-def]
+def attempt(store, reader, key: str, chunk: int, fail_at: int | None):  # type: ignore[no-untyped-def]
     """One run of the runner over the unit; with `fail_at`, the store fails that commit."""
     commits = {"n": 0}
     real = store.commit
@@ -86,15 +86,14 @@ def attempt(work: Path, store, reader, source, lake, config, chunk: int, fail_at
         store=store,
         owner=f"bench-{time.monotonic_ns()}",
         timing=LeaseTiming(ownership_timeout_s=600, renew_interval_s=60),
-        fetch=source.local_copy,
-        read_batch=reader.start,
-        publish_table=lake.move_file,
-        publish_quarantine=lake.move_file,
-        work_dir=work / "scratch",
+        read_batch=reader.read,
+        read_large=lambda unit, obj, reached, attempt: reader.read_large(
+            unit, obj, reached, chunk, attempt
+        ),
         commit_every_bytes=chunk,
     )
     started = time.perf_counter()
-    outcomes = list(runner.ingest([config]))
+    outcomes = list(runner.ingest([key]))
     store.commit = real
     return time.perf_counter() - started, outcomes[0], commits["n"]
 
@@ -120,14 +119,13 @@ streams:
     unit = WorkUnit(key, (UnitObject(key, size),))
     sid = store.source_identifier(STREAM)
     store.create_partitions(sid, [key], progress_states=[unit.progress_state()])
-    source, lake = LocalObjectStore(base / "src"), LocalObjectStore(work / "lake")
-    reader = SourceReader(spark, config)
-    first = attempt(work, store, reader, source, lake, key, chunk, fail_at)
+    reader = TaskReader(spark, config, StoreAddress.of(config, None, None))
+    first = attempt(store, reader, key, chunk, fail_at)
     if fail_at is None:
         rows = sum(o.row_count for o in store.ledger_objects(STREAM))
         return first[0], first, rows
     store.clock = lambda: 10**10  # the dead run's lease has expired
-    second = attempt(work, store, reader, source, lake, key, chunk, None)
+    second = attempt(store, reader, key, chunk, None)
     rows = sum(o.row_count for o in store.ledger_objects(STREAM))
     return second[0], (first, second), rows
 

@@ -162,9 +162,9 @@ def write_files(data: Path, days: int, n: int, rows: int) -> dict[int, list[Part
         named = [*(f"small-{k:05d}.parquet" for k in range(1, n + 1)), "merged.parquet"]
         files[day] = []
         for table, name in zip([*small, merged], named, strict=True):
-            staged = write_table_object(table, dt_of(day), directory / name, NAMES, ["user_id"])
-            url = "file://" + str(staged.local_path)
-            files[day].append(PartitionFile(url, staged.content_length, staged.row_count))
+            size = write_table_object(table, directory / name, NAMES, ["user_id"])
+            url = "file://" + str(directory / name)
+            files[day].append(PartitionFile(url, size, table.num_rows))
     return files
 
 

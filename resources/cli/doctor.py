@@ -210,10 +210,27 @@ def check_catalog(settings: CatalogSettings) -> Check:
 # -- Spark ---------------------------------------------------------------------------------------
 
 SPARK_PROBE = (
+    "import json\n"
     "from resources.spark.session import build_spark_session\n"
+    "from resources.ingestion.executor_probe import probe_stream\n"
+    "from resources.ingestion.split_task import StoreAddress\n"
+    "from resources.streams import LakeSettings\n"
     "spark = build_spark_session(app_name='leasehold-doctor')\n"
     "assert spark.range(3).count() == 3\n"
-    "print('spark ok', spark.version)\n"
+    "print('spark ok', spark.version, flush=True)\n"
+    "lake = LakeSettings.from_env()\n"
+    "for name, config in sorted(lake.streams().items()):\n"
+    "    try:\n"
+    "        stores = StoreAddress.of(config, lake.s3_endpoint_url, lake.region)\n"
+    "        report = probe_stream(spark, stores)\n"
+    "    except Exception as exc:\n"
+    "        report = {'task': ' '.join(str(exc).split())[:400]}\n"
+    "    print('executor', json.dumps({'stream': name, **report}), flush=True)\n"
+)
+EXECUTOR_FIX = (
+    "the executors need the project's code (shipped by leasehold, or in their image), "
+    "pyarrow and boto3, a route to the stores, and credentials of their own (an instance or "
+    "pod role, or AWS_* in the executors' environment): docs/production.md"
 )
 
 
@@ -275,8 +292,26 @@ def check_spark(settings: SparkSettings, timeout_s: float, run: bool = True) -> 
             "master, and that the server's Spark version matches pyspark's",
         )
         return
-    version = probe.stdout.strip().split()[-1]
+    lines = probe.stdout.splitlines()
+    version = next(line for line in lines if line.startswith("spark ok")).split()[-1]
     yield Check("spark: session runs a query", True, f"{where}: Spark {version}, {took:.1f} s")
+    for line in lines:
+        if line.startswith("executor "):
+            yield executor_check(json.loads(line[len("executor ") :]))
+
+
+def executor_check(report: dict[str, str]) -> Check:
+    """One stream's `executor_probe` report as a check."""
+    what = f"spark: an executor reads {report['stream']}'s source and writes its table"
+    if "task" in report:
+        return Check(what, False, f"the task did not run: {report['task']}", EXECUTOR_FIX)
+    host = f"on {report['host']} (Python {report['python']})"
+    problems = [
+        f"{step}: {report[step]}" for step in ("read", "write") if not report[step].startswith("ok")
+    ]
+    if problems:
+        return Check(what, False, f"{host}: {'; '.join(problems)}", EXECUTOR_FIX)
+    return Check(what, True, f"{host}: {report['read']}; {report['write']}")
 
 
 # -- Dagster -------------------------------------------------------------------------------------

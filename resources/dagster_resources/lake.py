@@ -1,7 +1,7 @@
 """The lake resource: where streams read from and write to.
 
 `LakeResource` turns a stream's configuration into the callables `IngestionRunner`,
-`Discovery` and `MergeRunner` need (list, fetch, read, publish, merge), so they stay free of
+`Discovery` and `MergeRunner` need (list, read, merge), so they stay free of
 Dagster and of any one object store. The run's one SparkSession is `SparkResource`'s (`spark.py`).
 """
 
@@ -21,11 +21,10 @@ from resources.compaction.merge_schedule import MergeSchedule
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
-from resources.ingestion.batch_results import Publish
-from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.discovery import Lister
 from resources.ingestion.runner import IngestionRunner
 from resources.ingestion.source_listing import source_lister
+from resources.ingestion.split_task import StoreAddress
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
 from resources.stores.stream_schema import followed_config
@@ -35,11 +34,8 @@ MAX_PARALLEL_MERGES = 4
 """Merges a run does at once (one thread each): bounds a merge run's memory at ~2 GiB."""
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from resources.dagster_resources.spark import SparkResource
-    from resources.ingestion.batch_results import SourceBatchResult
-    from resources.ingestion.source_reader import SourceReader
+    from resources.ingestion.task_reader import TaskReader
 
 
 # A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
@@ -88,31 +84,17 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
     ) -> IngestionRunner:
         store = coordination.store
         config = followed_config(store, self.stream(stream))
-        source = self.object_store(config.source)
-        table = self.object_store(config.table)
-        quarantine = self.object_store(config.quarantine)
 
         @functools.cache
-        def reader() -> SourceReader:  # one per run: it keeps the Spark expressions it built
-            from resources.ingestion.source_reader import SourceReader
+        def reader() -> TaskReader:  # one per run: it follows the stream's schema as it reads
+            from resources.ingestion.task_reader import TaskReader
 
-            return SourceReader(
+            return TaskReader(
                 spark.session(),
                 config,
+                self.store_address(config),
                 record_schema=lambda columns, origin: store.record_schema(stream, columns, origin),
             )
-
-        def read_batch(
-            files: dict[str, Path],
-            staging: Path,
-            attempt: str,
-            groups: dict[str, str],
-            line_offsets: dict[str, int] | None = None,
-        ) -> Future[dict[str, SourceBatchResult]]:
-            return reader().start(files, staging, attempt, groups, line_offsets)
-
-        def publisher(store: ObjectStore) -> Publish:
-            return lambda local, key: store.move_file(local, key)
 
         return IngestionRunner(
             stream=stream,
@@ -120,18 +102,20 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
             store=store,
             owner=owner,
             timing=coordination.timing(),
-            fetch=lambda key, scratch: source.local_copy(key, scratch),
-            read_batch=read_batch,
-            publish_table=publisher(table),
-            publish_quarantine=publisher(quarantine),
-            work_dir=self.scratch_dir(),
+            read_batch=lambda reading, attempt: reader().read(reading, attempt),
+            read_large=lambda unit, obj, reached, attempt: reader().read_large(
+                unit, obj, reached, config.partition.commit_every_bytes or 0, attempt
+            ),
             chunk_size=self.chunk_size,
             on_step=on_step,
             merge_after_s=config.merge.interval_s,
             commit_every_bytes=config.partition.commit_every_bytes,
-            csv=CsvFormat.of(config) if config.format == "csv" else None,
             delayed_merge_after_s=config.merge.delayed_interval_s,
         )
+
+    def store_address(self, config: StreamConfig) -> StoreAddress:
+        """Where a stream's Spark tasks read and write, and how they reach S3."""
+        return StoreAddress.of(config, self.s3_endpoint_url, self.region)
 
     def merge_schedule(self, stream: str, coordination: CoordinationResource) -> MergeSchedule:
         return MergeSchedule(

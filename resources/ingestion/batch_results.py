@@ -1,22 +1,23 @@
-"""What the source reader hands the runner: the files it staged for each work unit and what it
-could not read (`SourceBatchResult`, `StagedFile`), and the shapes of the callables the runner
-is given to fetch, read and publish. Shared by the reader, the quarantine and table writers and
-the runner, so none of them imports the runner."""
+"""What the reader hands the runner: the objects its tasks wrote for each work unit and what they
+could not read (`SourceBatchResult`, `StagedFile`, `ChunkRead`), and the shapes of the callables
+the runner is given to read (`ReadBatch`, `ReadLarge`). Shared by the reader and the runner, so
+neither imports the other."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from resources.ingestion.work_units import UnitObject
 
 
 @dataclass(frozen=True)
 class StagedFile:
-    """A local file written by the reader, to be published under `dt`."""
+    """An object a Spark task wrote for a unit, at its final URL, to be committed under `dt`
+    (a quarantine object: the day it was read)."""
 
     dt: str
-    local_path: Path
+    url: str
     row_count: int
     content_length: int
     schema_version: int = 1
@@ -43,11 +44,19 @@ class SourceBatchResult:
     holding each, by name."""
 
 
-ReadBatch = Callable[..., Future[dict[str, SourceBatchResult]]]
-"""(source key -> local file, staging dir, attempt id, source key -> unit key[, source key ->
-quarantine line offset]) -> per unit results, once staged. It returns when the batch is read;
-the staged files may still be being written."""
-Fetch = Callable[[str, Path], Path]
-"""(source key, scratch dir) -> a local path holding the source object's bytes."""
-Publish = Callable[[Path, str], str]
-"""(local file, object key under the table root) -> its URL; moves the file."""
+ReadBatch = Callable[[dict[str, list[UnitObject]], str], dict[str, SourceBatchResult]]
+"""(unit key -> its objects to read, in order; attempt id) -> a result per unit, its objects
+written (`task_reader.TaskReader.read`)."""
+ReadLarge = Callable[[str, UnitObject, dict[str, int], str], list["ChunkRead"]]
+"""(unit key, its one object, where its commits reached: offset and line; attempt id) -> the
+chunks read from there, in order (`task_reader.TaskReader.read_large`)."""
+
+
+@dataclass
+class ChunkRead:
+    """One chunk of a large object, as read: what to commit, and where the next one starts."""
+
+    result: SourceBatchResult
+    offset: int
+    line: int
+    last: bool

@@ -1,14 +1,13 @@
-"""CSV as real tools write it (RFC 4180: Python's `csv` module, Excel, pandas), parsed here in
-Python and staged as JSON lines, so Spark reads a CSV object with the JSON path.
+"""CSV as real tools write it (RFC 4180: Python's `csv` module, Excel, pandas), split into
+records here in Python; `record_parser` types each record's fields by the stream's schema.
 
 Quoted delimiters, doubled quotes (or `csv.escape`), quoted line breaks (\\n, \\r\\n or \\r inside
 quotes stay in the value) and a UTF-8 byte-order mark are read as those tools write them; a line
 ends at \\n, \\r\\n or \\r. Each CSV record becomes one JSON object: its header's column names
 (matched by name, so objects may order their columns differently) -> the field's text, an empty
-field null; plus `LINE_KEY` (the object's line number of the record's first line), `RAW_KEY`
-(the record's text as written, without its final line break) and, for a malformed record only,
-`ERROR_KEY` (why). The JSON path types the values (`read_plan`); quarantine stores the record's
-own text and exact line number, whatever lines it spans.
+field null; with the object's line number of the record's first line, the record's text as
+written (without its final line break) and, for a malformed record only, why. Quarantine
+stores the record's own text and exact line number, whatever lines it spans.
 
 A record is malformed when its quotes do not close (before the end of the object, or within
 `MAX_RECORD_CHARS` once it spans lines), when it holds invalid UTF-8, or when its field count
@@ -32,10 +31,8 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
-import re
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -44,26 +41,11 @@ from typing import IO, Any, NamedTuple
 from resources.errors import LeaseholdError
 from resources.streams import RESERVED_PREFIX, StreamConfig
 
-LINE_KEY = f"{RESERVED_PREFIX}_line"
-RAW_KEY = f"{RESERVED_PREFIX}_raw"
-ERROR_KEY = f"{RESERVED_PREFIX}_error"
-
 MAX_RECORD_CHARS = 16 << 20
 """A record spanning lines whose quotes are still open after this many characters is taken as
 an unclosed quote: what one record may hold in memory, and how far a chunk's cut may look."""
 
 UNCLOSED = "unclosed quote"
-quoted = json.encoder.encode_basestring  # a JSON string of the text (C; non-ASCII as is)
-
-_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)").fullmatch
-JSON_LITERALS: dict[str, Callable[[str], object]] = {
-    "long": _INTEGER,
-    "int": _INTEGER,
-    "double": re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?").fullmatch,
-    "boolean": {"true", "false"}.__contains__,
-}
-"""Column type -> whether a field's text is a JSON literal Spark's JSON reader reads as that
-type, to the value `try_cast` gives the text (a long out of range fails both ways)."""
 BOM = "\ufeff"
 
 # The csv module's own limit per field is 128 KiB (a process-wide setting); records are bounded
@@ -341,58 +323,3 @@ def open_text(path: Path) -> IO[str]:
     so that encoding a line back gives its bytes exactly."""
     binary = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
     return io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
-
-
-@dataclass(frozen=True)
-class CsvStaging:
-    """What staging one CSV object as JSON lines found: its header, records and malformed ones."""
-
-    header: list[str]
-    """The object's column names (the schema's, without a header)."""
-    records: int
-    """Records staged, malformed ones included (blank lines are not records)."""
-    malformed: int
-
-
-def stage_csv(source: Path, target: Path, config: StreamConfig, first_line: int = 1) -> CsvStaging:
-    """Write `source`'s CSV records to `target` as JSON lines (module docstring), numbering
-    `source`'s first line `first_line` (a chunk of a large object, the object's header put
-    before its own lines, passes its first line's number in the object minus the header's
-    lines). Raises `CsvHeaderError` when the header is unusable.
-
-    A field of a long, int, double or boolean column whose text is already that JSON literal
-    (`JSON_LITERALS`) is written as it, any other text as a JSON string: Spark's JSON reader
-    then types most records in its typed parse, where a string for such a column would send
-    every record through the text parse (~12x slower, BENCHMARKS.md "CSV staging"); the text
-    parse `try_cast`s whatever is left, as before. A record's JSON is a %-template of its keys
-    filled with json's C string encoder: a third of the time of a dict through `json.dumps`."""
-    fmt = CsvFormat.of(config)
-    with open_text(source) as text:
-        rows = CsvRecords(text, fmt, config.column_names, first_line)
-        header = rows.header
-        types = {c.name: c.type for c in config.columns}
-        literal = [JSON_LITERALS.get(types.get(name, "string")) for name in header]
-        carried = f"{quoted(LINE_KEY)}:%d,{quoted(RAW_KEY)}:%s}}\n"
-        good = "{" + "".join(f"{quoted(name).replace('%', '%%')}:%s," for name in header) + carried
-        bad = f"{{{quoted(ERROR_KEY)}:%s," + carried
-        records = malformed = 0
-        batch: list[str] = []
-        with target.open("w", encoding="utf-8") as out:
-            for line, raw, values, error in rows:
-                records += 1
-                if values is None:
-                    malformed += 1
-                    batch.append(bad % (quoted(error or ""), line, quoted(raw)))
-                else:
-                    fields = [
-                        (value if is_literal and is_literal(value) else quoted(value))
-                        if value
-                        else "null"
-                        for value, is_literal in zip(values, literal, strict=True)
-                    ]
-                    batch.append(good % (*fields, line, quoted(raw)))
-                if len(batch) == 1024:
-                    out.writelines(batch)
-                    batch.clear()
-            out.writelines(batch)
-    return CsvStaging(header, records, malformed)

@@ -18,14 +18,13 @@ import pyarrow as pa
 
 from resources.ingestion.csv_records import CsvRecords
 from resources.ingestion.field_scan import FieldSeen
-from resources.ingestion.read_plan import wrong_type
 from resources.ingestion.record_lines import (
     MISSING_EVENT_TIME,
     MISSING_RECORD_ID,
     Piece,
     typed_table,
 )
-from resources.ingestion.record_values import CASTS, timestamp_of
+from resources.ingestion.record_values import CASTS, timestamp_of, wrong_type
 from resources.streams import StreamConfig
 
 

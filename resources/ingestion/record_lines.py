@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from resources.ingestion.field_scan import FieldSeen
-from resources.ingestion.read_plan import wrong_type
 from resources.ingestion.record_values import (
     LONG_MAX,
     LONG_MIN,
@@ -31,6 +30,7 @@ from resources.ingestion.record_values import (
     Number,
     cast_value,
     typed_value,
+    wrong_type,
 )
 from resources.schema.arrow import arrow_type
 from resources.schema.field_types import widen
@@ -55,7 +55,9 @@ MISSING_RECORD_ID = "missing record id"
 INVALID_UTF8 = "invalid UTF-8"
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder(parse_float=Number, parse_int=Number, parse_constant=Number)
+# json's C scanner, private API: typeshed types it for a `JSONDecoder`, not our subclass.
 _SCAN: Any = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
+# typeshed does not declare `scanstring`, which json exports from its C module.
 _SCANSTRING: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
@@ -90,6 +92,13 @@ class Lines:
 
     def line_valid(self, i: int) -> bool:
         return self.valid or _decodes(self.raw(i))
+
+
+def _ws_end(text: str, at: int) -> int:
+    """Where the whitespace from `at` ends."""
+    found = _WS.match(text, at)
+    assert found is not None  # `\s*` matches at any position
+    return found.end()
 
 
 def _decodes(data: bytes) -> bool:
@@ -217,7 +226,7 @@ def parsed_records(text: str, first_wins: bool = False) -> list[dict[str, Any]] 
         quick = _plain_records(text)
         if quick is not None:
             return quick
-    start = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    start = _ws_end(text, 0)
     if text.startswith("\ufeff", start):
         return None
     try:
@@ -264,13 +273,13 @@ def _flat(record: dict[str, Any], escaped: bool) -> bool:
 def _members(text: str, start: int, first_wins: bool) -> list[dict[str, Any]]:
     """The objects of the array at `start`, each parsed by `_object` (their values' texts)."""
     records = []
-    at = _WS.match(text, start + 1).end()  # type: ignore[union-attr]
+    at = _ws_end(text, start + 1)
     while text[at] != "]":
         record, at = _object(text, at, first_wins)
         records.append(record)
-        at = _WS.match(text, at).end()  # type: ignore[union-attr]
+        at = _ws_end(text, at)
         if text[at] == ",":
-            at = _WS.match(text, at + 1).end()  # type: ignore[union-attr]
+            at = _ws_end(text, at + 1)
         elif text[at] != "]":
             raise ValueError("expected , or ]")
     return records
@@ -282,15 +291,15 @@ def _object(text: str, at: int, first_wins: bool = False) -> tuple[dict[str, Any
     if text[at] != "{":
         raise ValueError("expected {")
     record: dict[str, Any] = {}
-    at = _WS.match(text, at + 1).end()  # type: ignore[union-attr]
+    at = _ws_end(text, at + 1)
     if text[at] == "}":
         return record, at + 1
     while True:
         name, at = _string(text, at)
-        at = _WS.match(text, at).end()  # type: ignore[union-attr]
+        at = _ws_end(text, at)
         if text[at] != ":":
             raise ValueError("expected :")
-        at = _WS.match(text, at + 1).end()  # type: ignore[union-attr]
+        at = _ws_end(text, at + 1)
         if text[at] == "'":
             value, end = _string(text, at)
         else:
@@ -302,12 +311,12 @@ def _object(text: str, at: int, first_wins: bool = False) -> tuple[dict[str, Any
         name = _java_string(name)
         if not first_wins or name not in record:
             record[name] = value
-        at = _WS.match(text, end).end()  # type: ignore[union-attr]
+        at = _ws_end(text, end)
         if text[at] == "}":
             return record, at + 1
         if text[at] != ",":
             raise ValueError("expected , or }")
-        at = _WS.match(text, at + 1).end()  # type: ignore[union-attr]
+        at = _ws_end(text, at + 1)
 
 
 def _string(text: str, at: int) -> tuple[str, int]:

@@ -100,6 +100,7 @@ def _number(text: str) -> Variant:
             return Variant("decimal", Decimal(text))
     elif _PLAIN_DECIMAL(text):
         exact = Decimal(text)
+        # A finite Decimal's exponent is an int (typeshed allows the 'n'/'N'/'F' of NaN, Infinity).
         if len(exact.as_tuple().digits) <= MAX_DIGITS and -exact.as_tuple().exponent <= MAX_DIGITS:  # type: ignore[operator]
             return Variant("decimal", exact)
     return Variant("double", float(text.replace("Infinity", "inf")))

@@ -389,3 +389,8 @@ def _typed_number(value: Number, type_name: str) -> tuple[bool, Any]:
         micros = number * 1_000_000
         return (True, micros) if LONG_MIN <= micros <= LONG_MAX else (False, None)
     return False, None
+
+
+def wrong_type(name: str, type_name: str) -> str:
+    """The reason of a record whose value for column `name` is not a `type_name`."""
+    return f"wrong type for {name}: expected {type_name}"

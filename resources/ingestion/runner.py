@@ -3,9 +3,10 @@
 A source partition is a work unit (`work_units`): the objects its lease item lists. Per chunk
 of units (whole units, up to `chunk_size` objects):
 1. acquire each lease by name (epoch e); a COMPLETED one is reported as already done;
-2. read every object of the chunk with ONE Spark read and write small objects — one per
-   (unit, date) — to a local staging directory under attempt-unique names; publish them to the
-   table's object store, still invisible, since readers only ever read what the ledger names;
+2. read every object of the chunk with ONE Spark job whose tasks fetch the objects, parse them
+   and write small objects — one per (part of a unit, date) — straight to the table's object
+   store under attempt-unique names (`task_reader`), still invisible, since readers only ever
+   read what the ledger names; only their metadata comes back;
 3. commit each unit in one transaction, fenced by (owner, e): ledger registration with fresh
    ids + COMPLETED + commit record. A unit whose objects span more table partitions than one
    transaction holds commits in several, each fenced and saving which partitions it covered
@@ -17,29 +18,25 @@ A crash anywhere before 3 leaves orphans (never read) and a lease that expires; 
 leaves a COMPLETED lease, so the retry does nothing and says so. A zombie's commit is refused.
 
 Storm's lesson applies within and across chunks: processing is parallel (one Spark job per
-chunk; the next chunk read while this one's small objects are written and while it commits),
+chunk; the next chunk read while this one commits),
 commits are per partition and in a fixed order, on the caller's thread.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from resources.coordination.errors import PartitionNotFoundError, PartitionUnavailableError
 from resources.coordination.items import PartitionStatus, iso_utc
 from resources.coordination.keeper import LeaseKeeper
 from resources.coordination.lease import Lease, LeaseTiming
 from resources.coordination.metrics import flush_or_keep
-from resources.errors import LeaseholdError
-from resources.ingestion.batch_results import Fetch, Publish, ReadBatch, SourceBatchResult
-from resources.ingestion.csv_records import CsvFormat
+from resources.ingestion.batch_results import ReadBatch, ReadLarge, SourceBatchResult
 from resources.ingestion.large_objects import LargeObjects
 from resources.ingestion.outcomes import (
     ALREADY_COMPLETE,
@@ -51,6 +48,7 @@ from resources.ingestion.outcomes import (
     committed_outcome,
 )
 from resources.ingestion.unit_progress import failures, to_read
+from resources.ingestion.work_units import UnitObject, unit_objects
 from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
@@ -58,33 +56,22 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _ReadChunk:
-    """A chunk between its read and its commits: leases held (and renewed), objects staged."""
+    """A chunk between its read and its commits: leases held (and renewed), objects written."""
 
     attempt: str
-    scratch: Path
     keeper: LeaseKeeper
     keys: list[str] = field(default_factory=list)
     leases: dict[str, Lease] = field(default_factory=dict)
     outcomes: dict[str, PartitionOutcome] = field(default_factory=dict)
-    local: dict[str, Path] = field(default_factory=dict)
-    """Source object key -> local copy, for every object this chunk reads."""
-    groups: dict[str, str] = field(default_factory=dict)
-    """Source object key -> its unit's key."""
-    reading: dict[str, list[str]] = field(default_factory=dict)
+    reading: dict[str, list[UnitObject]] = field(default_factory=dict)
     """Unit key -> the objects of it this attempt reads (not done by an earlier one)."""
-    failed: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Unit key -> objects that could not be fetched, and why."""
     large: str | None = None
     """The chunk's last unit, when it is one object read and committed in chunks."""
-    staged: Future[dict[str, SourceBatchResult]] | None = None
+    results: dict[str, SourceBatchResult] = field(default_factory=dict)
 
     def close(self) -> None:
-        """Stop renewing, hand back leases not committed, drop the staging files (once nothing
-        is writing them any more)."""
+        """Stop renewing, hand back leases not committed."""
         self.keeper.__exit__(None, None, None)
-        if self.staged is not None:
-            wait([self.staged])
-        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class IngestionRunner(LargeObjects):
@@ -101,17 +88,13 @@ class IngestionRunner(LargeObjects):
         store: CoordinationStore,
         owner: str,
         timing: LeaseTiming,
-        fetch: Fetch,
         read_batch: ReadBatch,
-        publish_table: Publish,
-        publish_quarantine: Publish,
-        work_dir: Path,
+        read_large: ReadLarge | None = None,
         chunk_size: int = 500,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         on_step: Callable[[str, str], None] | None = None,
         merge_after_s: float | None = None,
         commit_every_bytes: int | None = None,
-        csv: CsvFormat | None = None,
         delayed_merge_after_s: float | None = None,
     ) -> None:
         self.stream = stream
@@ -119,19 +102,15 @@ class IngestionRunner(LargeObjects):
         self.store = store
         self.owner = owner
         self.timing = timing
-        self.fetch = fetch
         self.read_batch = read_batch
-        self.publish_table = publish_table
-        self.publish_quarantine = publish_quarantine
-        self.work_dir = work_dir
+        self.read_large = read_large
         self.chunk_size = chunk_size
         # A one-object unit bigger than this is read and committed in chunks of this much.
         self.commit_every_bytes = commit_every_bytes
-        # A CSV object's chunks end at record boundaries and start with its header again.
-        self.csv = csv
         self.clock = clock
         # Observer of the protocol's steps, ("published" | "committed", source key): the two
-        # moments a crash matters. Used for progress logging and by the crash tests.
+        # moments a crash matters ("published": the unit's objects are written, not yet
+        # committed). Used for progress logging and by the crash tests.
         self.on_step = on_step or (lambda step, key: None)
         self.sid = store.source_identifier(stream)
         # The table's merge job is scheduled by the commit that lands its first unmerged object
@@ -243,11 +222,10 @@ class IngestionRunner(LargeObjects):
         return Lease(self.store, item, self.timing)
 
     def _read_chunk(self, keys: Iterator[str]) -> _ReadChunk:
-        """Acquire, fetch and read the next chunk's units; their leases stay renewed until it
-        is closed. Empty once `keys` is."""
+        """Acquire and read the next chunk's units; their leases stay renewed until it is
+        closed. Empty once `keys` is."""
         attempt = uuid.uuid4().hex[:12]
-        scratch = self.work_dir / f"attempt-{attempt}"
-        chunk = _ReadChunk(attempt, scratch, LeaseKeeper(self.timing.renew_interval_s))
+        chunk = _ReadChunk(attempt, LeaseKeeper(self.timing.renew_interval_s))
         chunk.keeper.__enter__()
         try:
             objects = 0
@@ -262,35 +240,17 @@ class IngestionRunner(LargeObjects):
                     chunk.large = key  # read chunk by chunk when this chunk commits
                     break
                 reading = to_read(got.progress, key)
-                chunk.reading[key] = reading
+                sizes = {o.key: o for o in unit_objects(key, got.progress)}
+                chunk.reading[key] = [sizes.get(k, UnitObject(k, -1)) for k in reading]
                 objects += len(reading)
-                for obj in reading:
-                    try:
-                        chunk.local[obj] = self.fetch(obj, chunk.scratch / "sources")
-                        chunk.groups[obj] = key
-                    except Exception as exc:  # noqa: BLE001 - any failure to read the object
-                        self._not_read(key, obj, exc)
-                        chunk.failed.setdefault(key, {})[obj] = f"cannot fetch: {exc}"
                 if objects >= self.chunk_size:
                     break
-            if chunk.local:
-                chunk.staged = self.read_batch(
-                    chunk.local, chunk.scratch / "staging", attempt, chunk.groups
-                )
+            if chunk.reading:
+                chunk.results = self.read_batch(chunk.reading, attempt)
         except BaseException:
             chunk.close()
             raise
         return chunk
-
-    def _not_read(self, key: str, obj: str, exc: BaseException) -> None:
-        log.warning(
-            "%s: object %r of unit %r cannot be fetched: %s",
-            self.stream,
-            obj,
-            key,
-            exc,
-            exc_info=None if isinstance(exc, LeaseholdError) else exc,
-        )
 
     def _commit_chunk(self, chunk: _ReadChunk) -> Iterator[PartitionOutcome]:
         """Commit the chunk's partitions, then persist the lease metrics they counted.
@@ -305,20 +265,17 @@ class IngestionRunner(LargeObjects):
         it is one write in `chunk_size` commits. A failed flush keeps the counts for the next
         one (`flush_or_keep`): counters never fail the work they count."""
         try:
-            results = chunk.staged.result() if chunk.staged is not None else {}
             for key, lease in chunk.leases.items():
                 if key == chunk.large:
-                    chunk.outcomes[key] = self._ingest_large(lease, key, chunk.scratch)
+                    chunk.outcomes[key] = self._ingest_large(lease, key)
                     continue
-                result = results.get(key, SourceBatchResult())
-                result.failed = {**chunk.failed.get(key, {}), **result.failed}
-                if key not in results and not result.failed:
+                reading = [o.key for o in chunk.reading[key]]
+                result = chunk.results.get(key, SourceBatchResult())
+                if key not in chunk.results:
                     result.unreadable = "the reader returned nothing for it"
-                elif not set(chunk.reading[key]) - set(result.failed):
+                elif result.failed and not set(reading) - set(result.failed):
                     result.unreadable = failures(result.failed)
-                chunk.outcomes[key] = self._commit(
-                    lease, key, result, chunk.reading[key], chunk.attempt
-                )
+                chunk.outcomes[key] = self._commit(lease, key, result, reading, chunk.attempt)
         finally:
             chunk.close()
             flush_or_keep(self.store)

@@ -1,22 +1,16 @@
-"""Local source objects as the reader meets them, before and beside Spark.
-
-Whether a whole object can be read at all (`inspect_source`), its lines as Spark's text reader
-sees them (`open_lines`), staging it for Spark under a name its rows can be mapped back by
-(`stage_input`, `INPUT_DIGITS`; a CSV object: `csv_records.stage_csv`), and cutting a large
-object into chunks (`ChunkReader`). Plain Python: no Spark here.
+"""Local source objects: whether a whole object can be read at all (`inspect_source`, for
+`leasehold init`), the digits sampled objects are named by (`INPUT_DIGITS`), and cutting a large
+object read in sequence into chunks (`ChunkReader`, in a Spark task). Plain Python: no Spark.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
-import os
-import shutil
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from resources.ingestion.csv_records import (
     CsvFormat,
@@ -54,25 +48,6 @@ def inspect_source(path: Path) -> tuple[str | None, int]:
         except (OSError, EOFError, zlib.error) as exc:
             return f"corrupt gzip: {exc}", 0
     return None, size
-
-
-def open_lines(path: Path) -> IO[str]:
-    """The object's lines as Spark's text reader sees them: \\n, \\r\\n and \\r all end a line,
-    invalid UTF-8 becomes U+FFFD."""
-    binary = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
-    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
-
-
-def stage_input(path: Path, link: Path) -> None:
-    """Give Spark a name we can map back (keys may hold any character); no copy if possible.
-    (A CSV object is staged by `csv_records.stage_csv` instead.)"""
-    try:
-        os.link(path, link)
-    except OSError:
-        try:
-            os.symlink(path.resolve(), link)
-        except OSError:
-            shutil.copyfile(path, link)
 
 
 @dataclass(frozen=True)

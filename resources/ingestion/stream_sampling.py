@@ -1,14 +1,13 @@
-"""Sample a source for `leasehold init`: a bounded head of a few objects, read with Spark.
+"""Sample a source for `leasehold init`: a bounded head of a few objects.
 
 The sample is bounded twice — `sample_objects` objects spread over the first listing page,
 the first `sample_bytes` of each (decompressed, cut at a line end; CSV at a record's end) — so
 inferring a stream costs the same on a prefix of ten objects or ten million. The heads are
-staged the way the runtime stages objects (named by batch index; a CSV head as
-`csv_records.stage_csv` stages it, once the stream is known), so Spark reads them here exactly
-as a run will: JSON lines first as text lines for the inference (`sample_lines`; CSV is
-inferred in Python from the same parse the runtime uses), then with the inferred stream's real
-read plan (`trial_read`), which counts what would go to the table and what to quarantine
-before anything is written.
+staged as files named by index: JSON lines are first read as text lines by Spark's text
+reader for the inference (`sample_lines`; CSV is inferred in Python from the same parse the
+runtime uses), then parsed with the inferred stream exactly as a run's tasks parse objects
+(`trial_read`), which counts what would go to the table and what to quarantine before anything
+is written.
 """
 
 from __future__ import annotations
@@ -19,15 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resources.ingestion.csv_records import (
-    CsvFormat,
-    CsvHeaderError,
-    complete_records,
-    stage_csv,
-)
-from resources.ingestion.read_plan import read_plan, source_column
+from resources.ingestion.csv_records import CsvFormat, CsvHeaderError, complete_records
 from resources.ingestion.source_files import INPUT_DIGITS
-from resources.ingestion.spark_rows import source_rows
 from resources.ingestion.stream_inference import (
     BOM,
     GZIP_MAGIC,
@@ -119,11 +111,18 @@ def _sample(store: ObjectStore, info: ObjectInfo, sample_bytes: int) -> SampledO
 def stage_sample(sampled: list[SampledObject], directory: Path) -> Path:
     """Each sampled object's text as a file Spark reads and maps back to it by name (the
     runtime's staging: `INPUT_DIGITS` digits of its index, keys may hold any character). A
-    CSV head is staged as is: `trial_read` stages it for Spark once the stream is known."""
+    CSV head is staged as is."""
     directory.mkdir(parents=True, exist_ok=True)
     for i, obj in enumerate(sampled):
         (directory / f"{i:0{INPUT_DIGITS}d}.txt").write_text(obj.text, encoding="utf-8")
     return directory
+
+
+def source_column() -> Any:
+    """The index of the staged object a row came from, out of the staged file's name."""
+    from pyspark.sql import functions as F
+
+    return F.substring("_metadata.file_name", 1, INPUT_DIGITS).cast("int").alias("src")
 
 
 def sample_lines(spark: Any, staged: Path) -> dict[int, list[str]]:
@@ -138,17 +137,21 @@ def sample_lines(spark: Any, staged: Path) -> dict[int, list[str]]:
 
 def trial_read(spark: Any, config: StreamConfig, staged: Path) -> Counter[str | None]:
     """Records of the staged sample by why they would be quarantined (None: to the table),
-    read with the runtime's own plan for `config` (CSV heads staged by the runtime's
-    `stage_csv` first)."""
-    if config.format == "csv":
-        as_json = staged.with_name(staged.name + "-csv")
-        as_json.mkdir(exist_ok=True)
-        for head in sorted(staged.iterdir()):
-            try:
-                stage_csv(head, as_json / head.name, config)
-            except CsvHeaderError as exc:
-                raise SourceInferenceError(str(exc)) from None
-        staged = as_json
-    rows = source_rows(spark, config, read_plan(config), staged)
-    counts = rows.groupBy("_reason").count().collect()
-    return Counter({row["_reason"]: int(row["count"]) for row in counts})
+    parsed exactly as a run's Spark tasks parse objects (`record_parser`). `spark` is unused:
+    the parser needs none (kept so `sample_lines` and this take the same arguments)."""
+    from resources.ingestion.record_parser import parse_csv, parse_json_lines
+
+    counts: Counter[str | None] = Counter()
+    for head in sorted(staged.iterdir()):
+        data = head.read_bytes()
+        try:
+            parsed = (
+                parse_csv(data, config)
+                if config.format == "csv"
+                else parse_json_lines(data, config)
+            )
+        except CsvHeaderError as exc:
+            raise SourceInferenceError(str(exc)) from None
+        counts[None] += parsed.rows.num_rows
+        counts.update(parsed.bad.column("reason").to_pylist())
+    return +counts

@@ -15,14 +15,7 @@ from typing import Any
 from resources.coordination.errors import LeaseStoreError
 from resources.coordination.items import LeaseItem, LeaseToken, iso_utc
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
-from resources.ingestion.batch_results import (
-    Fetch,
-    Publish,
-    ReadBatch,
-    SourceBatchResult,
-    StagedFile,
-)
-from resources.ingestion.csv_records import CsvFormat
+from resources.ingestion.batch_results import ReadBatch, SourceBatchResult, StagedFile
 from resources.ingestion.outcomes import (
     ALREADY_COMPLETE,
     COMMITTED,
@@ -38,7 +31,6 @@ from resources.ingestion.unit_progress import (
     add_counts,
     commit_batches,
     failures,
-    object_name,
     quarantine_table,
 )
 from resources.ingestion.work_units import DONE, done_objects
@@ -48,8 +40,8 @@ from resources.stores.base import CoordinationStore
 # The runner's logger: what a unit's ingestion logs is found under one name, as before the split.
 log = logging.getLogger("resources.ingestion.runner")
 
-Planned = tuple[StagedFile, str, Publish, str]
-"""A staged file to publish: (file, table, how to publish it, its `table|partition` slot)."""
+Planned = tuple[StagedFile, str, str]
+"""An object to commit: (the object, its table, its `table|partition` slot)."""
 
 
 class UnitCommits:
@@ -60,12 +52,8 @@ class UnitCommits:
     table: str
     store: CoordinationStore
     timing: LeaseTiming
-    fetch: Fetch
     read_batch: ReadBatch
-    publish_table: Publish
-    publish_quarantine: Publish
     commit_every_bytes: int | None
-    csv: CsvFormat | None
     clock: Callable[[], datetime]
     on_step: Callable[[str, str], None]
     merge_after_s: dict[str, float]
@@ -150,10 +138,7 @@ class UnitCommits:
             # them, or a later retry of the missing one would repeat its committed rows.
             return self._close_unreadable(lease, key, failures(result.failed))
         already: dict[str, int] = dict(partial["committed"]) if partial else {}
-        objects = [
-            (self._publish(f, key, attempt, n, table, publish), slot)
-            for n, (f, table, publish, slot) in enumerate(self._plan(result, already))
-        ]
+        objects = [(self._object(f, table), slot) for f, table, slot in self._plan(result, already)]
         self.on_step("published", key)
         try:
             committed = self._commit_batches(
@@ -169,26 +154,20 @@ class UnitCommits:
         return outcome
 
     def _plan(self, result: SourceBatchResult, already: dict[str, int]) -> list[Planned]:
-        """The staged files to publish, table then quarantine, in order."""
-        today = self.clock().strftime("%Y-%m-%d")
-        staged = [(f, self.table, f.dt, self.publish_table) for f in result.table_files] + [
-            (
-                StagedFile(today, f.local_path, f.row_count, f.content_length),
-                quarantine_table(self.stream),
-                QUARANTINE_PART,
-                self.publish_quarantine,
-            )
-            for f in result.quarantine_files
+        """The objects to commit, table then quarantine, in order."""
+        written = [(f, self.table, f.dt) for f in result.table_files] + [
+            (f, quarantine_table(self.stream), QUARANTINE_PART) for f in result.quarantine_files
         ]
         # What an interrupted attempt committed of the same objects is skipped: they were
-        # re-read, and a re-read gives the same staged files per partition, in the same order.
+        # re-read, and a re-read gives the same objects per partition, in the same order
+        # (`split_plan` cuts a unit the same way whatever else its chunk holds).
         seen: dict[str, int] = {}
         todo = []
-        for f, table, part, publish in staged:
+        for f, table, part in written:
             slot = f"{table}|{part}"
             seen[slot] = seen.get(slot, 0) + 1
             if seen[slot] > already.get(slot, 0):
-                todo.append((f, table, publish, slot))
+                todo.append((f, table, slot))
         return todo
 
     def _commit_batches(
@@ -274,16 +253,12 @@ class UnitCommits:
         outcome.bytes = sum(o.content_length for o in table_objects)
         outcome.table_partitions = sorted({o.dt for o in table_objects})
 
-    def _publish(
-        self, staged: StagedFile, key: str, attempt: str, n: int, table: str, publish: Publish
-    ) -> SmallObject:
-        name = f"dt={staged.dt}/{object_name(attempt, key, n, staged.local_path.suffix)}"
-        url = publish(staged.local_path, name)
+    def _object(self, written: StagedFile, table: str) -> SmallObject:
         return SmallObject(
             table,
-            staged.dt,
-            url,
-            staged.content_length,
-            staged.row_count,
-            schema_version=staged.schema_version,
+            written.dt,
+            written.url,
+            written.content_length,
+            written.row_count,
+            schema_version=written.schema_version,
         )

@@ -23,11 +23,6 @@ from resources.spark.reachable import require_reachable
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 
 OPEN_COST_BYTES = 256 << 10
-SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
-TASKS_PER_CORE = 4
-MIN_SPLIT_BYTES = 4 << 20
-MAX_SPLIT_BYTES = 128 << 20
-"""Spark's default split size, kept as the ceiling."""
 
 LOOPBACK_CONF = {
     "spark.driver.host": "127.0.0.1",
@@ -82,7 +77,11 @@ class SparkSessionError(ComponentUnreachableError):
 
 
 def prepare_environment() -> None:
+    """Loopback, Java 17, and the Python of the Spark tasks (which parse the sources): this
+    interpreter, whose packages are the project's, unless `PYSPARK_PYTHON` names the one the
+    executors' image has (a cluster whose Python lives elsewhere)."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if not os.environ.get("JAVA_HOME") and JAVA_17.is_dir():
         os.environ["JAVA_HOME"] = str(JAVA_17)
 
@@ -181,26 +180,3 @@ def _first_line(exc: BaseException, limit: int = 300) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = lines[0] if lines else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@contextmanager
-def read_splits(spark: Any, read_bytes: int, files: int) -> Iterator[None]:
-    """Split the next read into `TASKS_PER_CORE` tasks per driver core, then put the setting
-    back. Spark sizes splits for a whole session (128 MiB): a 256 MiB read of 500 objects
-    then makes 3 tasks, and on 2 cores the third runs alone — a third of the job with a core
-    idle. Measured here: the same read as Arrow 3.3 s in 3 tasks, 3.0 s in 12. The cores are
-    the driver's (`local[*]`); on a cluster it only makes more, smaller tasks. A setting of
-    the session (not of one read: Spark has none per read), so it is set around this read
-    alone; another job planned meanwhile gets the same smaller splits, nothing worse."""
-    total = read_bytes + files * OPEN_COST_BYTES
-    cores = os.cpu_count() or 1
-    split = min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // (cores * TASKS_PER_CORE))))
-    before = spark.conf.get(SPLIT_CONF, None)
-    spark.conf.set(SPLIT_CONF, str(split))
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(SPLIT_CONF)
-        else:
-            spark.conf.set(SPLIT_CONF, before)

@@ -55,11 +55,11 @@ from resources.ingestion.sample_data import record_line, write_sample_sources
 from resources.stores import open_existing_store
 from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
-from tests.production.test_production_profile import SparkConnectServer
 from tests.support.aws_server import AWS_TEST_ENV, LocalAwsServer, free_port
 from tests.support.cli_project import kill_group
 from tests.support.pipeline_env import STREAM, source_ids
 from tests.support.postgres_server import LocalPostgres
+from tests.support.spark_connect_server import SparkConnectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

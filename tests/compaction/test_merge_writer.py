@@ -82,7 +82,7 @@ class Objects:
             )
             target = self.directory / f"attempt-{self.next_id}-{DT}-0.parquet"
             write_table_object(
-                table, DT, target, self.config.column_names, dictionary_columns(self.config)
+                table, target, self.config.column_names, dictionary_columns(self.config)
             )
             paths.append(str(target))
         return paths
@@ -305,7 +305,7 @@ def write_version_2(directory: Path, config: StreamConfig, count: int, rows: int
             }
         )
         target = directory / f"v2-{n}-{DT}-0.parquet"
-        write_table_object(table, DT, target, v2.column_names, dictionary_columns(v2), 2)
+        write_table_object(table, target, v2.column_names, dictionary_columns(v2), 2)
         paths.append(str(target))
     return paths
 

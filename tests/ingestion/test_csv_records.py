@@ -18,17 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from resources.ingestion import csv_records
-from resources.ingestion.csv_records import (
-    ERROR_KEY,
-    LINE_KEY,
-    RAW_KEY,
-    CsvFormat,
-    CsvHeaderError,
-    stage_csv,
-)
+from resources.ingestion.csv_records import CsvFormat, CsvHeaderError
 from resources.ingestion.source_files import ChunkReader
 from resources.schema.columns import ColumnSpec
 from resources.streams import StreamConfig, StreamConfigError, load_streams
+from tests.support.csv_staging import ERROR_KEY, LINE_KEY, RAW_KEY, stage_csv
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 

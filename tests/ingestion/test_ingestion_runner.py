@@ -7,11 +7,9 @@ its back and leaves no lease held.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +23,7 @@ from resources.coordination.lease_store import LeaseStore
 from resources.ingestion.batch_results import SourceBatchResult, StagedFile
 from resources.ingestion.outcomes import COMMITTED
 from resources.ingestion.runner import IngestionRunner
+from resources.ingestion.work_units import UnitObject
 
 STREAM = "events"
 
@@ -32,17 +31,8 @@ STREAM = "events"
 def make_runner(store: LeaseStore, tmp_path: Path, read_batch) -> IngestionRunner:  # type: ignore[no-untyped-def]
     lake = tmp_path / "lake"
 
-    def fetch(key: str, scratch: Path) -> Path:
-        scratch.mkdir(parents=True, exist_ok=True)
-        path = scratch / key
-        path.write_text(key)
-        return path
-
-    def publish(local: Path, name: str) -> str:
-        target = lake / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(local, target)
-        return target.as_uri()
+    def read(reading: dict[str, list[UnitObject]], attempt: str) -> dict[str, SourceBatchResult]:
+        return read_batch(reading, lake, attempt)
 
     return IngestionRunner(
         stream=STREAM,
@@ -50,28 +40,23 @@ def make_runner(store: LeaseStore, tmp_path: Path, read_batch) -> IngestionRunne
         store=store,
         owner="runner-1",
         timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
-        fetch=fetch,
-        read_batch=read_batch,
-        publish_table=publish,
-        publish_quarantine=publish,
-        work_dir=tmp_path / "work",
+        read_batch=read,
         chunk_size=2,
     )
 
 
 def one_row_each(
-    files: dict[str, Path], staging: Path, attempt: str, groups: object = None
-) -> Future[dict[str, SourceBatchResult]]:
-    staging.mkdir(parents=True, exist_ok=True)
+    reading: dict[str, list[UnitObject]], lake: Path, attempt: str
+) -> dict[str, SourceBatchResult]:
+    """What the Spark tasks do, in short: one object per unit, written to the lake."""
+    lake.mkdir(parents=True, exist_ok=True)
     results = {}
-    for key in files:
-        target = staging / f"{attempt}-{key}.parquet"
+    for key in reading:
+        target = lake / f"{attempt}-{key}.parquet"
         pq.write_table(pa.table({"id": [key]}), target)
-        staged = StagedFile("2026-01-01", target, 1, target.stat().st_size)
+        staged = StagedFile("2026-01-01", target.as_uri(), 1, target.stat().st_size)
         results[key] = SourceBatchResult(rows_read=1, table_files=[staged])
-    done: Future[dict[str, SourceBatchResult]] = Future()
-    done.set_result(results)
-    return done
+    return results
 
 
 def create(store: LeaseStore, keys: list[str]) -> str:
@@ -87,10 +72,10 @@ def test_next_chunk_is_read_while_the_caller_handles_this_one(
     sid = create(store, keys)
     second_chunk_read = threading.Event()
 
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
-        if "k2" in files:
+    def read_batch(reading: dict[str, list[UnitObject]], lake: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in reading:
             second_chunk_read.set()
-        return one_row_each(files, staging, attempt)
+        return one_row_each(reading, lake, attempt)
 
     outcomes = []
     for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
@@ -123,7 +108,6 @@ def test_a_caller_that_stops_early_leaves_no_lease_held(store: LeaseStore, tmp_p
         "k3": PartitionStatus.UNASSIGNED,
     }
     assert len(store.ledger_objects(STREAM)) == 2
-    assert not any((tmp_path / "work").iterdir())
 
 
 def test_each_chunks_metrics_are_stored_before_its_outcomes_reach_the_caller(
@@ -140,42 +124,30 @@ def test_each_chunks_metrics_are_stored_before_its_outcomes_reach_the_caller(
     assert stored == [2, 2, 4, 4, 5]
 
 
-def failing_read(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
-    if "k2" in files:
+def failing_read(reading: dict[str, list[UnitObject]], lake: Path, attempt: str):  # type: ignore[no-untyped-def]
+    if "k2" in reading:
         raise RuntimeError("executor lost")
-    return one_row_each(files, staging, attempt)
+    return one_row_each(reading, lake, attempt)
 
 
-def failing_write(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
-    """Spark read the chunk; writing its objects failed later, on the writer thread."""
-    if "k2" in files:
-        failed: Future[dict[str, SourceBatchResult]] = Future()
-        failed.set_exception(RuntimeError("disk full"))
-        return failed
-    return one_row_each(files, staging, attempt)
-
-
-@pytest.mark.parametrize(
-    ("read_batch", "error"), [(failing_read, "executor lost"), (failing_write, "disk full")]
-)
 def test_a_failed_chunk_is_released_and_reaches_the_caller(
-    store: LeaseStore, tmp_path: Path, read_batch, error: str, caplog: pytest.LogCaptureFixture
-) -> None:  # type: ignore[no-untyped-def]
+    store: LeaseStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Spark job that fails (an executor lost for good, a task that cannot write)."""
     keys = [f"k{i}" for i in range(4)]
     sid = create(store, keys)
 
     seen = []
     try:
-        for outcome in make_runner(store, tmp_path, read_batch).ingest(keys):
+        for outcome in make_runner(store, tmp_path, failing_read).ingest(keys):
             seen.append(outcome.source_key)
     except RuntimeError as exc:
-        assert str(exc) == error
+        assert str(exc) == "executor lost"
     else:
         raise AssertionError("the failure was swallowed")
     assert seen == ["k0", "k1"]  # nothing of the failed chunk committed
     assert store.get(sid, "k2").status is PartitionStatus.UNASSIGNED
     assert store.get(sid, "k3").status is PartitionStatus.UNASSIGNED
-    assert not any((tmp_path / "work").iterdir())
     assert "could not hand back" not in caplog.text  # they were
 
 
@@ -190,12 +162,12 @@ def test_a_read_ahead_that_fails_after_the_caller_stopped_is_handed_back(
     sid = create(store, keys)
     read_ahead_started, stop_spark = threading.Event(), threading.Event()
 
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
-        if "k2" in files:
+    def read_batch(reading: dict[str, list[UnitObject]], lake: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in reading:
             read_ahead_started.set()
             assert stop_spark.wait(timeout=30)
             raise RuntimeError("Job 1 cancelled because SparkContext was shut down")
-        return one_row_each(files, staging, attempt)
+        return one_row_each(reading, lake, attempt)
 
     outcomes = make_runner(store, tmp_path, read_batch).ingest(keys)
     assert next(outcomes).outcome == COMMITTED
@@ -227,11 +199,11 @@ def test_an_interrupt_while_waiting_for_the_read_ahead_hands_it_back(
     sid = create(store, keys)
     read_ahead_started, read_ahead_may_end = threading.Event(), threading.Event()
 
-    def read_batch(files: dict[str, Path], staging: Path, attempt: str, groups: object = None):  # type: ignore[no-untyped-def]
-        if "k2" in files:
+    def read_batch(reading: dict[str, list[UnitObject]], lake: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in reading:
             read_ahead_started.set()
             assert read_ahead_may_end.wait(timeout=30)
-        return one_row_each(files, staging, attempt)
+        return one_row_each(reading, lake, attempt)
 
     def interrupt(signum: int, frame: object) -> None:
         raise Interrupted

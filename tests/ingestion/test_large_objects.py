@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,11 +23,12 @@ from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.outcomes import COMMITTED, FAILED
 from resources.ingestion.runner import IngestionRunner
 from resources.ingestion.source_files import cut_chunk
-from resources.ingestion.source_reader import SourceReader
+from resources.ingestion.split_task import StoreAddress
+from resources.ingestion.task_reader import TaskReader
 from resources.ingestion.unit_progress import quarantine_table
 from resources.ingestion.work_units import UnitObject, WorkUnit
 from resources.objects.local import LocalObjectStore
-from resources.streams import load_streams
+from resources.streams import StreamConfig, load_streams
 from tests.support.fakes import fail_nth_commit
 
 STREAM = "events"
@@ -59,6 +61,30 @@ def test_a_csv_chunk_after_the_first_gets_the_header_again(tmp_path: Path) -> No
     assert (first.header_lines, second.header_lines) == (0, 1)
 
 
+def runner_of(
+    store: LeaseStore, spark: object, config: StreamConfig, tmp_path: Path, commit_every_bytes: int
+) -> Callable[[], IngestionRunner]:
+    """Runners as a run builds them: the Spark tasks read the source and write the lake."""
+    stores = StoreAddress(config.source, config.table, config.quarantine)
+
+    def runner() -> IngestionRunner:
+        reader = TaskReader(spark, config, stores)
+        return IngestionRunner(
+            stream=STREAM,
+            table=STREAM,
+            store=store,
+            owner="run",
+            timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
+            read_batch=reader.read,
+            read_large=lambda unit, obj, reached, attempt: reader.read_large(
+                unit, obj, reached, commit_every_bytes, attempt
+            ),
+            commit_every_bytes=commit_every_bytes,
+        )
+
+    return runner
+
+
 def record(i: int) -> str:
     return json.dumps(
         {
@@ -83,6 +109,7 @@ streams:
     event_time: event_time
     record_id: event_id
     table: file://lake
+    quarantine: file://lake/quarantine
 """
     )
     return load_streams(streams)[STREAM]
@@ -105,24 +132,9 @@ def test_a_large_object_commits_chunk_by_chunk_and_resumes_at_the_offset(
     sid = store.source_identifier(STREAM)
     unit = WorkUnit(name, (UnitObject(name, size),))
     store.create_partitions(sid, [name], progress_states=[unit.progress_state()])
-    source, lake = LocalObjectStore(tmp_path / "src"), LocalObjectStore(tmp_path / "lake")
-    reader = SourceReader(spark, config)
-
-    def runner() -> IngestionRunner:
-        return IngestionRunner(
-            stream=STREAM,
-            table=STREAM,
-            store=store,
-            owner="run",
-            timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
-            fetch=source.local_copy,
-            read_batch=reader.start,
-            publish_table=lake.move_file,
-            publish_quarantine=lake.move_file,
-            work_dir=tmp_path / "work",
-            # ~40 lines a chunk: 8 chunks (a gzip object counts as large by its listed size)
-            commit_every_bytes=min(4000, size - 1),
-        )
+    lake = LocalObjectStore(tmp_path / "lake")
+    # ~40 lines a chunk: 8 chunks (a gzip object counts as large by its listed size)
+    runner = runner_of(store, spark, config, tmp_path, commit_every_bytes=min(4000, size - 1))
 
     commits = fail_nth_commit(monkeypatch, store, 4)
     (failed,) = runner().ingest([name])
@@ -172,6 +184,7 @@ streams:
     event_time: event_time
     record_id: event_id
     table: file://lake
+    quarantine: file://lake/quarantine
 """
     )
     config = load_streams(streams)[STREAM]
@@ -190,24 +203,9 @@ streams:
     sid = store.source_identifier(STREAM)
     unit = WorkUnit(name, (UnitObject(name, size),))
     store.create_partitions(sid, [name], progress_states=[unit.progress_state()])
-    source, lake = LocalObjectStore(tmp_path / "src"), LocalObjectStore(tmp_path / "lake")
-    reader = SourceReader(spark, config)
-
-    def runner() -> IngestionRunner:
-        return IngestionRunner(
-            stream=STREAM,
-            table=STREAM,
-            store=store,
-            owner="run",
-            timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
-            fetch=source.local_copy,
-            read_batch=reader.start,
-            publish_table=lake.move_file,
-            publish_quarantine=lake.move_file,
-            work_dir=tmp_path / "work",
-            commit_every_bytes=min(3001, size - 1),  # ~60 records a chunk, cut mid-record
-            csv=CsvFormat.of(config),
-        )
+    lake = LocalObjectStore(tmp_path / "lake")
+    # ~60 records a chunk, cut mid-record
+    runner = runner_of(store, spark, config, tmp_path, commit_every_bytes=min(3001, size - 1))
 
     commits = fail_nth_commit(monkeypatch, store, 3)
     (failed,) = runner().ingest([name])

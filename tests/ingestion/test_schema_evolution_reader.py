@@ -1,32 +1,23 @@
-"""The reader meets fields its schema does not hold: each mode's answer, read back exactly."""
+"""The reader meets fields its schema does not hold: each mode's answer, read back exactly
+(Spark tasks parse and write; the driver records new schema versions)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from resources.ingestion.field_scan import (
-    _counted,
-    count_bytes,
-    holds_only_known,
-    known_counts,
-    scan_fields,
-)
-from resources.ingestion.source_reader import MAX_READ_BYTES, SourceReader
+from resources.ingestion.split_task import StoreAddress
+from resources.ingestion.task_reader import TaskReader
+from resources.ingestion.work_units import UnitObject
 from resources.schema.columns import ColumnSpec
 from resources.schema.parquet_meta import read_version
 from resources.stores import build_store
 from resources.stores.settings import StoreSettings
 from resources.stores.stream_schema import followed_config
 from resources.streams import load_streams
-
-READS = pytest.mark.parametrize("max_read_bytes", [MAX_READ_BYTES, 1], ids=["arrow", "parquet"])
 
 
 def stream(tmp_path: Path, mode: str):
@@ -76,37 +67,50 @@ def sqlite_store(tmp_path: Path):
     store.close_store()
 
 
-def read(spark, store, config, files, tmp_path, max_read_bytes=MAX_READ_BYTES):
+def reader_of(spark, config, tmp_path: Path, record_schema) -> TaskReader:
+    """A run's reader: `files`' directory as the source, the lake under `tmp_path`."""
+    stores = StoreAddress(config.source, f"file://{tmp_path}/lake", f"file://{tmp_path}/q")
+    return TaskReader(spark, config, stores, record_schema=record_schema)
+
+
+def as_unit(files: dict[str, Path]) -> dict[str, list[UnitObject]]:
+    return {"unit": [UnitObject(k, p.stat().st_size) for k, p in files.items()]}
+
+
+def read(spark, store, config, files, tmp_path):
     config = followed_config(store, config)
-    reader = SourceReader(
+    reader = reader_of(
         spark,
         config,
-        max_read_bytes,
-        record_schema=lambda cols, origin: store.record_schema(config.name, cols, origin),
+        tmp_path,
+        lambda cols, origin: store.record_schema(config.name, cols, origin),
     )
-    return reader, reader.read(files, tmp_path / "stage", "a1", {k: "unit" for k in files})
+    return reader, reader.read(as_unit(files), "a1")
 
 
-def read_drifting(spark, store, tmp_path: Path, mode: str, max_read_bytes=MAX_READ_BYTES):
+def read_drifting(spark, store, tmp_path: Path, mode: str):
     """The drifting corpus read as one unit under `mode`: (reader, the unit's result)."""
     files = drifting(tmp_path / "src")
-    reader, results = read(spark, store, stream(tmp_path, mode), files, tmp_path, max_read_bytes)
+    reader, results = read(spark, store, stream(tmp_path, mode), files, tmp_path)
     (result,) = results.values()
     return reader, result
+
+
+def path_of(url: str) -> str:
+    return url.removeprefix("file://")
 
 
 def rows_of(result) -> list[dict]:
     rows = []
     for f in result.table_files:
-        rows += pq.read_table(f.local_path).to_pylist()
+        rows += pq.read_table(path_of(f.url)).to_pylist()
     return sorted(rows, key=lambda r: r["id"])
 
 
-@READS
 def test_add_appends_new_fields_as_typed_columns_and_the_unit_commits_with_them(
-    spark, sqlite_store, tmp_path: Path, max_read_bytes: int
+    spark, sqlite_store, tmp_path: Path
 ) -> None:
-    reader, result = read_drifting(spark, sqlite_store, tmp_path, "add", max_read_bytes)
+    reader, result = read_drifting(spark, sqlite_store, tmp_path, "add")
     versions = sqlite_store.schema_versions("ev")
     assert [v.version for v in versions] == [1, 2]
     assert versions[1].added == ("country", "device", "score")
@@ -116,12 +120,12 @@ def test_add_appends_new_fields_as_typed_columns_and_the_unit_commits_with_them(
     assert result.schema_version == 2 and result.new_columns == ["country", "device", "score"]
     rows = rows_of(result)
     assert [r["id"] for r in rows] == [f"r{i}" for i in range(7)]
-    # One read per object through Parquet: a.jsonl, read first, was written with version 1.
     assert rows[0].get("country") is None and rows[4]["country"] == "NZ"
     assert json.loads(rows[4]["device"]) == {"os": "ios", "v": [1, 2]}
     assert rows[5]["score"] == 1.0 and rows[6]["score"] == 2.5
-    versions_written = {read_version(pq.read_schema(f.local_path)) for f in result.table_files}
-    assert versions_written == ({2} if max_read_bytes == MAX_READ_BYTES else {1, 2})
+    # The part holding the new fields was read again with version 2, written with it only.
+    versions_written = {read_version(pq.read_schema(path_of(f.url))) for f in result.table_files}
+    assert versions_written == {2}
     assert reader.config.schema_version == 2
 
 
@@ -140,7 +144,7 @@ def test_a_new_value_type_for_an_added_column_is_quarantined_never_cast(
     assert [r["id"] for r in rows_of(result)] == ["r3"]
     assert result.rows_quarantined == 1
     (q,) = result.quarantine_files
-    assert pq.read_table(q.local_path).column("reason").to_pylist() == [
+    assert pq.read_table(path_of(q.url)).column("reason").to_pylist() == [
         "wrong type for score: expected long"
     ]
 
@@ -211,33 +215,6 @@ def test_fields_an_object_starts_with_are_read_at_once_typed_by_every_record(
     assert rows["r0"]["country"] is None and rows["r9"]["country"] == "FR"
 
 
-def test_a_source_that_changed_from_its_objects_first_records_is_read_once(
-    spark, sqlite_store, tmp_path: Path
-) -> None:
-    files = corpus(
-        tmp_path / "src",
-        {
-            "a.jsonl": [rec(0), rec(1)],
-            "b.jsonl": [rec(2, country="NZ"), rec(3, country="FR")],
-            "c.jsonl": [rec(4, country="NZ", device={"os": "ios"}), rec(5, device={"os": "a"})],
-        },
-    )
-    config = followed_config(sqlite_store, stream(tmp_path, "add"))
-    reader = SourceReader(
-        spark,
-        config,
-        record_schema=lambda cols, origin: sqlite_store.record_schema("ev", cols, origin),
-    )
-    reads = []
-    arrow = reader._arrow
-    reader._arrow = lambda config, inputs: reads.append(inputs) or arrow(config, inputs)
-    (result,) = reader.read(files, tmp_path / "stage", "a1", {k: "u" for k in files}).values()
-    assert len(reads) == 1
-    assert result.new_columns == ["country", "device"] and result.schema_version == 2
-    rows = {r["id"]: r for r in rows_of(result)}
-    assert rows["r3"]["country"] == "FR" and json.loads(rows["r5"]["device"]) == {"os": "a"}
-
-
 def test_a_guessed_column_another_run_recorded_with_another_type_keeps_that_type(
     spark, sqlite_store, tmp_path: Path
 ) -> None:
@@ -248,96 +225,18 @@ def test_a_guessed_column_another_run_recorded_with_another_type_keeps_that_type
         sqlite_store.record_schema("ev", [ColumnSpec("code", "long")], origin)
         return sqlite_store.record_schema("ev", cols, origin)
 
-    reader = SourceReader(spark, config, record_schema=record_after_another_run)
-    (result,) = reader.read(files, tmp_path / "stage", "a1", {k: "u" for k in files}).values()
+    reader = reader_of(spark, config, tmp_path, record_after_another_run)
+    (result,) = reader.read(as_unit(files), "a1").values()
     assert [c.type for c in sqlite_store.schema_versions("ev")[-1].columns][-1] == "long"
     assert [(r["id"], r["code"]) for r in rows_of(result)] == [("r1", 7)]
     (q,) = result.quarantine_files
-    assert pq.read_table(q.local_path).column("reason").to_pylist() == [
+    assert pq.read_table(path_of(q.url)).column("reason").to_pylist() == [
         "wrong type for code: expected long"
     ]
 
 
-@pytest.mark.parametrize("new_field", [False, True])
-def test_an_object_with_a_malformed_line_is_still_cleared_by_the_counts(
-    spark, sqlite_store, tmp_path: Path, monkeypatch, new_field: bool
-) -> None:
-    """A rejected line counts by its text: the object is scanned only when a good record holds a
-    field outside the schema (a source with a few bad lines is not parsed again in Python)."""
-    import resources.ingestion.source_reader as source_reader
-
-    lines = [rec(0), '{"id": "r1", "ts": "2026-01-01T10:00:00Z", "us', rec(2, country="NZ")]
-    if not new_field:
-        lines[2] = rec(2)
-    files = corpus(tmp_path / "src", {"a.jsonl": [rec(3), *lines]})
-    scanned = []
-    scan = source_reader.scan_fields
-    monkeypatch.setattr(
-        source_reader, "scan_fields", lambda *a, **k: scanned.append(a[0]) or scan(*a, **k)
-    )
-    _, results = read(spark, sqlite_store, stream(tmp_path, "add"), files, tmp_path)
-    (result,) = results.values()
-    assert result.rows_quarantined == 1
-    assert len(scanned) == int(new_field)
-    assert result.new_columns == (["country"] if new_field else [])
-    if new_field:
-        assert {r["id"]: r for r in rows_of(result)}["r2"]["country"] == "NZ"
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([b'"', b":", b"null", b" ", b"n", b"a", b"\\", b"'"]), max_size=40))
-def test_the_byte_counts_are_the_substring_counts(parts: list[bytes]) -> None:
-    data = b"".join(parts)
-    counted = _counted(data)
-    assert counted.keys == data.count(b'":')
-    assert counted.null_keys == data.count(b'":null') + data.count(b'": null')
-
-
-@pytest.mark.parametrize(
-    ("line", "unknown"),
-    [
-        ('{"id": "a", "n": 1}', False),
-        ('{"id": "a", "n": null, "x": null}', False),  # a null says nothing
-        ('{"id": "a", "n": 1, "x": 2}', True),
-        ('{"id": "a\\": 1, \\"x", "n": 1}', False),  # a key's look inside a string
-        ('{"id": "a", "n": 1, "x" : 2}', True),
-        ('{"id": "a", "n": 1, "\\u0078": 2}', True),
-        ('[{"id": "a", "n": 1}, {"id": "b", "x": 1}]', True),
-        ('{"id": "{\\"x\\": 1}", "n": 1}', False),
-        ('{"id": "caf\\u00e9", "n": 1}', False),  # non-ASCII text escaped: no blur
-        ('{"id": "a\\u0022:", "n": 1, "x": 2}', True),  # an escaped quote fakes a key
-        ('{"id": "a\\":nope", "n": 1, "x": 2}', True),  # `":n` in a value is not a null
-        ('{"id": "a\\":null", "n": 1}', False),
-        ('{"id": "a", "n": 1, "x": null, "y": 3}', True),
-    ],
-)
-def test_the_byte_count_proof_never_clears_an_object_holding_another_field(
-    tmp_path: Path, line: str, unknown: bool
-) -> None:
-    path = tmp_path / "o.txt"
-    path.write_text(line + "\n")
-    found = scan_fields(path, {"id", "n"})
-    assert bool(found.fields) == unknown
-    # The known side as the read's rows give it: the known columns' values, as Spark has them.
-    parsed = json.loads(line)
-    records = parsed if isinstance(parsed, list) else [parsed]
-    rows = pa.table(
-        {
-            "src": [0] * len(records),
-            "id": [r.get("id") for r in records],
-            "n": [r.get("n") for r in records],
-            "_reason": pa.nulls(len(records), pa.string()),
-        }
-    )
-    expected = known_counts(rows, [("id", "string"), ("n", "long")])[0]
-    assert holds_only_known(count_bytes(path), expected) == (
-        not unknown
-    )  # these clean ones it clears
-
-
-@READS
 def test_rescue_keeps_every_record_and_puts_unknown_fields_and_uncastable_values_in_rescued(
-    spark, sqlite_store, tmp_path: Path, max_read_bytes: int
+    spark, sqlite_store, tmp_path: Path
 ) -> None:
     config = stream(tmp_path, "rescue")
     files = drifting(tmp_path / "src")
@@ -348,7 +247,7 @@ def test_rescue_keeps_every_record_and_puts_unknown_fields_and_uncastable_values
         + '[{"id": "r8", "ts": "2026-01-01T11:00:00Z", "value": 8, "tag": null}]\n'
         + '{"id": "r9", "ts": \n'
     )
-    _, results = read(spark, sqlite_store, config, files, tmp_path, max_read_bytes)
+    _, results = read(spark, sqlite_store, config, files, tmp_path)
     (result,) = results.values()
     versions = sqlite_store.schema_versions("ev")
     assert [v.version for v in versions] == [1]

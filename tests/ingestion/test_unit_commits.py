@@ -1,13 +1,12 @@
 """A work unit through the runner: its objects committed together, an unreadable one retried on
 its own, and a unit too big for one transaction committed in several, resumable after a
-failure between them — on both store backends, with a reader that cuts per unit as Spark's
-does (the Spark path itself: test_source_reader)."""
+failure between them — on both store backends, with a reader that cuts per unit as the Spark
+tasks do (the task path itself: test_task_reader)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from concurrent.futures import Future
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.contract
 
 class UnitReader:
     """Each object holds one record per date it is given; objects named in `broken` can't be
-    read. Cuts one staged file per (unit, date), as `SourceReader` does."""
+    read. Writes one object per (unit, date), as the Spark tasks do for a unit of one part."""
 
     def __init__(
         self, dates: dict[str, list[str]], broken: set[str], versions: dict[str, int] | None = None
@@ -42,30 +41,31 @@ class UnitReader:
         self.reads: list[list[str]] = []
 
     def __call__(
-        self, files: dict[str, Path], staging: Path, attempt: str, groups: dict[str, str]
-    ) -> Future[dict[str, SourceBatchResult]]:
-        self.reads.append(sorted(files))
-        staging.mkdir(parents=True, exist_ok=True)
+        self, reading: dict[str, list[UnitObject]], lake: Path, attempt: str
+    ) -> dict[str, SourceBatchResult]:
+        self.reads.append(sorted(o.key for objects in reading.values() for o in objects))
+        lake.mkdir(parents=True, exist_ok=True)
         results: dict[str, SourceBatchResult] = {}
         rows: dict[tuple[str, str], list[str]] = {}
-        for key in files:
-            result = results.setdefault(groups[key], SourceBatchResult())
-            if key in self.broken:
-                result.failed[key] = "corrupt gzip: test"
-                continue
-            for dt in self.dates[key]:
-                rows.setdefault((groups[key], dt), []).append(f"{key}@{dt}")
+        for unit, objects in reading.items():
+            result = results.setdefault(unit, SourceBatchResult())
+            for key in (o.key for o in objects):
+                if key in self.broken:
+                    result.failed[key] = "corrupt gzip: test"
+                    continue
+                for dt in self.dates[key]:
+                    rows.setdefault((unit, dt), []).append(f"{key}@{dt}")
         for n, ((unit, dt), ids) in enumerate(sorted(rows.items())):
-            target = staging / f"{attempt}-{n}.parquet"
+            target = lake / f"{attempt}-{n}.parquet"
             pq.write_table(pa.table({"id": ids}), target)
             results[unit].table_files.append(
-                StagedFile(dt, target, len(ids), target.stat().st_size, self.versions.get(dt, 1))
+                StagedFile(
+                    dt, target.as_uri(), len(ids), target.stat().st_size, self.versions.get(dt, 1)
+                )
             )
         for result in results.values():
             result.rows_read = sum(f.row_count for f in result.table_files)
-        done: Future[dict[str, SourceBatchResult]] = Future()
-        done.set_result(results)
-        return done
+        return results
 
 
 def create_unit(store: LeaseStore, keys: list[str]) -> str:

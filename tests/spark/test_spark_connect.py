@@ -1,5 +1,5 @@
-"""The data path over Spark Connect: the same reader and merge writer, DataFrame API only, no
-SparkContext."""
+"""The data path over Spark Connect: the same reader (its tasks parse and write) and merge
+writer, DataFrame API only, no SparkContext."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_reader_and_merge_run_over_spark_connect(tmp_path: Path) -> None:
             "tests.support.spark_connect_child",
             str(streams),
             str(src),
-            str(tmp_path / "staging"),
+            str(tmp_path / "work"),
             str(out),
         ],
         cwd=ROOT,

@@ -1,5 +1,5 @@
-"""Runs the reader, then the merge writer on what it wrote, over a local Spark Connect server, in
-its own process.
+"""Runs the reader (its Spark tasks parse and write), then the merge writer on what it wrote,
+over a local Spark Connect server, in its own process.
 
 A Python process holds either a classic session or a Connect one; the test session already
 has a classic one, so the Connect run gets a process of its own.
@@ -14,18 +14,20 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from resources.compaction.merge_writer import MergeWriter
-from resources.ingestion.source_reader import SourceReader
+from resources.ingestion.split_task import StoreAddress
+from resources.ingestion.task_reader import TaskReader
+from resources.ingestion.work_units import UnitObject
 from resources.spark.session import build_spark_session
 from resources.streams import load_streams
 
 
 def main() -> None:
-    streams, source_dir, staging, out = (Path(a) for a in sys.argv[1:5])
+    streams, source_dir, work, out = (Path(a) for a in sys.argv[1:5])
     spark = build_spark_session(remote="local[2]", app_name="leasehold-connect-test")
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     config = load_streams(streams)["events"]
-    files = {p.name: p for p in sorted(source_dir.iterdir())}
-    results = SourceReader(spark, config).read(files, staging, "connect")
+    reading = {p.name: [UnitObject(p.name, p.stat().st_size)] for p in sorted(source_dir.iterdir())}
+    results = TaskReader(spark, config, StoreAddress.of(config, None, None)).read(reading, "c")
     report: dict[str, object] = {
         key: {
             "rows_read": r.rows_read,
@@ -37,10 +39,12 @@ def main() -> None:
     }
     # The merge of the last date's small objects, as a merge job would take them.
     dt = max(f.dt for r in results.values() for f in r.table_files)
-    inputs = [str(f.local_path) for r in results.values() for f in r.table_files if f.dt == dt]
+    inputs = [
+        f.url.removeprefix("file://") for r in results.values() for f in r.table_files if f.dt == dt
+    ]
     # On Spark (a zero Arrow budget): the path a merge too big for memory takes, over Connect.
     merge = MergeWriter(spark, config, arrow_max_bytes=0)
-    written = merge.write(inputs, staging / "merged" / "part.parquet")
+    written = merge.write(inputs, work / "merged" / "part.parquet")
     report["merged"] = {
         "dt": dt,
         "inputs": len(inputs),
