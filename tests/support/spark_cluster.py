@@ -22,7 +22,11 @@ every process it started, and fails naming any that survived. Every wait is boun
 naming what it waited for, with the daemon's log.
 
 The executors run the interpreter of this process (`PYSPARK_PYTHON`, set in `driver_env()` for
-the driver's process and on the Connect server): its virtualenv must not be hidden.
+the driver's process and on the Connect server): its virtualenv must not be hidden. `env` is
+given to every daemon (and so to the executors and Python workers they start) on top of this
+process's environment: what a machine of the cluster has of its own, such as its AWS
+credentials — nothing of it comes from a driver; `worker_env[i]` is worker i's alone (its
+HTTP proxy, say).
 """
 
 from __future__ import annotations
@@ -225,15 +229,16 @@ def in_namespace(argv: list[str], hidden: Sequence[Path], cwd: Path) -> list[str
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", *argv]
 
 
-def daemon_env(root: Path) -> dict[str, str]:
-    """This environment without the caller's Spark and Python path settings: pyspark's own
-    distribution, loopback, small daemons, logs and pid files under `root`, no conf dir of the
-    machine's, and this interpreter for Python workers."""
+def daemon_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without the caller's Spark and Python path settings, plus `extra`:
+    pyspark's own distribution, loopback, small daemons, logs and pid files under `root`, no
+    conf dir of the machine's, and this interpreter for Python workers."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"
     }
+    env.update(extra or {})
     conf_dir = root / "conf"
     conf_dir.mkdir(parents=True, exist_ok=True)
     env.update(
@@ -272,6 +277,9 @@ class SparkCluster:
     connect: bool = False
     connect_master: str = "local[2]"
     worker_memory: str = "1g"
+    env: dict[str, str] = field(default_factory=dict)
+    worker_env: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Worker i's own environment on top of `env` (a machine of its own: its proxy, say)."""
     master_port: int = field(default_factory=free_port)
     master_ui_port: int = field(default_factory=free_port)
     connect_port: int = field(default_factory=free_port)
@@ -324,7 +332,7 @@ class SparkCluster:
             [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master"]
             + ["--host", "127.0.0.1", "--port", str(self.master_port)]
             + ["--webui-port", str(self.master_ui_port)],
-            daemon_env(master.root),
+            daemon_env(master.root, self.env),
         )
         for i in range(self.workers):
             self._start_worker(i)
@@ -353,7 +361,8 @@ class SparkCluster:
         argv += ["--host", "127.0.0.1", "--port", "0", "--webui-port", str(free_port())]
         argv += ["--cores", "1", "--memory", self.worker_memory]
         argv += ["--work-dir", str(worker.root / "work"), self.master_url]
-        worker.start(in_namespace(argv, self.hidden, worker.root), daemon_env(worker.root))
+        env = daemon_env(worker.root, {**self.env, **self.worker_env.get(i, {})})
+        worker.start(in_namespace(argv, self.hidden, worker.root), env)
 
     def _start_connect(self) -> None:
         server = Daemon("connect", self.root / "connect")
@@ -373,7 +382,7 @@ class SparkCluster:
         argv += ["--master", master]
         argv += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
         # spark-submit gives the Connect server's JVM `SPARK_DAEMON_MEMORY`; a driver needs more.
-        env = {**daemon_env(server.root), "SPARK_DAEMON_MEMORY": "768m"}
+        env = {**daemon_env(server.root, self.env), "SPARK_DAEMON_MEMORY": "768m"}
         server.start(in_namespace(argv, self.hidden, server.root), env)
 
     def _check_running(self, daemon: Daemon) -> bool:
