@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -136,11 +137,16 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
         store = coordination.store
         config = followed_config(store, self.stream(stream))
 
-        from resources.compaction.merge_writer import MergeWriter
+        from resources.compaction.merge_writer import ARROW_MAX_BYTES, MergeWriter
 
-        # Spark starts only if a merge needs it (most are done in pyarrow, `MergeWriter`).
+        # Spark starts only if a merge needs it (most are done in pyarrow, `MergeWriter`). Its
+        # Spark path reads the inputs this process downloaded, by path: on a cluster or a
+        # Connect server, whose executors do not see this disk, every merge is pyarrow's.
         writer = MergeWriter(
-            spark.session, config, follow=lambda: followed_config(store, self.stream(stream))
+            spark.session,
+            config,
+            follow=lambda: followed_config(store, self.stream(stream)),
+            arrow_max_bytes=ARROW_MAX_BYTES if spark.sees_local_files else sys.maxsize,
         )
         return MergeRunner(
             config=config,

@@ -39,6 +39,12 @@ class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
     _session: Any = PrivateAttr(default=None)
     _owned: bool = PrivateAttr(default=False)
 
+    @property
+    def sees_local_files(self) -> bool:
+        """Whether Spark's executors see this process's disk: only a `local[...]` master's,
+        which run in this process's JVM. A cluster's and a Connect server's do not."""
+        return not self.remote and (self.master or "local").split("[")[0] == "local"
+
     def setup_for_execution(self, context: InitResourceContext) -> None:
         with failing_the_run():
             self.validate_settings()

@@ -222,3 +222,22 @@ def test_the_code_location_loads_with_each_variable_set(
         *(f"{s}_rollup" for s in streams if s == "events"),
         *(f"{s}_checks" for s in streams),
     ]
+
+
+@pytest.mark.parametrize(
+    ("master", "remote", "local"),
+    [
+        (None, None, True),
+        ("local[2]", None, True),
+        ("local", None, True),
+        ("spark://127.0.0.1:7077", None, False),
+        ("yarn", None, False),
+        (None, "sc://127.0.0.1:15002", False),
+        ("local[2]", "sc://127.0.0.1:15002", False),  # the remote wins
+    ],
+)
+def test_only_a_local_masters_executors_see_the_run_workers_disk(
+    master: str | None, remote: str | None, local: bool
+) -> None:
+    """Merges take Spark's path (local files by path) only where the executors see them."""
+    assert SparkResource(master=master, remote=remote).sees_local_files is local

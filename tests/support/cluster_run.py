@@ -46,6 +46,9 @@ WATCH_S = 0.1
 # -- the sources --------------------------------------------------------------------------------
 
 
+MALFORMED_EVERY = 997
+
+
 @dataclass
 class Sources:
     """Source objects (key under the stream's prefix -> bytes as stored) and the record ids
@@ -57,7 +60,8 @@ class Sources:
 
 def source_objects(objects: int, records: int, days: int, gzip_every: int) -> Sources:
     """`objects` JSON-lines objects of `records` records each over `days` dates; every
-    `gzip_every`-th is gzip (`.jsonl.gz`). Every line is a valid record of the declared types."""
+    `gzip_every`-th is gzip (`.jsonl.gz`). Every `MALFORMED_EVERY`-th record is a truncated
+    line: quarantined, so not among `ids`."""
     sources = Sources()
     per_day = -(-objects // days)
     record = 0
@@ -68,10 +72,9 @@ def source_objects(objects: int, records: int, days: int, gzip_every: int) -> So
             record += 1
             at = day + timedelta(seconds=(j * 86399) // records)
             line = record_line(record, at)
-            # MALFORMED LINES GO HERE once the real record parser replaces the stand-in
-            # resources/ingestion/record_parser.py (clean JSON lines only): e.g. every n-th
-            # record truncated (`line[: len(line) // 2]`), counted as malformed and left out of
-            # `sources.ids`, and the quarantine's rows checked beside the table's.
+            if record % MALFORMED_EVERY == 0:
+                lines.append(line[: len(line) // 2])  # quarantined by the tasks
+                continue
             lines.append(line)
             sources.ids[f"e{record:012d}"] += 1
         data = ("\n".join(lines) + "\n").encode()
