@@ -457,7 +457,7 @@ class LakeSettings(Settings):
     chunk_size: int = setting(
         250,
         env="LEASEHOLD_CHUNK_SIZE",
-        doc="source objects per Spark read (whole work units, at least one)",
+        doc="source objects per Spark job of read tasks (whole work units, at least one)",
         check=at_least(1),
     )
     # A merge is one Spark job of up to `merge.max_bytes`; a run of many merges pays Dagster's

@@ -19,7 +19,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from resources.cli.doctor import run_checks
+from resources.cli.doctor import executor_check, run_checks
 from resources.cli.doctor_check import SCRATCH_PREFIX, Check
 from resources.cli.main import main
 from resources.dagster_resources.instance import write_instance_yaml
@@ -231,3 +231,14 @@ def test_an_invalid_configuration_stops_at_the_first_check(monkeypatch: pytest.M
     (check,) = run_checks()
     assert check.name == "configuration valid" and not check.ok
     assert "cassandra" in check.detail and "leasehold config" in check.fix
+
+
+def test_an_executor_that_cannot_read_or_write_is_named_with_what_failed() -> None:
+    """The executor probe's report: the host, the step that failed and the fix."""
+    report = {"stream": "events", "host": "worker-7", "python": "3.11.7", "boto3": "1.40"}
+    good = executor_check({**report, "read": "ok: 10 bytes of 'a'", "write": "ok: wrote"})
+    assert good.ok and "worker-7" in good.detail
+    bad = executor_check({**report, "read": "ok: 10 bytes", "write": "ClientError: AccessDenied"})
+    assert not bad.ok and "write: ClientError: AccessDenied" in bad.detail and "role" in bad.fix
+    dead = executor_check({"stream": "events", "task": "No module named 'pyarrow'"})
+    assert not dead.ok and "pyarrow" in dead.detail

@@ -276,6 +276,9 @@ def test_doctor_passes_on_the_production_profile(production: Production) -> None
     assert checks["spark: session runs a query"].startswith(
         production.env["LEASEHOLD_SPARK_REMOTE"]
     )
+    # A task on the Connect server's executor read the source and wrote the table's prefix.
+    executor = checks[f"spark: an executor reads {STREAM}'s source and writes its table"]
+    assert "ok: " in executor and "wrote and deleted s3://" in executor, executor
 
 
 def test_leasehold_run_publishes_every_well_formed_record_once(

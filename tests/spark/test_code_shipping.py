@@ -1,5 +1,5 @@
 """The project's code zip and how it is added to a session (resources/spark/code_shipping.py);
-tests/spark/test_cluster.py runs it on a real cluster and Connect server."""
+tests/chaos/test_cluster_run.py runs it on a real cluster and Connect server."""
 
 from __future__ import annotations
 
