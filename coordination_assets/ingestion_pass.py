@@ -35,6 +35,11 @@ from coordination_assets.sensor_loop import QUIET, in_this_process, sensor_ticks
 from resources.dagster_resources.discovery_tick import SensorCursor
 from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
 
+CRASHES_IN_A_ROW = 3
+"""Runs of a stream that crash one after the other (not a unit's failure: the run itself, e.g.
+Spark's executors lack a library) after which `leasehold run` stops asking for more: each
+would fail the same way, and the units are retried by the next `leasehold run` or the daemon."""
+
 
 def run_ingestion(
     asset_def: AssetsDefinition,
@@ -55,6 +60,7 @@ def run_ingestion(
         sensor, instance, resources, partitions_for(stream), main_job_cursor_key(stream), max_ticks
     )
     passes = _ReconciliationPasses()
+    crashes = 0
     for result in ticks:
         report.ticks += 1
         if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
@@ -71,7 +77,16 @@ def run_ingestion(
                     f"run {report.runs + 1}: {run.tags.get(EXPECTED_COUNT, '1')} work units"
                     f" ({report.rows['rows_read']:,} records read so far)"
                 )
-            _execute_ingestion_run(run, asset_def, instance, resources, report, log, stream)
+            crashed = _execute_ingestion_run(
+                run, asset_def, instance, resources, report, log, stream
+            )
+            crashes = crashes + 1 if crashed else 0
+            if crashes >= CRASHES_IN_A_ROW:
+                log(
+                    f"{stream}: {crashes} runs in a row crashed; no more runs this time (their "
+                    "units are retried by the next `leasehold run` or the daemon)"
+                )
+                return
 
 
 class _ReconciliationPasses:
@@ -119,9 +134,10 @@ def _execute_ingestion_run(
     report: MainJobReport,
     log: Callable[[str], None],
     stream: str,
-) -> None:
+) -> bool:
     """Execute an ingestion run in this process, into the report: its commits' rows (a
-    partition recorded before is not counted twice), its failed partitions, its crash."""
+    partition recorded before is not counted twice), its failed partitions, its crash. True
+    when the run crashed (an error other than its partitions' failures)."""
     report.runs += 1
     retry = run.tags.get(RETRY_TAG) == "true"
     report.retry_runs += int(retry)
@@ -148,11 +164,12 @@ def _execute_ingestion_run(
     what = f"{stream}: {'retry ' if retry else ''}run {first} .. ({count} partitions)"
     if outcome.success:
         log(f"{what}: ok")
-        return
+        return False
     partitions, errors = _failures(outcome)
     report.not_ingested.update(partitions)
     report.crashed_runs += errors
     log(f"{what}: {len(partitions)} partitions failed" + (f"; {errors[0]}" if errors else ""))
+    return bool(errors)
 
 
 def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,8 +150,9 @@ def run_outcome(reports: Sequence[MainJobReport]) -> int:
     checks = [name for r in reports for name in r.failed_checks]
     for name in (name for r in reports for name in r.warned):
         print(f"leasehold: check warned: {name} (details: leasehold check)", file=sys.stderr)
-    for line in crashed:
-        print(f"leasehold: run failed: {' '.join(line.split())}", file=sys.stderr)
+    for line, times in Counter(" ".join(line.split()) for line in crashed).items():
+        again = f" ({times} runs)" if times > 1 else ""
+        print(f"leasehold: run failed{again}: {line}", file=sys.stderr)
     for line in failed:
         print(f"leasehold: not ingested: {line}", file=sys.stderr)
     for name in checks:
