@@ -28,6 +28,7 @@ JSON_LITERALS: dict[str, Callable[[str], object]] = {
 """Column type -> whether a field's text is a JSON literal Spark's JSON reader reads as that
 type, to the value `try_cast` gives the text (a long out of range fails both ways)."""
 
+
 @dataclass(frozen=True)
 class CsvStaging:
     """What staging one CSV object as JSON lines found: its header, records and malformed ones."""
