@@ -147,9 +147,9 @@ def test_a_metrics_flush_that_fails_is_logged_and_kept(sqlite_store, caplog) -> 
 
 
 def test_the_runner_logs_a_partition_it_does_not_ingest(store: LeaseStore, tmp_path, caplog):  # type: ignore[no-untyped-def]
-    def one_unreadable(files, staging, attempt, groups=None):  # type: ignore[no-untyped-def]
-        done = one_row_each(files, staging, attempt)
-        done.result()["k1"] = SourceBatchResult(unreadable="corrupt gzip: test")
+    def one_unreadable(reading, lake, attempt):  # type: ignore[no-untyped-def]
+        done = one_row_each(reading, lake, attempt)
+        done["k1"] = SourceBatchResult(unreadable="corrupt gzip: test")
         return done
 
     keys = ["k0", "k1"]
