@@ -28,8 +28,19 @@ from resources.settings import (
     default_data_dir,
     http_url,
     iso_duration_problem,
-    parse_iso_duration,
     setting,
+)
+from resources.source_settings import (
+    DiscoverySettings,
+    SourceCleanupSettings,
+    parse_discovery,
+    parse_source_cleanup,
+)
+from resources.stream_sections import (
+    MergeSettings,
+    PartitionSettings,
+    parse_merge,
+    parse_positive_ints,
 )
 
 FORMATS = ("jsonl", "csv")
@@ -53,70 +64,6 @@ class StreamConfigError(ConfigError):
     def __init__(self, stream: str, field_name: str, message: str) -> None:
         super().__init__(field_name, message, what=f"configuration of stream {stream!r}")
         self.stream = stream
-
-
-@dataclass(frozen=True)
-class MergeSettings:
-    """Compaction of a table partition (docs/architecture.md, docs/concepts/compaction.md).
-
-    `max_bytes` is the merged object's target size and a merge's byte budget; `max_objects`
-    bounds one merge's inputs (Prism's 2,000); `interval` is how long after the first unmerged
-    object lands its merge job is due; `close_grace` how long after the day ends (in the
-    stream's time zone) the partition closes, at the earliest: it also waits for ingestion to
-    catch up (`resources/compaction/closing.py`); `delayed_interval` how long after a delayed
-    object (committed to a closed partition) its merge job is due: short, because a closed
-    partition's readers see merged objects only, so a delayed row is unpublished until merged;
-    `close_wait_max` how long at most a source object waiting on a retry after a read failure
-    holds closing back, from its first failure; `sort_by` the column rows are sorted by inside
-    a merged object (default: the event-time column), so row-group statistics prune filters."""
-
-    max_objects: int = 2000
-    max_bytes: int = 128 * 1024 * 1024
-    close_grace: str = "PT1H"
-    interval: str = "PT1H"
-    delayed_interval: str = "PT5M"
-    close_wait_max: str = "PT2H"
-    sort_by: str | None = None
-
-    @property
-    def interval_s(self) -> float:
-        return parse_iso_duration(self.interval, "merge.interval")
-
-    @property
-    def close_grace_s(self) -> float:
-        return parse_iso_duration(self.close_grace, "merge.close_grace")
-
-    @property
-    def delayed_interval_s(self) -> float:
-        return parse_iso_duration(self.delayed_interval, "merge.delayed_interval")
-
-    @property
-    def close_wait_max_s(self) -> float:
-        return parse_iso_duration(self.close_wait_max, "merge.close_wait_max")
-
-
-DURATIONS = ("close_grace", "interval", "delayed_interval", "close_wait_max")
-"""The ISO-8601 duration fields of `MergeSettings`, validated when streams load."""
-
-
-@dataclass(frozen=True)
-class PartitionSettings:
-    """How discovery cuts a listing into work units (docs/architecture.md,
-    docs/concepts/work-units.md).
-
-    A work unit — one lease item, one Dagster partition — is up to `max_objects` consecutive
-    objects of one listing holding at most `max_bytes` together. The defaults
-    (docs/concepts/work-units.md) keep a unit to one Spark read (`MAX_READ_BYTES`, 256 MiB) and
-    make the per-unit costs (a lease, a Dagster partition and its events, ~40 ms) a rounding
-    error per object, while a million objects a day stay ~1,000 Dagster partitions a day.
-    `max_objects: 1` is one object per partition. An object bigger than `commit_every_bytes` (a
-    unit of its own when it is over `max_bytes`) is read and committed in chunks of that much
-    text, each chunk one fenced transaction with the offset reached: a crash loses at most one
-    chunk's work."""
-
-    max_objects: int = 1000
-    max_bytes: int = 256 * 1024 * 1024
-    commit_every_bytes: int = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -148,6 +95,8 @@ class StreamConfig:
     rollups: tuple[RollupSpec, ...] = ()
     table_format: str = DEFAULT_TABLE_FORMAT
     """`iceberg` or `manifests`: the `PublicationTarget` its table is published through."""
+    discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
+    source_cleanup: SourceCleanupSettings = field(default_factory=SourceCleanupSettings)
 
     @property
     def column_names(self) -> list[str]:
@@ -188,19 +137,29 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
     quarantine = _url(raw.get("quarantine", table + "_quarantine"), base, name, "quarantine")
     csv, delimiter, quote, escape = _csv(name, raw.get("csv") or {})
     evolution = _evolution(name, raw.get("schema_evolution", DEFAULT_MODE), fmt, names)
-    merge = _merge(name, raw.get("merge") or {})
-    partition = _positive_ints(name, "partition", raw.get("partition"), PartitionSettings)
+    try:
+        merge = parse_merge(raw.get("merge") or {})
+        partition = parse_positive_ints("partition", raw.get("partition"), PartitionSettings)
+    except ConfigError as exc:
+        raise StreamConfigError(name, exc.field, exc.reason) from None
     if merge.sort_by is None:
         merge = replace(merge, sort_by=event_time)
     elif merge.sort_by not in names:
         raise StreamConfigError(name, "merge.sort_by", f"{merge.sort_by!r} is not a schema column")
+    source = _url(raw.get("source"), base, name, "source")
+    cleanup_raw = raw.get("source_cleanup")
+    if isinstance(cleanup_raw, dict) and cleanup_raw.get("archive_to") is not None:
+        archive_to = _url(cleanup_raw["archive_to"], base, name, "source_cleanup.archive_to")
+        cleanup_raw = {**cleanup_raw, "archive_to": archive_to}
     try:
         rollups = parse_rollups(raw.get("rollups"), schema)
+        discovery = parse_discovery(raw.get("discovery"), source)
+        cleanup = parse_source_cleanup(cleanup_raw, source)
     except ConfigError as exc:
         raise StreamConfigError(name, exc.field, exc.reason) from None
     return StreamConfig(
         name=name,
-        source=_url(raw.get("source"), base, name, "source"),
+        source=source,
         format=fmt,
         columns=tuple(columns),
         event_time=event_time,
@@ -217,6 +176,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         partition=partition,
         rollups=rollups,
         table_format=table_format,
+        discovery=discovery,
+        source_cleanup=cleanup,
     )
 
 
@@ -232,6 +193,7 @@ def _known_fields(name: str, raw: dict[str, Any]) -> None:
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
         "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution", "table_format",
+        "discovery", "source_cleanup",
     }  # fmt: skip
     for key in raw:
         if key not in known:
@@ -312,46 +274,6 @@ def _evolution(name: str, raw: Any, fmt: str, names: list[str]) -> str:
             name, f"schema.{RESCUED}", "is the column `schema_evolution: rescue` writes"
         )
     return evolution
-
-
-def _merge(name: str, merge_raw: dict[str, Any]) -> MergeSettings:
-    """The `merge` section, every field checked (`sort_by` is checked by the caller)."""
-    merge = MergeSettings(
-        **{k: v for k, v in merge_raw.items() if k in MergeSettings.__annotations__}
-    )
-    for key in ("max_objects", "max_bytes"):
-        value = getattr(merge, key)
-        if not isinstance(value, int) or value < 1:
-            raise StreamConfigError(name, f"merge.{key}", f"{value!r} must be a positive integer")
-    for key in DURATIONS:
-        try:
-            parse_iso_duration(getattr(merge, key), f"merge.{key}")
-        except (ValueError, ConfigError) as exc:
-            raise StreamConfigError(name, f"merge.{key}", str(exc)) from None
-    for key in merge_raw:
-        if key not in MergeSettings.__annotations__:
-            fields = ", ".join(MergeSettings.__annotations__)
-            raise StreamConfigError(name, f"merge.{key}", f"unknown field; known: {fields}")
-    return merge
-
-
-def _positive_ints(stream: str, section: str, raw: Any, kind: type[PartitionSettings]) -> Any:
-    """A settings section of positive integers, every field named in errors."""
-    if raw is None:
-        return kind()
-    if not isinstance(raw, dict):
-        raise StreamConfigError(stream, section, "must be a mapping of fields")
-    known = kind.__annotations__
-    for key, value in raw.items():
-        if key not in known:
-            raise StreamConfigError(
-                stream, f"{section}.{key}", f"unknown field; known: {', '.join(known)}"
-            )
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise StreamConfigError(
-                stream, f"{section}.{key}", f"{value!r} must be a positive integer"
-            )
-    return kind(**raw)
 
 
 def load_streams(path: str | os.PathLike[str] | None = None) -> dict[str, StreamConfig]:

@@ -21,7 +21,8 @@ from resources.compaction.closing import (
 from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import LeaseItem, PartitionStatus
 from resources.ledger.model import TablePartition
-from resources.streams import ColumnSpec, MergeSettings, StreamConfig
+from resources.stream_sections import MergeSettings
+from resources.streams import ColumnSpec, StreamConfig
 
 HOUR_MS = 3_600_000
 CAUGHT_UP = {"caught_up_ms": 2**62, "pending": False}

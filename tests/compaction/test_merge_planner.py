@@ -22,7 +22,8 @@ from resources.ledger.merge import (
     merged_object_name,
 )
 from resources.ledger.model import RegisteredObject, TablePartition
-from resources.streams import ColumnSpec, MergeSettings, StreamConfig
+from resources.stream_sections import MergeSettings
+from resources.streams import ColumnSpec, StreamConfig
 
 TABLE, DT = "events", "2026-01-15"
 
