@@ -21,6 +21,7 @@ from resources.coordination import metrics as m
 from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.object_claims import ObjectClaims
 from resources.coordination.transitions import Transition
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import (
@@ -148,11 +149,11 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-class CoordinationStore(LeaseStore, Ledger, RollupLedger, SchemaRegistry, ABC):
-    """One store holding the leases, the ledger, rollup state and schema versions on one
-    connection, so that a commit can write the ledger and the lease item in one transaction:
-    what a backend implements (`SqliteLeaseStore`, `DynamoDbLeaseStore`) and what every
-    layer above is given. The fenced operations that span the parts are here, on the
+class CoordinationStore(LeaseStore, ObjectClaims, Ledger, RollupLedger, SchemaRegistry, ABC):
+    """One store holding the leases, object claims, the ledger, rollup state and schema
+    versions on one connection, so that a commit can write the ledger and the lease item in
+    one transaction: what a backend implements (`SqliteLeaseStore`, `DynamoDbLeaseStore`) and
+    what every layer above is given. The fenced operations that span the parts are here, on the
     backends' transactions (`_commit`, `_commit_merge`, `_write_rollup_keys`).
 
     Errors are those of its parts: every call may raise the store errors

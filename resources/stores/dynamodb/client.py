@@ -267,13 +267,18 @@ class DynamoDbClient:
         """Delete the items of `keys` (distinct), `BATCH_WRITE_KEYS` per call; an absent item is
         no error. Keys left unprocessed are sent again, and only those, with the same bounded,
         jittered backoff as any throttled call."""
-        for start in range(0, len(keys), BATCH_WRITE_KEYS):
-            batch: list[WriteRequestUnionTypeDef] = [
-                {"DeleteRequest": {"Key": k}} for k in keys[start : start + BATCH_WRITE_KEYS]
-            ]
-            self.call(action, self._delete_attempt(batch))
+        self._batch_write(action, [{"DeleteRequest": {"Key": k}} for k in keys])
 
-    def _delete_attempt(self, requests: list[WriteRequestUnionTypeDef]) -> Callable[[], None]:
+    def batch_put(self, action: str, items: Sequence[dict[str, Any]]) -> None:
+        """Put `items` (distinct keys), replacing any item of the same key, `BATCH_WRITE_KEYS`
+        per call, unprocessed ones sent again as `batch_delete` does."""
+        self._batch_write(action, [{"PutRequest": {"Item": i}} for i in items])
+
+    def _batch_write(self, action: str, requests: list[WriteRequestUnionTypeDef]) -> None:
+        for start in range(0, len(requests), BATCH_WRITE_KEYS):
+            self.call(action, self._write_attempt(requests[start : start + BATCH_WRITE_KEYS]))
+
+    def _write_attempt(self, requests: list[WriteRequestUnionTypeDef]) -> Callable[[], None]:
         pending: Sequence[WriteRequestUnionTypeDef] = requests
 
         def attempt() -> None:
@@ -282,6 +287,6 @@ class DynamoDbClient:
             asked = len(pending)
             pending = out.get("UnprocessedItems", {}).get(self.table_name, [])
             if pending:
-                raise UnprocessedKeysError(f"{len(pending)} of {asked} deletes left unprocessed")
+                raise UnprocessedKeysError(f"{len(pending)} of {asked} writes left unprocessed")
 
         return attempt
