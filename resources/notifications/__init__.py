@@ -1,0 +1,7 @@
+"""S3 event notifications as discovery reads them: `s3_events` turns a queue message (the S3
+event JSON, also wrapped by SNS or EventBridge) into object events, pure; `queue` receives and
+deletes messages on SQS with bounded, jittered retries.
+
+May import: `resources.errors`, `resources.retry`, boto3/botocore (in `queue` only). Imported
+by `resources.ingestion` (notifications discovery), the Dagster resources and the CLI.
+"""

@@ -1,0 +1,184 @@
+"""The SQS queue a stream's S3 events arrive on: receive, delete, release, describe.
+
+boto3's own retries are off; every call goes through `call_with_retries` (bounded, full jitter),
+and one that still fails raises `QueueUnreachableError` (throttled, not reached) or
+`QueueError` (refused: no such queue, access denied) naming the queue and the action. The queue
+URL says where to send the calls: an AWS URL (`https://sqs.<region>.amazonaws.com/...`) its
+region's endpoint, any other host (a local server) that host.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from resources.errors import ComponentUnreachableError, LeaseholdError
+from resources.retry import RetryPolicy, call_with_retries, log_retries
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+MAX_PER_CALL = 10
+"""SQS's limit of messages per receive and entries per batch call."""
+
+
+class QueueError(LeaseholdError):
+    """The queue refused a call in a way no retry changes."""
+
+
+class QueueUnreachableError(QueueError, ComponentUnreachableError):
+    """The queue was not reached, or throttled, within the bounded retry."""
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """A received message: what to delete or release it by, and its body."""
+
+    message_id: str
+    receipt: str
+    body: str
+
+
+def queue_endpoint(queue_url: str) -> tuple[str | None, str | None]:
+    """(endpoint URL or None for AWS's own, region or None) the queue URL implies."""
+    parts = urlsplit(queue_url)
+    host = parts.hostname or ""
+    labels = host.split(".")
+    if host.endswith(".amazonaws.com") and len(labels) >= 4 and labels[0] == "sqs":
+        return None, labels[1]
+    return f"{parts.scheme}://{parts.netloc}", None
+
+
+class EventQueue:
+    """One SQS queue, every call retried with bounded backoff."""
+
+    def __init__(
+        self,
+        queue_url: str,
+        *,
+        region: str | None = None,
+        retry: RetryPolicy | None = None,
+        wait_s: int = 1,
+    ) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.url = queue_url
+        self.retry = retry or RetryPolicy()
+        self.wait_s = wait_s
+        """Long polling of each receive: with 0, SQS samples some of its servers and may
+        answer empty while messages wait; 1 asks them all, waiting at most that long."""
+        endpoint, url_region = queue_endpoint(queue_url)
+        self.client = boto3.client(
+            "sqs",
+            endpoint_url=endpoint,
+            region_name=url_region or region or "us-east-1",
+            config=Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30),
+        )
+
+    def _call(self, action: str, fn: Callable[[], T]) -> T:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        def retryable(exc: BaseException) -> bool:
+            if isinstance(exc, ClientError):
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                code = exc.response.get("Error", {}).get("Code", "")
+                return status >= 500 or "Throttl" in code or code == "RequestThrottled"
+            return isinstance(exc, BotoCoreError)
+
+        def give_up(exc: BaseException, attempts: int) -> BaseException:
+            return QueueUnreachableError(
+                f"SQS {action} on {self.url} failed after {attempts} attempts: {exc}"
+            )
+
+        what = f"SQS {action} on {self.url}"
+        try:
+            return call_with_retries(
+                fn,
+                policy=self.retry,
+                is_retryable=retryable,
+                on_give_up=give_up,
+                on_retry=log_retries(log, logging.WARNING, what, self.retry),
+            )
+        except ClientError as exc:
+            raise QueueError(f"SQS {action} on {self.url} refused: {exc}") from exc
+
+    def receive(self, limit: int, visibility_s: int) -> tuple[list[QueueMessage], bool]:
+        """Up to `limit` messages, hidden from other receivers for `visibility_s`, and whether
+        the queue was drained (the last receive found nothing more). Raises `QueueError`."""
+        messages: list[QueueMessage] = []
+        while len(messages) < limit:
+            asked = min(MAX_PER_CALL, limit - len(messages))
+
+            def call(asked: int = asked) -> Any:
+                return self.client.receive_message(
+                    QueueUrl=self.url,
+                    MaxNumberOfMessages=asked,
+                    VisibilityTimeout=visibility_s,
+                    WaitTimeSeconds=self.wait_s,
+                )
+
+            out: Any = self._call("ReceiveMessage", call)
+            got = out.get("Messages", [])
+            messages += [
+                QueueMessage(m["MessageId"], m["ReceiptHandle"], m.get("Body", "")) for m in got
+            ]
+            if not got:
+                return messages, True
+        return messages, False
+
+    def delete(self, messages: Sequence[QueueMessage]) -> int:
+        """Delete `messages`, 10 a call; returns how many SQS refused (a receipt that expired
+        because the message became visible again: it is received and dropped again later).
+        Raises `QueueError`."""
+        return self._batch("DeleteMessageBatch", messages, {})
+
+    def release(self, messages: Sequence[QueueMessage]) -> int:
+        """Make `messages` visible again at once (left for a later tick); returns how many SQS
+        refused. Raises `QueueError`."""
+        return self._batch("ChangeMessageVisibilityBatch", messages, {"VisibilityTimeout": 0})
+
+    def _batch(
+        self,
+        action: str,
+        messages: Sequence[QueueMessage],
+        extra: dict[str, Any],
+    ) -> int:
+        method = {
+            "DeleteMessageBatch": self.client.delete_message_batch,
+            "ChangeMessageVisibilityBatch": self.client.change_message_visibility_batch,
+        }[action]
+        refused = 0
+        for start in range(0, len(messages), MAX_PER_CALL):
+            batch = messages[start : start + MAX_PER_CALL]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m.receipt, **extra} for i, m in enumerate(batch)
+            ]
+
+            def call(entries: list[dict[str, Any]] = entries) -> Any:
+                return method(QueueUrl=self.url, Entries=entries)
+
+            out: Any = self._call(action, call)
+            for failed in out.get("Failed", []):
+                refused += 1
+                log.warning(
+                    "SQS %s on %s: message %s: %s (%s)",
+                    action,
+                    self.url,
+                    batch[int(failed["Id"])].message_id,
+                    failed.get("Message", ""),
+                    failed.get("Code", ""),
+                )
+        return refused
+
+    def attributes(self) -> dict[str, str]:
+        """The queue's attributes (`QueueArn`, `Policy`, `ApproximateNumberOfMessages`, ...).
+        Raises `QueueError`."""
+        out: Any = self._call(
+            "GetQueueAttributes",
+            lambda: self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"]),
+        )
+        return dict(out.get("Attributes", {}))
