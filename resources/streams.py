@@ -367,6 +367,22 @@ class LakeSettings(Settings):
         "cursor (late objects)",
         check=at_least(0),
     )
+    # Notifications discovery (resources/ingestion/notification_discovery.py): a received
+    # message stays hidden this long; a tick that dies leaves it to come back after it.
+    notification_visibility_seconds: int = setting(
+        300,
+        env="LEASEHOLD_NOTIFICATION_VISIBILITY_SECONDS",
+        doc="how long a received S3 event message stays hidden from other receivers (SQS "
+        "visibility timeout): a tick that dies before deleting it sees it again after this",
+        check=at_least(1),
+    )
+    notification_wait_seconds: int = setting(
+        1,
+        env="LEASEHOLD_NOTIFICATION_WAIT_SECONDS",
+        doc="SQS long polling per receive: 0 samples some of SQS's servers and may find a "
+        "queue empty that is not",
+        check=at_least(0),
+    )
     check_interval_seconds: float = setting(
         3600.0,
         env="LEASEHOLD_CHECK_INTERVAL_SECONDS",

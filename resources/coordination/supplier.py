@@ -25,3 +25,18 @@ def caught_up_ms(store: LeaseStore, stream: str) -> int | None:
     older (closing waits a little longer), never wrong."""
     value = store.read_global_state(stream, SUPPLIER_STATE).get(CAUGHT_UP_MS)
     return None if value is None else int(value)
+
+
+def record_caught_up(
+    store: LeaseStore, stream: str, owner: str, timeout_s: float, at_ms: int
+) -> bool:
+    """Move the stream's `CAUGHT_UP_MS` forward to `at_ms` under the supplier lease (a pass that
+    is the discovery, for keys that are not ordered, ends outside discovery's tick); False when
+    another node holds the lease (the next pass records it). Raises the store errors."""
+    supplier = store.acquire_global_state(stream, SUPPLIER_STATE, owner, timeout_s)
+    if supplier is None:
+        return False
+    state = dict(supplier.progress or {})
+    state[CAUGHT_UP_MS] = max(at_ms, int(state.get(CAUGHT_UP_MS, 0)))
+    store.release_global_state(supplier.token, state)
+    return True

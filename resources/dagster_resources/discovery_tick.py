@@ -47,8 +47,8 @@ from resources.coordination.items import (
     to_millis,
     whole_priority_groups,
 )
-from resources.coordination.lease_store import LeaseStore
 from resources.coordination.metrics import flush_or_keep
+from resources.coordination.supplier import record_caught_up
 from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.instance import ensure_spark_pool
@@ -66,11 +66,13 @@ from resources.dagster_resources.runs import (
     span_of,
 )
 from resources.ingestion.discovery import Discovery, DiscoveryResult, Lister
+from resources.ingestion.notification_discovery import NotificationDiscovery
 from resources.ingestion.outcomes import COMMITTED, committed_outcome
 from resources.ingestion.partition_keys import from_partition_key, to_partition_key
 from resources.ingestion.reconciliation import ReconcileState, ReconcileStep, Reconciliation
 from resources.ingestion.run_planner import RunPlan, plan_retry_runs, plan_runs
 from resources.settings import parse_iso_duration
+from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,10 @@ log = logging.getLogger(__name__)
 MAX_RECORDED_PER_TICK = 5000
 # Completed units one tick takes out of the dynamic partitions at most.
 MAX_RETIRED_PER_TICK = 5000
+# An UNASSIGNED unit this much older than any tick that is not a Dagster partition was made
+# by a tick that died before Dagster kept its result (with notifications, its events are gone):
+# added then. Younger ones may be another node's tick, still being applied.
+ORPHAN_AFTER_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,7 @@ class DiscoveryTick:
         self.asset_key = asset_key
         self.coordination = coordination
         self.lake = lake
-        self.store: LeaseStore = coordination.store
+        self.store: CoordinationStore = coordination.store
         self.sid = coordination.source_identifier(stream)
         self.summary = ""
         """What the last `evaluate` did, in one line (the sensor logs it on its tick)."""
@@ -193,13 +199,13 @@ class DiscoveryTick:
         cursor = SensorCursor.parse(raw_cursor)
         ensure_spark_pool(self.instance)  # before the UI queues runs: `ensure_spark_pool`
         dead = fail_dead_runs(self.instance, self.stream)
-        lister = self.lake.lister(self.stream)
         config = self.lake.stream(self.stream)
-        found = self._discover(cursor, lister, config)
+        found, reconciled, events_seen = self._find_new(cursor, config)
         if found.skipped_reason:
             return SkipReason(found.skipped_reason)
         coverage = Coverage.of(self.instance, str(self.partitions.name), self.stream)
-        reconciled = self._reconcile(cursor, lister, config)  # what discovery just listed is known
+        if reconciled is None:  # what discovery just listed is known
+            reconciled = self._reconcile(cursor, self.lake.lister(self.stream), config)
         added = list(
             dict.fromkeys(
                 pk
@@ -207,7 +213,9 @@ class DiscoveryTick:
                 if (pk := to_partition_key(k)) not in coverage.position
             )
         )
-        runs = [self._request(plan) for plan in self._retry_plans(coverage)]
+        retry_plans, orphans = self._retry_plans(coverage)
+        added += [pk for pk in orphans if pk not in added]
+        runs = [self._request(plan) for plan in retry_plans]
         runs += [
             self._request(plan)
             for plan in plan_runs(self.stream, added, self.lake.max_partitions_per_run)
@@ -226,7 +234,7 @@ class DiscoveryTick:
         flush_or_keep(self.store)
         next_cursor = SensorCursor(found.cursor, reconciled.state, runs_seen_s, retired_upto).dump()
         summary = (
-            f"{found.listed} objects listed ({len(found.source_keys)} units), "
+            events_seen + f"{found.listed} objects listed ({len(found.source_keys)} units), "
             f"{len(reconciled.created)} units of late objects found ({reconciled.listed} "
             f"reconciled), {len(added)} partitions added, {len(retired)} retired, {len(runs)} "
             f"runs requested, {len(events)} commits recorded, {len(dead)} dead runs marked failed"
@@ -247,6 +255,32 @@ class DiscoveryTick:
             cursor=next_cursor,
         )
 
+    def _find_new(
+        self, cursor: SensorCursor, config: StreamConfig
+    ) -> tuple[DiscoveryResult, ReconcileStep | None, str]:
+        """New objects made work units, as the stream's `discovery` says: from its S3 events
+        (with the backstop pass's step), or listed after the cursor (the pass follows), or —
+        keys not ordered — by the pass alone."""
+        if config.discovery.notifications:
+            step = NotificationDiscovery(
+                self.store,
+                self.stream,
+                self.lake.event_queue(self.stream),
+                self.lake.source_location(self.stream),
+                owner=self.coordination.owner,
+                timeout_s=self.coordination.ownership_timeout_seconds,
+                max_messages=self.lake.max_objects_per_tick,
+                visibility_s=self.lake.notification_visibility_seconds,
+                backstop_interval_s=config.discovery.backstop_interval_s,
+                unit_max_objects=config.partition.max_objects,
+                unit_max_bytes=config.partition.max_bytes,
+            ).discover(cursor.reconcile)
+            seen = ", ".join(f"{n} {what}" for what, n in sorted(step.counts.items()) if n)
+            return step.found, step.backstop, f"events: {seen or 'none'}; "
+        if not config.discovery.ordered_keys:
+            return DiscoveryResult([], 0, None), None, ""
+        return self._discover(cursor, self.lake.lister(self.stream), config), None, ""
+
     def _discover(
         self, cursor: SensorCursor, lister: Lister, config: StreamConfig
     ) -> DiscoveryResult:
@@ -265,8 +299,11 @@ class DiscoveryTick:
     def _reconcile(
         self, cursor: SensorCursor, lister: Lister, config: StreamConfig
     ) -> ReconcileStep:
-        """One step of the reconciliation pass over objects behind the discovery cursor."""
-        return Reconciliation(
+        """One step of the reconciliation pass over objects behind the discovery cursor (the
+        whole source when keys are not ordered: a finished pass then says the stream caught up
+        with what landed before it started)."""
+        whole = not config.discovery.ordered_keys
+        step = Reconciliation(
             self.store,
             self.stream,
             lister,
@@ -274,7 +311,17 @@ class DiscoveryTick:
             max_objects=self.lake.max_objects_per_tick,
             unit_max_objects=config.partition.max_objects,
             unit_max_bytes=config.partition.max_bytes,
+            whole_source=whole,
         ).step(cursor.reconcile, cursor.discovery)
+        if whole and step.finished_pass:
+            record_caught_up(
+                self.store,
+                self.stream,
+                self.coordination.owner,
+                self.coordination.ownership_timeout_seconds,
+                step.state.started_ms,
+            )
+        return step
 
     def _retired(self, coverage: Coverage, after: str | None) -> tuple[list[str], str | None]:
         """Work units COMPLETED longer ago than the retention leave the dynamic partitions
@@ -316,17 +363,24 @@ class DiscoveryTick:
             run_key=plan.run_key, asset_selection=[self.asset_key], asset_check_keys=[], tags=tags
         )
 
-    def _retry_plans(self, coverage: Coverage) -> list[RunPlan]:
+    def _retry_plans(self, coverage: Coverage) -> tuple[list[RunPlan], list[str]]:
+        """Runs for work left behind, and the partition keys of units the store holds that
+        Dagster never got (`ORPHAN_AFTER_S`): they are added now, and run from the next tick."""
         max_runs = self.lake.max_retries_per_tick
         if max_runs == 0:
-            return []
+            return [], []
         items = self.store.due_for_retry(
             self.sid, max_runs * self.lake.max_partitions_per_run, unassigned_for_s=0
         )
-        due, fingerprint = [], []
+        due, fingerprint, orphans = [], [], []
+        orphan_before = self.store.now_ms() - to_millis(ORPHAN_AFTER_S)
         for item in items:
             pk = to_partition_key(item.partition_key)
             p = coverage.position.get(pk)
+            if p is None and item.status is PartitionStatus.UNASSIGNED:
+                if int(item.priority.split(".")[0]) < orphan_before:
+                    orphans.append(pk)
+                continue
             if p is None or p in coverage.pending:
                 continue  # not a partition yet (discovery adds it), or a queued run takes it
             if coverage.taken_by_a_started_run(p, item):
@@ -334,7 +388,7 @@ class DiscoveryTick:
             due.append(pk)
             fingerprint.append(f"{pk}:{item.status.value}:{item.epoch}:{item.closed_count}")
         if not due:
-            return []
+            return [], orphans
         # The same work, unchanged, is asked for again once per lease timeout: a run that
         # failed before it took its leases left the items as they were.
         window = self.store.now_ms() // to_millis(self.coordination.ownership_timeout_seconds)
@@ -359,7 +413,7 @@ class DiscoveryTick:
             ]
             missing = {to_partition_key(k) for k in self.store.missing_keys(self.sid, spanned)}
             if not missing - unleased:
-                return plans
+                return plans, orphans
             unleased |= missing
 
     def _report_ended(

@@ -23,9 +23,11 @@ from resources.dagster_resources.coordination import CoordinationResource
 from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.ingestion.discovery import Lister
+from resources.ingestion.notification_discovery import SourceLocation
 from resources.ingestion.runner import IngestionRunner
 from resources.ingestion.source_listing import source_lister
 from resources.ingestion.split_task import StoreAddress
+from resources.notifications.queue import EventQueue
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
 from resources.stores.stream_schema import followed_config
@@ -74,6 +76,21 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
 
     def lister(self, stream: str) -> Lister:
         return source_lister(self.object_store(self.stream(stream).source))
+
+    def event_queue(self, stream: str) -> EventQueue:
+        """The SQS queue a notifications stream's S3 events arrive on."""
+        queue = self.stream(stream).discovery.queue
+        if queue is None:
+            raise ValueError(f"stream {stream!r} does not discover by notifications")
+        return EventQueue(queue, region=self.region, wait_s=self.notification_wait_seconds)
+
+    def source_location(self, stream: str) -> SourceLocation:
+        """The stream's bucket and prefix, as its S3 events name them, with its store."""
+        source = self.stream(stream).source
+        bucket, _, prefix = source.removeprefix("s3://").partition("/")
+        return SourceLocation(
+            bucket, prefix.strip("/"), self.object_store(source), self.lister(stream)
+        )
 
     def ingestion_runner(
         self,

@@ -141,9 +141,15 @@ def lease_health(
 
 
 def source_completeness(
-    store: CoordinationStore, stream: str, lister: Lister, scope: CheckScope | None = None
+    store: CoordinationStore,
+    stream: str,
+    lister: Lister,
+    scope: CheckScope | None = None,
+    claims: bool = False,
 ) -> CheckOutcome:
-    report = find_unleased_objects(store, stream, lister, scope=scope)
+    report = find_unleased_objects(
+        store, stream, lister, scope=scope, claims=store if claims else None
+    )
     if report.unleased:
         summary = (
             f"{report.unleased} of {report.listed} source objects have no lease item "
@@ -189,7 +195,9 @@ def run_one(
         "unique_record_ids": lambda scope: unique_record_ids(
             store, table, config.record_id, read_column, scope
         ),
-        "source_completeness": lambda scope: source_completeness(store, config.name, lister, scope),
+        "source_completeness": lambda scope: source_completeness(
+            store, config.name, lister, scope, config.discovery.notifications
+        ),
     }
     if name in judges:
         return with_memory(store, config.name, table, name, judges[name], full)

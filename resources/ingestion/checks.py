@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from resources.coordination.health import INDEX_LAG_MS, completed_since
 from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.object_claims import ObjectClaims
 from resources.coordination.supplier import SUPPLIER_STATE
 from resources.errors import ComponentUnreachableError
 from resources.ingestion.discovery import Lister
@@ -266,6 +267,7 @@ def find_unleased_objects(
     page_size: int = 1000,
     keep: int = 50,
     scope: CheckScope | None = None,
+    claims: ObjectClaims | None = None,
 ) -> UnleasedReport:
     """Every source object is held by a work unit: else no run will ever ingest it. Lists the
     source through discovery's own lister (same keys) after `scope.source_after` (the whole
@@ -273,7 +275,8 @@ def find_unleased_objects(
     listed), memory O(page). An object after discovery's cursor may simply not be discovered
     yet; one behind it was listed and lost. Sets `scope.source_reached` to the end of the last
     page before the first unheld object (with the units reaching past it): the next pass
-    resumes there."""
+    resumes there. With `claims` (a stream discovering by notifications, whose units hold
+    objects from anywhere in the key space) an object is held when it has a claim."""
     scope = scope or CheckScope.everything()
     sid = store.source_identifier(stream)
     report = UnleasedReport(cursor=store.read_global_state(stream, SUPPLIER_STATE).get("cursor"))
@@ -281,7 +284,12 @@ def find_unleased_objects(
     held = True
     for keys in listing_pages(lister, page_size, after=scope.source_after):
         report.listed += len(keys)
-        missing = coverage.uncovered(keys)
+        if claims is None:
+            missing = coverage.uncovered(keys)
+        else:
+            claimed = claims.object_claims(sid, keys)
+            missing = [k for k in keys if k not in claimed]
+            coverage.after = keys[-1]
         held = held and not missing
         if held:  # the next pass resumes after this page, with the units reaching past it
             scope.source_reached = (coverage.after, list(coverage.covering))

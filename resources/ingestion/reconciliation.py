@@ -41,6 +41,9 @@ class ReconcileState:
     in_pass: bool = False
     covering: tuple[str, ...] = ()
     """Units read so far in this pass that hold objects past `after` (`UnitCoverage`)."""
+    started_ms: int = 0
+    """When the pass in progress started: once it ends, every object that landed before then
+    has a unit (what a stream whose keys are not ordered counts as caught up)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +51,7 @@ class ReconcileState:
             "last_finished_ms": self.last_finished_ms,
             "in_pass": self.in_pass,
             "covering": list(self.covering),
+            "started_ms": self.started_ms,
         }
 
     @classmethod
@@ -58,6 +62,7 @@ class ReconcileState:
             int(value.get("last_finished_ms", 0)),
             bool(value.get("in_pass")),
             tuple(value.get("covering") or ()),
+            int(value.get("started_ms", 0)),
         )
 
 
@@ -86,7 +91,11 @@ class Reconciliation:
         max_objects: int,
         unit_max_objects: int = 1,
         unit_max_bytes: int = 2**62,
+        whole_source: bool = False,
     ) -> None:
+        self.whole_source = whole_source
+        """Keys not ordered (`discovery.ordered_keys: false`): the pass lists the whole source,
+        not only what lies behind discovery's cursor (there is none), and is the discovery."""
         self.store = store
         self.sid = store.source_identifier(stream)
         self.lister = lister
@@ -101,12 +110,14 @@ class Reconciliation:
         if not state.in_pass:
             if now < state.last_finished_ms + self.interval_ms:
                 return ReconcileStep([], 0, state)
-            state = ReconcileState(None, state.last_finished_ms, in_pass=True)
+            state = ReconcileState(None, state.last_finished_ms, in_pass=True, started_ms=now)
         listed = []
-        done = discovery_cursor is None  # nothing listed yet: nothing lies before the cursor
-        if discovery_cursor is not None:
+        # Nothing listed yet: nothing lies before the cursor (unless the pass is the discovery).
+        done = discovery_cursor is None and not self.whole_source
+        if not done:
             page, _ = self.lister(state.after, self.max_objects)
-            listed = [o for o in page if o.key <= discovery_cursor]
+            upto = None if self.whole_source else discovery_cursor
+            listed = [o for o in page if upto is None or o.key <= upto]
             done = len(page) < self.max_objects or len(listed) < len(page)
         created: list[str] = []
         coverage = UnitCoverage(self.store, self.sid, state.after, state.covering)
@@ -124,7 +135,8 @@ class Reconciliation:
             )
             created = [u.key for u in units]
         if done:
-            return ReconcileStep(created, len(listed), ReconcileState(None, now), True)
+            finished = ReconcileState(None, now, started_ms=state.started_ms)
+            return ReconcileStep(created, len(listed), finished, True)
         return ReconcileStep(
             created,
             len(listed),
