@@ -9,8 +9,10 @@ discovery O(new objects) per tick. Spark never writes to S3 here: it writes loca
 from __future__ import annotations
 
 import io
+import shutil
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +115,38 @@ class ObjectStore(ABC):
     def delete(self, key: str) -> None:
         """Remove the object `key`. Idempotent: an absent object is no error. Raises
         `ObjectStoreError` (S3: after the retry), `OSError` locally."""
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove each object of `keys`, as `delete` does (an absent one is no error). Here
+        one call per key; S3 removes up to 1,000 per request. Raises as `delete` does; S3
+        also `ObjectStoreError` naming the first key a batch could not remove (the others of
+        the batch are gone: calling again is harmless)."""
+        for key in keys:
+            self.delete(key)
+
+    def copy_to(self, key: str, other: ObjectStore, other_key: str) -> int | None:
+        """Copy the object `key` to `other` under `other_key`, replacing any object there,
+        atomically for readers (as `move_file`); the source is left as it is. Returns the
+        bytes copied, None when `key` does not exist (nothing written). Here through a local
+        file under a temporary directory; S3 to S3 on one endpoint copies server-side.
+        Raises `ObjectStoreError` (S3: after the retry), `OSError` locally."""
+        if self.size(key) is None:
+            return None
+        with tempfile.TemporaryDirectory(prefix="leasehold-copy-") as scratch:
+            staged = Path(scratch) / "object"
+            try:
+                fetched = self.local_copy(key, Path(scratch))
+            except ObjectStoreError:
+                if self.size(key) is None:
+                    return None  # deleted meanwhile
+                raise
+            if Path(scratch) in fetched.parents:
+                fetched.replace(staged)
+            else:  # the object itself (a local store): never moved away
+                shutil.copyfile(fetched, staged)
+            size = staged.stat().st_size
+            other.move_file(staged, other_key)
+        return size
 
     @abstractmethod
     def size(self, key: str) -> int | None:

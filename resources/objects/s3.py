@@ -9,10 +9,10 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
 
@@ -26,9 +26,18 @@ from resources.objects.base import (
 )
 from resources.retry import RetryPolicy, call_with_retries, log_retries
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import CopySourceTypeDef, DeleteTypeDef
+
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+DELETE_BATCH = 1000
+"""Keys one DeleteObjects request removes at most (S3's limit)."""
+COPY_OBJECT_MAX = 5 * 1024**3
+"""The largest object one CopyObject request copies (S3's limit); a bigger one is copied in
+parts (UploadPartCopy) by boto3's managed copy."""
 
 FOOTER_GUESS = 64 * 1024
 """Bytes of an object's tail read for its Parquet footer at first (ours are a few KiB)."""
@@ -54,6 +63,7 @@ class S3ObjectStore(ObjectStore):
         from botocore.config import Config
 
         self.bucket = bucket
+        self.endpoint_url = endpoint_url
         self.prefix = prefix.strip("/")
         self.root_url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self.retry = retry or RetryPolicy()
@@ -223,3 +233,53 @@ class S3ObjectStore(ObjectStore):
             key,
             lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)),
         )
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """DeleteObjects, up to `DELETE_BATCH` keys per request."""
+        keys = list(keys)
+        for start in range(0, len(keys), DELETE_BATCH):
+            chunk = keys[start : start + DELETE_BATCH]
+            request: DeleteTypeDef = {
+                "Objects": [{"Key": self._key(k)} for k in chunk],
+                "Quiet": True,
+            }
+            out = self._call(
+                "delete",
+                chunk[0],
+                partial(self.client.delete_objects, Bucket=self.bucket, Delete=request),
+            )
+            errors = out.get("Errors", [])
+            if errors:
+                first = errors[0]
+                raise ObjectStoreError(
+                    f"S3 delete of {len(errors)} of {len(chunk)} objects under {self.root_url} "
+                    f"failed; first s3://{self.bucket}/{first.get('Key')}: "
+                    f"{first.get('Code')} {first.get('Message')}"
+                )
+
+    def copy_to(self, key: str, other: ObjectStore, other_key: str) -> int | None:
+        """Server-side (CopyObject; boto3's managed copy in parts past `COPY_OBJECT_MAX`) when
+        `other` is S3 on the same endpoint; else through a local file (the base's way)."""
+        if not isinstance(other, S3ObjectStore) or other.endpoint_url != self.endpoint_url:
+            return super().copy_to(key, other, other_key)
+        from botocore.exceptions import ClientError
+
+        size = self.size(key)
+        if size is None:
+            return None
+        bucket, target = other.bucket, other._key(other_key)
+        source: CopySourceTypeDef = {"Bucket": self.bucket, "Key": self._key(key)}
+
+        def copy() -> object:
+            if size <= COPY_OBJECT_MAX:
+                return other.client.copy_object(CopySource=source, Bucket=bucket, Key=target)
+            other.client.copy(source, bucket, target)
+            return None
+
+        try:
+            self._call("copy", key, copy)
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return None  # deleted since the HEAD
+            raise ObjectStoreError(f"S3 copy of {self.url(key)} failed: {exc}") from exc
+        return size

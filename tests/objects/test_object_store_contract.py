@@ -210,3 +210,55 @@ def test_read_range_reads_that_range_only(objects: ObjectStore) -> None:
     assert objects.read_range("dir é/a b.jsonl", 7, 100) == b"789"
     assert objects.read_range("dir é/a b.jsonl", 10, 20) == b""
     assert objects.read_range("dir é/a b.jsonl", 4, 4) == b""
+
+
+@pytest.fixture(params=["local", "s3"])
+def archive(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """A second store to copy into: a local directory, or another bucket on the same server."""
+    if request.param == "local":
+        return object_store_for(f"file://{tmp_path / 'archive'}")
+    server = request.getfixturevalue("aws_server")
+    bucket = f"a-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=server.endpoint_url, region_name="us-east-1").create_bucket(
+        Bucket=bucket
+    )
+    return object_store_for(f"s3://{bucket}/kept", endpoint_url=server.endpoint_url)
+
+
+def test_copy_to_copies_under_the_other_key_and_leaves_the_source(
+    objects: ObjectStore, archive: ObjectStore
+) -> None:
+    """Within a backend and across them (S3 to S3 server-side; local to S3 and back through a
+    local file): the bytes arrive whole, a copy replaces what was there, and an absent
+    source writes nothing."""
+    objects.put_bytes(KEYS[0], b"first")
+    assert objects.copy_to(KEYS[0], archive, KEYS[0]) == 5
+    assert archive.get_bytes(KEYS[0]) == b"first"
+    assert objects.get_bytes(KEYS[0]) == b"first"
+    objects.put_bytes(KEYS[0], b"second!")
+    assert objects.copy_to(KEYS[0], archive, KEYS[0]) == 7  # again: harmless, replaces
+    assert archive.get_bytes(KEYS[0]) == b"second!"
+    assert objects.copy_to("no/such.json", archive, "no/such.json") is None
+    assert archive.size("no/such.json") is None
+    assert [o.key for o in archive.list_after(None, 10)] == [KEYS[0]]
+
+
+def test_delete_many_removes_each_and_is_idempotent(objects: ObjectStore) -> None:
+    for key in KEYS:
+        objects.put_bytes(key, b"x")
+    objects.delete_many([KEYS[0], KEYS[2], "absent.json"])
+    assert [o.key for o in objects.list_after(None, 10)] == [KEYS[1], KEYS[3]]
+    objects.delete_many([KEYS[0], KEYS[1], KEYS[3]])
+    objects.delete_many([])
+    assert objects.list_after(None, 10) == []
+
+
+def test_delete_many_crosses_batches(objects: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import resources.objects.s3 as s3
+
+    monkeypatch.setattr(s3, "DELETE_BATCH", 2)
+    keys = [f"k/{i:02d}" for i in range(5)]
+    for key in keys:
+        objects.put_bytes(key, b"x")
+    objects.delete_many(keys[:4])
+    assert [o.key for o in objects.list_after(None, 10)] == keys[4:]

@@ -51,6 +51,7 @@ IAM_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("s3", "CreateMultipartUpload"): ("s3:PutObject",),
     ("s3", "UploadPart"): ("s3:PutObject",),
     ("s3", "CompleteMultipartUpload"): ("s3:PutObject",),
+    ("s3", "UploadPartCopy"): ("s3:GetObject", "s3:PutObject"),
     ("s3", "AbortMultipartUpload"): ("s3:AbortMultipartUpload",),
     # Glue: the catalog (resources/catalog/glue.py); IAM names are the API names.
     **{
