@@ -24,7 +24,8 @@ class PublicationConfigError(ConfigError):
 
 @dataclass(frozen=True)
 class PublicationSettings(Settings):
-    """Publication limits: how long garbage collection waits to delete, publications per run."""
+    """Publication limits: how long garbage collection waits to delete, publications per run,
+    source objects per clean-up pass."""
 
     config_error = PublicationConfigError
 
@@ -34,6 +35,13 @@ class PublicationSettings(Settings):
         doc="garbage collection keeps a file this long after the last manifest naming it was "
         "superseded (or after it was written, for a file no manifest names)",
         check=at_least(0),
+    )
+    cleanup_objects_per_pass: int = setting(
+        10_000,
+        env="LEASEHOLD_CLEANUP_OBJECTS_PER_PASS",
+        doc="source objects one clean-up pass archives or deletes at most (in whole work "
+        "units; streams with `source_cleanup`)",
+        check=at_least(1),
     )
     max_publications_per_run: int = setting(
         500,
