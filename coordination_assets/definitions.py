@@ -4,7 +4,8 @@ Thin on purpose: domain logic lives in `resources/`; this file only says what ex
 stream of `streams.yaml`: an ingestion asset and discovery sensor, a merge asset and merge
 sensor, a published-table asset and publication sensor, a rollup asset and rollup sensor when
 the stream declares rollups, their checks and the checks sensor, a garbage-collection job and
-its hourly schedule; each asset with the owners, kinds and columns
+its hourly schedule, a source clean-up job and its hourly schedule when its `source_cleanup` is
+on; each asset with the owners, kinds and columns
 the UI shows (`presentation.py`). An invalid streams file, store, catalog or
 publication variable fails the code location at load, naming the field.
 """
@@ -13,6 +14,7 @@ import warnings
 
 from dagster import Definitions, in_process_executor
 
+from coordination_assets.cleanup import build_cleanup_job, build_cleanup_schedule
 from coordination_assets.compaction import (
     build_merge_asset,
     build_merge_checks,
@@ -72,6 +74,7 @@ def build_definitions() -> Definitions:
         for s in streams
     }
     gc_jobs = {s: build_gc_job(s) for s in streams}
+    cleanup_jobs = {s: build_cleanup_job(s) for s in streams if configs[s].source_cleanup.enabled}
     return Definitions(
         assets=[
             presented(coordination_status, shown, shown.status_kinds()),
@@ -94,10 +97,11 @@ def build_definitions() -> Definitions:
             *(build_rollup_sensor(s) for s in rolled),
             *(build_checks_sensor(s, checks[s]) for s in streams),
         ],
-        jobs=list(gc_jobs.values()),
+        jobs=[*gc_jobs.values(), *cleanup_jobs.values()],
         schedules=[
             coordination_status_schedule,
             *(build_gc_schedule(s, gc_jobs[s]) for s in streams),
+            *(build_cleanup_schedule(s, j) for s, j in cleanup_jobs.items()),
         ],
         resources={
             "coordination": CoordinationResource.from_env(),

@@ -7,7 +7,8 @@ day ended, once ingestion caught up; merge those due, and every closed partition
 merge job — its delayed objects — without waiting for its due time), then with the
 publication sensor (switch and publish what became due, repair a catalog that lags), then,
 for a stream that declares rollups, with the rollup sensor (every rollup brought up to the
-last commit); then run the asset checks. The same sensors, assets and checks that `dagster dev`
+last commit); then, for a stream with `source_cleanup`, one clean-up pass; then run the asset
+checks. The same sensors, assets and checks that `dagster dev`
 runs — only the scheduling differs.
 
 This module is the driver: the stages in order and the checks run. The stages are in
@@ -33,6 +34,7 @@ from dagster import (
     materialize,
 )
 
+from coordination_assets.cleanup import has_cleanup_job, run_cleanup_job
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import build_ingestion_asset, build_ingestion_checks
 from coordination_assets.ingestion_pass import run_ingestion
@@ -102,6 +104,9 @@ def run_stream(
             )
             passes.append(rollups)
             done.append(rollup_summary(report))
+    if has_cleanup_job(defs, stream):
+        with reported_stage(progress, stream, "source clean-up") as done:
+            done.append(run_cleanup_job(defs, instance, stream))
     with reported_stage(progress, stream, "checks") as done:
         assets = [asset_def, *(p.asset_def for p in passes)]
         checks = [*build_ingestion_checks(stream), *(c for p in passes for c in p.checks)]

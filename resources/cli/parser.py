@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from resources.cli.check import add_check_parser
+from resources.cli.cleanup import add_cleanup_parser
 from resources.cli.config import add_config_parser
 from resources.cli.demo import add_demo_parser
 from resources.cli.doctor import DOCTOR_HELP, add_doctor_command
@@ -22,8 +23,8 @@ from resources.cli.table import add_table_parser
 
 DESCRIPTION = """\
 `leasehold` command line: run the main job, check the streams, show coordination status and
-the configuration, read the published tables as an engine does, collect garbage, purge expired
-items.
+the configuration, read the published tables as an engine does, collect garbage, clean up
+sources, purge expired items.
 
 The store is configured by the same `LEASEHOLD_*` environment variables as the Dagster
 resource (`resources.stores.settings`); with none set it is the embedded SQLite file.
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_parser(add)
     add_table_parser(add, common)
     add_gc_parser(add)
+    add_cleanup_parser(add)
     add_redrive_parser(add)
     add_rollup_parser(add, common)
     add_schema_parser(add)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 from resources.compaction.table_status import table_status_json, table_status_text
+from resources.coordination.cleanup_state import CleanupState, read_cleanup_state
 from resources.coordination.status import status_json, status_text
 from resources.errors import ConfigError
 from resources.ledger.model import TablePartition
@@ -40,23 +41,50 @@ def _tables(store: CoordinationStore) -> list[tuple[str, list[TablePartition]]]:
     return [(name, store.table_partitions(name)) for name in sorted(streams)]
 
 
+def _cleanups(store: CoordinationStore) -> list[tuple[str, str, CleanupState]]:
+    """(stream, mode, clean-up state) of each stream whose `source_cleanup` is on."""
+    try:
+        streams = LakeSettings.from_env().streams()
+    except ConfigError:
+        return []  # `_tables` said why
+    return [
+        (name, config.source_cleanup.mode, read_cleanup_state(store, name))
+        for name, config in sorted(streams.items())
+        if config.source_cleanup.enabled
+    ]
+
+
+def cleanup_text(stream: str, mode: str, state: CleanupState) -> str:
+    """One line: what source clean-up (`mode`) took out of the stream's source so far."""
+    return (
+        f"{stream} source clean-up ({mode}): {state.archived} archived, {state.deleted} "
+        f"deleted, {state.gone} already gone, {state.bytes} bytes; {state.passes} passes"
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     store = open_existing_store(settings_from_env())
     try:
         summaries = store.status()
         tables = _tables(store)
+        cleanups = _cleanups(store)
     finally:
         store.close_store()
     if args.json:
         document = {
             "sources": status_json(summaries),
             "tables": [table_status_json(t, parts) for t, parts in tables],
+            "sourceCleanup": [
+                {"stream": name, "mode": mode, **state.to_json()} for name, mode, state in cleanups
+            ],
         }
         print(json.dumps(document, indent=2))
     else:
         print(status_text(summaries))
         for table, partitions in tables:
             print(table_status_text(table, partitions))
+        for name, mode, state in cleanups:
+            print(cleanup_text(name, mode, state))
     return 0
 
 

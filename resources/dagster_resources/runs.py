@@ -44,6 +44,7 @@ PUBLISH_TAG = "leasehold/publish"
 ROLLUP_TAG = "leasehold/rollup"
 """A rollup run of the stream's table partitions (its range tags name dates)."""
 GC_TAG = "leasehold/gc"
+CLEANUP_TAG = "leasehold/cleanup"
 """A garbage-collection run of the stream's table."""
 DUE_ONLY_TAG = "leasehold/merge_due_only"
 """A sensor's merge or publication run does only what is due when it gets there; a
@@ -130,8 +131,8 @@ DIES_IN = (
 
 
 def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
-    """Mark the stream's runs — ingestion, merges, publications, rollups, garbage collections
-    and checks — whose process is gone failed (or canceled); their run ids."""
+    """Mark the stream's runs — ingestion, merges, publications, rollups, garbage collections,
+    source clean-ups and checks — whose process is gone failed (or canceled); their run ids."""
     dead = []
     runs = {
         run.run_id: run
@@ -141,6 +142,7 @@ def fail_dead_runs(instance: DagsterInstance, stream: str) -> list[str]:
             {PUBLISH_TAG: stream},
             {ROLLUP_TAG: stream},
             {GC_TAG: stream},
+            {CLEANUP_TAG: stream},
             {CHECKS_TAG: stream},
         )
         for run in (

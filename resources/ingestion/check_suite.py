@@ -158,6 +158,8 @@ def source_completeness(
         )
     else:
         summary = f"all {report.listed} source objects listed have a lease item"
+    if report.cleaned_up:
+        summary += f"; {report.cleaned_up} more were cleaned up (archived or deleted)"
     # Behind the cursor, an object without a lease item was missed (a late object, until the
     # next reconciliation pass); after it, one is only waiting for the next discovery tick.
     severity: Severity = "error" if report.behind_cursor else "warn"

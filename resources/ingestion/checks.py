@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from resources.coordination.cleanup_state import read_cleanup_state
 from resources.coordination.health import INDEX_LAG_MS, completed_since
 from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
@@ -249,10 +250,14 @@ class UnleasedReport:
     """Unleased keys discovery's cursor has passed: listed once, never leased (not late)."""
     cursor: str | None = None
     first: list[str] = field(default_factory=list)
+    cleaned_up: int = 0
+    """Source objects clean-up archived or deleted (or found gone): held by their units, no
+    longer listed — why the source lists fewer objects than the units hold."""
 
     def metadata(self) -> dict[str, Any]:
         return {
             "objects_listed": self.listed,
+            "objects_cleaned_up": self.cleaned_up,
             "unleased": self.unleased,
             "unleased_behind_discovery_cursor": self.behind_cursor,
             "discovery_cursor": self.cursor or "none",
@@ -276,10 +281,14 @@ def find_unleased_objects(
     yet; one behind it was listed and lost. Sets `scope.source_reached` to the end of the last
     page before the first unheld object (with the units reaching past it): the next pass
     resumes there. With `claims` (a stream discovering by notifications, whose units hold
-    objects from anywhere in the key space) an object is held when it has a claim."""
+    objects from anywhere in the key space) an object is held when it has a claim. Says how
+    many objects source clean-up took out (expected missing from the listing)."""
     scope = scope or CheckScope.everything()
     sid = store.source_identifier(stream)
-    report = UnleasedReport(cursor=store.read_global_state(stream, SUPPLIER_STATE).get("cursor"))
+    report = UnleasedReport(
+        cursor=store.read_global_state(stream, SUPPLIER_STATE).get("cursor"),
+        cleaned_up=read_cleanup_state(store, stream).cleaned,
+    )
     coverage = UnitCoverage(store, sid, scope.source_after, scope.source_covering)
     held = True
     for keys in listing_pages(lister, page_size, after=scope.source_after):

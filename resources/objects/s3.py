@@ -279,7 +279,7 @@ class S3ObjectStore(ObjectStore):
         try:
             self._call("copy", key, copy)
         except ClientError as exc:
-            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
-                return None  # deleted since the HEAD
+            if exc.response.get("Error", {}).get("Code") == "NoSuchKey":
+                return None  # deleted since the HEAD (a missing bucket is an error)
             raise ObjectStoreError(f"S3 copy of {self.url(key)} failed: {exc}") from exc
         return size

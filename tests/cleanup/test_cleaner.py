@@ -242,3 +242,28 @@ def test_a_unit_committed_in_several_transactions_waits_for_every_date(
     assert present(source) == ["big/0.jsonl"]
     publish(store, "2026-01-02")
     assert run.run_pass().removed.deleted == 1
+
+
+def test_completeness_says_how_many_objects_were_cleaned_up(
+    store: CoordinationStore,
+    clock: FakeClock,
+    tmp_path: Path,
+    source: ObjectStore,
+    archive: ObjectStore,
+) -> None:
+    """The units still hold the objects that went (discovery never leases them again), and
+    the check says why the source lists fewer objects than the units hold."""
+    from resources.ingestion import check_suite
+    from resources.ingestion.source_listing import source_lister
+
+    ingest(store, source, "a", 3)
+    clock.advance(1)
+    kept = ingest(store, source, "b", 1)
+    publish(store)
+    clock.advance(DAY - 0.5)
+    cleaner(store, tmp_path, source, archive).run_pass()
+    assert present(source) == kept
+    outcome = check_suite.source_completeness(store, STREAM, source_lister(source))
+    assert outcome.passed and outcome.metadata["objects_cleaned_up"] == 3
+    assert outcome.metadata["objects_listed"] == 1
+    assert outcome.summary.endswith("; 3 more were cleaned up (archived or deleted)")
