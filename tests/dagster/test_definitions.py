@@ -137,3 +137,24 @@ def test_row_count_is_the_metadata_dagster_plots() -> None:
     metadata = with_row_count({"rows_written": 30}, 30)
     assert metadata[ROW_COUNT] == MetadataValue.int(30)
     assert ROW_COUNT == "dagster/row_count"
+
+
+def test_a_source_cleanup_job_and_schedule_only_for_streams_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.pipeline_env import write_streams
+
+    streams = write_streams(tmp_path / "streams.yaml", "file:///src", "file:///lake")
+    monkeypatch.setenv("LEASEHOLD_STREAMS", str(streams))
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path))
+    names = {j.name for j in build_definitions().jobs or []}
+    assert "events_gc" in names and "events_source_cleanup" not in names
+    text = streams.read_text().replace(
+        "    table:", "    source_cleanup: {mode: delete}\n    table:"
+    )
+    streams.write_text(text)
+    defs = build_definitions()
+    assert "events_source_cleanup" in {j.name for j in defs.jobs or []}
+    schedule = defs.get_schedule_def("events_source_cleanup_hourly")
+    assert schedule.cron_schedule == "41 * * * *"
+    assert schedule.default_status == DefaultScheduleStatus.RUNNING
