@@ -64,7 +64,8 @@ def run_ingestion(
     for result in ticks:
         report.ticks += 1
         if isinstance(result, SkipReason) or not isinstance(result, SensorResult):
-            log(f"{stream}: discovery skipped: {getattr(result, 'skip_message', result)}")
+            report.discovery_skipped = str(getattr(result, "skip_message", result))
+            log(f"{stream}: discovery skipped: {report.discovery_skipped}")
             break
         _record_tick(result, report)
         runs = [r for r in result.run_requests or [] if r.run_key not in executed]

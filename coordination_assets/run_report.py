@@ -52,6 +52,9 @@ class MainJobReport:
     """What one `leasehold run` did for one stream: filled stage by stage, read by the CLI."""
 
     ticks: int = 0
+    discovery_skipped: str | None = None
+    """Why the discovery sensor skipped (another node holds the supplier lease, e.g. a
+    killed run's until it expires)."""
     runs: int = 0
     retry_runs: int = 0
     partitions: int = 0
@@ -239,6 +242,8 @@ def checks_verdict(report: MainJobReport) -> str:
 def ingestion_line(report: MainJobReport) -> str:
     """The discovery and ingestion stage's finishing line."""
     if not (report.new_units or report.runs or report.recorded):
+        if report.discovery_skipped:
+            return f"nothing done: discovery skipped ({report.discovery_skipped})"
         return "nothing new: every source object listed is already ingested"
     rows = report.rows
     line = (

@@ -79,6 +79,8 @@ class CleanupReport:
         line = f"{self.stream}: {verb} {count} source objects of {self.units} work units"
         if not self.dry_run:
             line += f" ({r.bytes} bytes; {r.gone} already gone)"
+            if r.changed:
+                line += f"; {r.changed} kept: uploaded again since they were ingested"
         if self.waiting is not None:
             line += f"; waiting at unit {self.waiting[0]!r}: {self.waiting[1]}"
         elif self.full:
@@ -219,6 +221,7 @@ class SourceCleaner:
             r.archived + removed.archived,
             r.deleted + removed.deleted,
             r.gone + removed.gone,
+            r.changed + removed.changed,
             r.bytes + removed.bytes,
         )
         state = state.added(removed.archived, removed.deleted, removed.gone, removed.bytes)

@@ -1,5 +1,7 @@
 """Archive or delete one work unit's source objects, so that doing it again is harmless.
 
+An object whose size is not the one its unit recorded was uploaded again after it was ingested:
+those bytes were never read (an ingested key is not ingested again), so it is kept and logged.
 Delete mode deletes each object. Archive mode copies each to `archive_to` under the same key
 (relative to the source), then deletes the unit's sources in one batch: a crash between the
 copy and the delete leaves both, and the next pass copies again (replacing the copy with the
@@ -29,6 +31,8 @@ class Removed:
     deleted: int = 0
     gone: int = 0
     """Already absent from the source: done, not counted again."""
+    changed: int = 0
+    """Of another size than when ingested (uploaded again since): kept."""
     bytes: int = 0
 
 
@@ -48,23 +52,33 @@ class SourceRemover:
         the S3 retry) and `OSError` locally: what was removed before stays removed, and the
         next pass redoes the rest (the caller's cursor has not moved past the unit)."""
         present: list[str] = []
-        size = gone = 0
+        size = gone = changed = 0
         for obj in objects:
-            if self.mode == ARCHIVE:
+            now = self.source.size(obj.key)
+            if now is not None and obj.size >= 0 and now != obj.size:
+                changed += 1  # uploaded again since: those bytes were never ingested
+                log.warning(
+                    "%s: %s is %d bytes, %d when ingested: uploaded again since, kept (an "
+                    "ingested key is never ingested again; put changed data under a new key)",
+                    self.source.root_url,
+                    obj.key,
+                    now,
+                    obj.size,
+                )
+                continue
+            if now is not None and self.mode == ARCHIVE:
                 assert self.archive is not None
-                copied = self.source.copy_to(obj.key, self.archive, obj.key)
-            else:
-                copied = self.source.size(obj.key)
-            if copied is None:
+                now = self.source.copy_to(obj.key, self.archive, obj.key)
+            if now is None:
                 gone += 1
                 continue
             present.append(obj.key)
-            size += copied
+            size += now
         self.source.delete_many(present)
         if gone:
             log.info(
                 "%s: %d of %d objects were already gone", self.source.root_url, gone, len(objects)
             )
         if self.mode == ARCHIVE:
-            return Removed(archived=len(present), gone=gone, bytes=size)
-        return Removed(deleted=len(present), gone=gone, bytes=size)
+            return Removed(archived=len(present), gone=gone, changed=changed, bytes=size)
+        return Removed(deleted=len(present), gone=gone, changed=changed, bytes=size)

@@ -71,7 +71,13 @@ class S3ObjectStore(ObjectStore):
             "s3",
             endpoint_url=endpoint_url,
             region_name=region or "us-east-1",
-            config=Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30),
+            # Discovery HEADs objects 16 at a time (resources/ingestion/notification_discovery.py).
+            config=Config(
+                retries={"total_max_attempts": 1},
+                connect_timeout=2,
+                read_timeout=30,
+                max_pool_connections=32,
+            ),
         )
 
     def _key(self, key: str) -> str:

@@ -267,3 +267,22 @@ def test_completeness_says_how_many_objects_were_cleaned_up(
     assert outcome.passed and outcome.metadata["objects_cleaned_up"] == 3
     assert outcome.metadata["objects_listed"] == 1
     assert outcome.summary.endswith("; 3 more were cleaned up (archived or deleted)")
+
+
+@pytest.mark.parametrize("mode", [DELETE, ARCHIVE])
+def test_an_object_uploaded_again_with_other_bytes_is_kept(
+    store: CoordinationStore,
+    clock: FakeClock,
+    tmp_path: Path,
+    source: ObjectStore,
+    archive: ObjectStore,
+    mode: str,
+) -> None:
+    keys = ingest(store, source, "a")
+    publish(store)
+    source.put_bytes(keys[1], b'{"x": 1, "y": "uploaded again"}\n')  # never ingested
+    clock.advance(DAY + 10)
+    report = cleaner(store, tmp_path, source, archive, mode).run_pass()
+    assert present(source) == [keys[1]]
+    assert report.removed.changed == 1 and "uploaded again" in report.describe()
+    assert present(archive) == ([keys[0]] if mode == ARCHIVE else [])

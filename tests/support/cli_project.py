@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,17 +49,20 @@ class CliProject:
     def dagster_home(self) -> Path:
         return self.root / "dagster_home"
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, *args: str, wrapper: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
         """`leasehold <args>` in its own process group (its Spark JVM with it), its output in a
         log file per invocation; its AWS calls are recorded for the IAM policy check
-        (tests/support/aws_action_recorder.py)."""
+        (tests/support/aws_action_recorder.py). `wrapper` (`module`, its arguments) runs it
+        through a test module that changes the process first, as `pausing_queue` does."""
         self.invocations += 1
         log = self.root / "logs" / f"{self.invocations:02d}-{'-'.join(args)}.log"
         log.parent.mkdir(exist_ok=True)
         self.logs.append(log)
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                recorded_command("resources.cli.main", *args),
+                [sys.executable, "-m", *wrapper, "resources.cli.main", *args]
+                if wrapper
+                else recorded_command("resources.cli.main", *args),
                 cwd=self.root,
                 env=self.env,
                 stdout=out,
