@@ -6,10 +6,14 @@ Under the supplier lease (one node at a time), a tick
 2. receives up to `max_messages` messages (hidden from other receivers for `visibility_s`),
    parses each (`resources/notifications/s3_events.py`: S3, SNS-wrapped, EventBridge), keeps per
    key the latest event (S3's sequencer), and drops — counting each — events for another bucket
-   or a key outside the stream's prefix, removals and objects deleted since (a HEAD finds them
-   gone; it also gives the size the unit records), messages that are no S3 event (logged with
-   their id), and objects already held (a duplicate or redelivered event; one whose size changed
-   is a re-upload under an ingested key: logged, never ingested again);
+   or a key outside the stream's prefix, objects whose latest event is their removal (the queue
+   gets `ObjectRemoved` events too), messages that are no S3 event (logged with their id), and
+   objects already held (a duplicate or redelivered event; one whose size changed is a re-upload
+   under an ingested key: logged, never ingested again). The event's size is the unit's (an
+   event without one costs a HEAD): no request per object to S3, so discovering 10⁶ objects
+   costs 2·10⁵ SQS calls, not 10⁶ more. An object deleted after its event was handled (its
+   removal event in a later tick) is in a unit already: its read finds it missing, retries and
+   dead-letters it, visibly — the same as any source object deleted before it was read;
 3. creates claimed work units of the rest and only then deletes the messages: a crash before
    leaves them to be received again once their visibility times out, and the units made already
    hold their objects, so nothing is ingested twice;
@@ -149,10 +153,13 @@ class NotificationDiscovery:
         latest = self._latest_events(messages, counts)
         created = {key: e for key, e in latest.items() if e.created}
         counts["removed"] += len(latest) - len(created)
-        sizes = self._sizes(list(created))
-        gone = [k for k, size in sizes.items() if size is None]
-        counts["deleted since"] += len(gone)
-        present = {k: s for k, s in sizes.items() if s is not None}
+        sizes = self._sizes([k for k, e in created.items() if e.size < 0])
+        counts["deleted since"] += sum(1 for size in sizes.values() if size is None)
+        present = {
+            k: e.size if e.size >= 0 else size
+            for k, e in created.items()
+            if (size := sizes.get(k, e.size)) is not None
+        }
         held = units.held(list(present))
         for key, claim in held.items():
             if claim.size >= 0 and claim.size != present[key]:
@@ -203,7 +210,8 @@ class NotificationDiscovery:
         return latest
 
     def _sizes(self, keys: list[str]) -> dict[str, int | None]:
-        """Each key's size now (a HEAD each, in parallel); None where it is gone."""
+        """Each key's size now (a HEAD each, in parallel), for events that do not say it; None
+        where it is gone."""
         if not keys:
             return {}
         with ThreadPoolExecutor(min(HEAD_THREADS, len(keys))) as pool:

@@ -129,6 +129,7 @@ def test_events_outside_the_source_removed_or_gone_are_counted_and_dropped(
     kept = bucket.put("2026/kept.jsonl")
     gone = bucket.put("2026/gone.jsonl")
     bucket.s3.delete_object(Bucket=bucket.bucket, Key="events/2026/gone.jsonl")
+    gone["s3"]["object"].pop("size")  # an event without a size: a HEAD finds it gone
     bucket.s3.put_object(Bucket=bucket.bucket, Key="other/x.jsonl", Body=b"{}\n")
     removed = bucket.put("2026/removed.jsonl")
     bucket.send(
