@@ -479,3 +479,28 @@ def test_completed_units_leave_the_partitions_after_the_retention(env: PipelineE
             else True
         )
     assert [from_partition_key(k) for k in instance.get_dynamic_partitions(partitions)] == keys[3:]
+
+
+def test_units_a_dead_tick_made_become_partitions_once_old_enough(
+    env: PipelineEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that created its units and died before Dagster kept its result (with
+    notifications, its messages deleted: nothing will announce them again): the units are
+    UNASSIGNED in the store and no Dagster partition. Once older than any live tick could be,
+    a tick adds them, and the next requests their run."""
+    from resources.dagster_resources import discovery_tick
+
+    monkeypatch.setattr(discovery_tick, "ORPHAN_AFTER_S", 0.5)
+    instance, resources = env.instance(), env.resources()
+    quiet = tick(env, instance, resources, None)
+    store = env.store()
+    store.create_partitions(store.source_identifier(STREAM), ["2026/01/01/orphan.jsonl"])
+    young = tick(env, instance, resources, quiet.cursor)  # maybe another node's live tick
+    assert not isinstance(young, SensorResult) or not young.dynamic_partitions_requests
+    time.sleep(0.6)
+    found = tick(env, instance, resources, quiet.cursor)
+    (added,) = found.dynamic_partitions_requests
+    assert [from_partition_key(k) for k in added.partition_keys] == ["2026/01/01/orphan.jsonl"]
+    retried = tick(env, instance, resources, found.cursor)
+    (run,) = retried.run_requests
+    assert from_partition_key(run.tags[RANGE_START]) == "2026/01/01/orphan.jsonl"

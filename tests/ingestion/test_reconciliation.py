@@ -74,3 +74,41 @@ def test_state_round_trips_through_json() -> None:
     state = ReconcileState("2026/01/01/x", 123, True)
     assert ReconcileState.from_json(state.to_json()) == state
     assert ReconcileState.from_json(None) == ReconcileState()
+
+
+@pytest.mark.contract
+def test_keys_not_ordered_the_whole_source_pass_is_the_discovery(
+    make_store: StoreFactory, clock: FakeClock
+) -> None:
+    """`discovery.ordered_keys: false`: no cursor; each pass lists everything, a bounded page
+    per tick, and when it ends every object that landed before it started has a unit."""
+    from resources.coordination.supplier import caught_up_ms, record_caught_up
+
+    store = make_store()
+    sid = store.source_identifier(STREAM)
+    first = [f"{h}/part.jsonl" for h in ("e3", "07", "c1", "5a", "9f", "22", "b8")]
+    source = SortedSource(first)
+    reconcile = Reconciliation(
+        store, STREAM, source, interval_s=600, max_objects=3, unit_max_objects=2, whole_source=True
+    )
+
+    def full_pass(state: ReconcileState) -> tuple[ReconcileState, list[str]]:
+        created: list[str] = []
+        while True:
+            step = reconcile.step(state, discovery_cursor=None)
+            created, state = created + step.created, step.state
+            if step.finished_pass:
+                return state, created
+
+    started = store.now_ms()
+    state, created = full_pass(ReconcileState())
+    assert len(created) == 5 and state.started_ms == started  # pages of 3, units of <= 2
+    assert store.missing_keys(sid, created) == []
+    assert record_caught_up(store, STREAM, "node", 60, state.started_ms)
+    assert caught_up_ms(store, STREAM) == started
+
+    source.keys = sorted([*first, "00/new.jsonl", "d0/new.jsonl"])  # before and after all
+    clock.advance(601)
+    state, created = full_pass(state)
+    assert created == ["00/new.jsonl", "d0/new.jsonl"]
+    assert state.started_ms == started + 601_000
