@@ -127,7 +127,7 @@ def queue_configuration(stream: str, queue_arn: str, key_prefix: str) -> dict[st
         "Events": list(EVENTS),
     }
     if key_prefix:
-        entry["Filter"] = {"Key": {"FilterRules": [{"Name": "Prefix", "Value": key_prefix}]}}
+        entry["Filter"] = {"Key": {"FilterRules": [{"Name": "prefix", "Value": key_prefix}]}}
     return entry
 
 

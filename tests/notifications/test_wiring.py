@@ -97,7 +97,7 @@ def test_the_entry_sends_created_and_removed_objects_under_the_prefix() -> None:
         "Id": "leasehold-events",
         "QueueArn": ARN,
         "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"],
-        "Filter": {"Key": {"FilterRules": [{"Name": "Prefix", "Value": "events/"}]}},
+        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "events/"}]}},
     }
     assert "Filter" not in queue_configuration("events", ARN, "")
 
