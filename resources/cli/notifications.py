@@ -8,7 +8,9 @@ from that bucket only. The queue's ARN is the queue's own (GetQueueAttributes) w
 else derived from its URL. With `--apply` it applies both, each merged into what is there:
 the queue's policy first (S3 checks, when the configuration is saved, that it may send to the
 queue), then the bucket's configuration, read first, leasehold's entry replaced by its Id and
-every other configuration kept. Applying twice gives the same configuration.
+every other configuration kept. Applying twice gives the same configuration. A bucket whose
+other configurations already send the same events for the same keys (S3 refuses overlapping
+ones) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from resources.notifications.bucket_notifications import BucketNotifications
 from resources.notifications.queue import EventQueue
 from resources.notifications.wiring import (
     QueueAddress,
+    WiringError,
     merged_notification_configuration,
     merged_queue_policy,
+    overlapping,
     policy_statement,
     queue_configuration,
     queue_from_arn,
@@ -121,11 +125,21 @@ def wiring_text(wiring: Wiring) -> str:
 
 def apply_wiring(wiring: Wiring, queue: EventQueue, bucket: BucketNotifications) -> list[str]:
     """Merge the statement into the queue's policy, then the entry into the bucket's
-    configuration (S3 refuses a queue it may not send to); one line per change made. Raises
-    `QueueError`, `BucketNotificationsError`, `WiringError`."""
+    configuration (S3 refuses a queue it may not send to); one line per change made. A bucket
+    whose other configurations overlap the entry (S3 would refuse it) is a `WiringError`
+    naming them, before anything is written. Raises `QueueError`, `BucketNotificationsError`,
+    `WiringError`."""
+    existing = bucket.read()
+    clashes = overlapping(existing, wiring.entry)
+    if clashes:
+        raise WiringError(
+            f"bucket {wiring.bucket!r}: its configurations {', '.join(map(repr, clashes))} "
+            f"already send created or removed objects under {wiring.key_prefix or 'every key'} "
+            "and S3 refuses overlapping configurations: fan the events out through SNS or "
+            "EventBridge (docs/production.md), or narrow those configurations"
+        )
     policy = merged_queue_policy(wiring.policy, wiring.statement)
     queue.set_policy(json.dumps(policy))
-    existing = bucket.read()
     configuration = merged_notification_configuration(existing, wiring.entry)
     bucket.write(configuration)
     others = sum(len(v) for v in configuration.values() if isinstance(v, list)) - 1

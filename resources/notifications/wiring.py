@@ -153,6 +153,36 @@ def merged_notification_configuration(
     return merged
 
 
+def _events_overlap(ours: list[Any], theirs: list[Any]) -> bool:
+    def covers(wide: str, narrow: str) -> bool:
+        return wide == narrow or (wide.endswith(":*") and narrow.startswith(wide[:-1]))
+
+    return any(covers(a, b) or covers(b, a) for a in map(str, ours) for b in map(str, theirs))
+
+
+def _keys_overlap(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
+    a, b = _filter_rules(ours), _filter_rules(theirs)
+    pa, pb = a.get("prefix", ""), b.get("prefix", "")
+    sa, sb = a.get("suffix", ""), b.get("suffix", "")
+    return (pa.startswith(pb) or pb.startswith(pa)) and (sa.endswith(sb) or sb.endswith(sa))
+
+
+def overlapping(existing: Mapping[str, Any], entry: Mapping[str, Any]) -> list[str]:
+    """The Ids of the configurations in `existing` (other than `entry`'s own) that S3 would
+    refuse beside `entry`: a queue, topic or Lambda configuration sending an event type the
+    entry sends for keys the entry's filter matches too."""
+    found = []
+    for kind in CONFIGURATION_KINDS[:3]:
+        for other in existing.get(kind, []):
+            if other.get("Id") == entry["Id"]:
+                continue
+            if _events_overlap(entry["Events"], other.get("Events", [])) and _keys_overlap(
+                entry, other
+            ):
+                found.append(str(other.get("Id", "?")))
+    return found
+
+
 def policy_statement(stream: str, queue: QueueAddress, bucket: str) -> dict[str, Any]:
     """The queue policy statement letting S3 send the bucket's events to the queue: only for
     that bucket, and only from the queue's account (the bucket's owner)."""

@@ -98,7 +98,7 @@ def wired(aws_server: LocalAwsServer, tmp_path: Path, monkeypatch: pytest.Monkey
                 {
                     "Id": "audit",
                     "QueueArn": audit_arn["Attributes"]["QueueArn"],
-                    "Events": ["s3:ObjectRemoved:*"],
+                    "Events": ["s3:ObjectRestore:*"],
                 }
             ]
         },
@@ -159,6 +159,23 @@ def test_apply_merges_both_documents_and_applying_again_changes_nothing(
     assert main(["notifications", "events", "--apply"]) == 0
     assert wired.bucket_configuration() == configuration
     assert wired.queue_policy() == policy
+
+
+def test_a_bucket_whose_configurations_overlap_is_refused_before_anything_is_written(
+    wired: Wired, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configuration = wired.bucket_configuration()
+    (audit,) = configuration["QueueConfigurations"]
+    clash = {**audit, "Id": "everything", "Events": ["s3:ObjectCreated:Put"]}
+    wired.s3.put_bucket_notification_configuration(
+        Bucket=wired.bucket, NotificationConfiguration={"QueueConfigurations": [audit, clash]}
+    )
+    before = wired.bucket_configuration()
+    assert main(["notifications", "events", "--apply"]) == 1
+    err = capsys.readouterr().err
+    assert "'everything'" in err and "S3 refuses overlapping configurations" in err
+    assert wired.bucket_configuration() == before
+    assert [s["Sid"] for s in wired.queue_policy()["Statement"]] == ["owner"]
 
 
 def test_a_listing_stream_is_refused_naming_discovery_mode(

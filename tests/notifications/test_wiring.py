@@ -14,6 +14,7 @@ from resources.notifications.wiring import (
     delivery,
     merged_notification_configuration,
     merged_queue_policy,
+    overlapping,
     policy_statement,
     queue_configuration,
     queue_from_arn,
@@ -189,3 +190,24 @@ def test_delivery_through_sns_or_eventbridge_is_said_not_followed() -> None:
         {"TopicConfigurations": OTHERS["TopicConfigurations"]}, ARN, "events/"
     ).indirect
     assert delivery({"EventBridgeConfiguration": {}}, ARN, "events/").indirect
+
+
+def test_configurations_s3_would_refuse_beside_the_entry_are_named() -> None:
+    entry = queue_configuration("events", ARN, "events/")
+
+    def other(events: list[str], **rules: str) -> dict[str, object]:
+        filter_rules = [{"Name": name, "Value": value} for name, value in rules.items()]
+        found: dict[str, object] = {"Id": "other", "QueueArn": ARN + "-x", "Events": events}
+        if filter_rules:
+            found["Filter"] = {"Key": {"FilterRules": filter_rules}}
+        return found
+
+    def clashes(configuration: dict[str, object]) -> list[str]:
+        return overlapping({"QueueConfigurations": [configuration]}, entry)
+
+    assert clashes(other(["s3:ObjectCreated:Put"])) == ["other"]
+    assert clashes(other(["s3:ObjectRemoved:*"], prefix="events/2026/")) == ["other"]
+    assert clashes(other(["s3:ObjectCreated:*"], prefix="clicks/")) == []
+    assert clashes(other(["s3:ObjectRestore:*"])) == []
+    assert clashes({**entry, "QueueArn": ARN + "-old"}) == []  # its own Id: replaced
+    assert overlapping(OTHERS, entry) == ["audit", "thumbs"]
