@@ -184,7 +184,9 @@ def add_notifications_parser(add: Callable[..., argparse.ArgumentParser]) -> Non
         help="print (or --apply) the bucket notification configuration and the SQS queue "
         "policy that send a stream's S3 events to its queue (discovery.mode: notifications)",
     )
-    notifications.add_argument("stream", help="the stream (discovery.mode: notifications)")
+    notifications.add_argument(
+        "stream", metavar="STREAM", help="the stream (discovery.mode: notifications)"
+    )
     notifications.add_argument(
         "--apply",
         action="store_true",
