@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 from resources.catalog.settings import CatalogSettings
 from resources.cli.config import effective_configuration
 from resources.cli.doctor_check import SCRATCH_PREFIX, Check, error_text
+from resources.cli.doctor_notifications import check_notifications
 from resources.cli.doctor_store import check_store
 from resources.errors import ConfigError
 from resources.objects.factory import object_store_for
@@ -384,6 +385,7 @@ def run_checks(
     steps: list[Callable[[], Iterator[Check] | Check]] = [
         lambda: check_store(settings_from_env()),
         lambda: check_objects(LakeSettings.from_env()),
+        lambda: check_notifications(LakeSettings.from_env()),
         lambda: check_catalogs(CatalogSettings.from_env(), LakeSettings.from_env()),
         lambda: check_spark(SparkSettings.from_env(), spark_timeout_s, spark_query),
         check_dagster,
@@ -424,5 +426,6 @@ def add_doctor_command(doctor: argparse.ArgumentParser) -> None:
 
 DOCTOR_HELP = (
     "check the configuration end to end: credentials, store table (keys, GSI, TTL), buckets, "
-    "catalog, Spark, Dagster storage; PASS/FAIL each with the fix (exit 1 if one fails)"
+    "event queues, catalog, Spark, Dagster storage; PASS/FAIL each with the fix (exit 1 if one "
+    "fails)"
 )

@@ -13,6 +13,7 @@ from resources.cli.doctor import DOCTOR_HELP, add_doctor_command
 from resources.cli.exit_status import EPILOG
 from resources.cli.gc import add_gc_parser
 from resources.cli.init import add_init_parser
+from resources.cli.notifications import add_notifications_parser
 from resources.cli.purge import add_purge_parser
 from resources.cli.redrive import add_redrive_parser
 from resources.cli.rollup import add_rollup_parser
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_redrive_parser(add)
     add_rollup_parser(add, common)
     add_schema_parser(add)
+    add_notifications_parser(add)
     return parser
 
 

@@ -182,3 +182,13 @@ class EventQueue:
             lambda: self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"]),
         )
         return dict(out.get("Attributes", {}))
+
+    def set_policy(self, policy: str) -> None:
+        """Replace the queue's access policy with `policy` (a JSON policy document).
+        Raises `QueueError`."""
+        self._call(
+            "SetQueueAttributes",
+            lambda: self.client.set_queue_attributes(
+                QueueUrl=self.url, Attributes={"Policy": policy}
+            ),
+        )

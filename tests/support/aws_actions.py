@@ -53,6 +53,18 @@ IAM_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("s3", "CompleteMultipartUpload"): ("s3:PutObject",),
     ("s3", "UploadPartCopy"): ("s3:GetObject", "s3:PutObject"),
     ("s3", "AbortMultipartUpload"): ("s3:AbortMultipartUpload",),
+    # S3: a bucket's event notifications (resources/notifications/bucket_notifications.py).
+    ("s3", "GetBucketNotificationConfiguration"): ("s3:GetBucketNotification",),
+    ("s3", "PutBucketNotificationConfiguration"): ("s3:PutBucketNotification",),
+    # SQS: a stream's event queue (resources/notifications/queue.py); the batch calls are
+    # authorized as their single-message actions.
+    ("sqs", "ReceiveMessage"): ("sqs:ReceiveMessage",),
+    ("sqs", "DeleteMessage"): ("sqs:DeleteMessage",),
+    ("sqs", "DeleteMessageBatch"): ("sqs:DeleteMessage",),
+    ("sqs", "ChangeMessageVisibility"): ("sqs:ChangeMessageVisibility",),
+    ("sqs", "ChangeMessageVisibilityBatch"): ("sqs:ChangeMessageVisibility",),
+    ("sqs", "GetQueueAttributes"): ("sqs:GetQueueAttributes",),
+    ("sqs", "SetQueueAttributes"): ("sqs:SetQueueAttributes",),
     # Glue: the catalog (resources/catalog/glue.py); IAM names are the API names.
     **{
         ("glue", op): (f"glue:{op}",)
