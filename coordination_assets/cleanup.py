@@ -142,7 +142,8 @@ def run_cleanup_job(defs: Definitions, instance: DagsterInstance, stream: str) -
         {k: v.value for k, v in observed[0].metadata.items()} if observed else {}
     )
     removed = int(metadata.get("objects_archived", 0)) + int(metadata.get("objects_deleted", 0))
-    line = f"source clean-up ({metadata.get('mode')}): {removed} objects removed"
+    mode = str(metadata.get("mode", ""))
+    line = f"{mode}d {removed} source objects" if removed else f"nothing to {mode} yet"
     if metadata.get("waiting_at", "none") != "none":
         line += f"; waiting at {metadata['waiting_at']}"
     return line

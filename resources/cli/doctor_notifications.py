@@ -73,7 +73,7 @@ def queue_summary(url: str, attributes: dict[str, str]) -> str:
     )
     return (
         f"{url}: {waiting} messages waiting, {in_flight} in flight, visibility timeout "
-        f"{timeout} s, {dead_letters} dead-letter queue"
+        f"{timeout} s, {dead_letters}"
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.cleanup_state import CleanupState, read_cleanup_state
 from resources.coordination.status import status_json, status_text
+from resources.coordination.supplier import EVENT_COUNTS, SUPPLIER_STATE
 from resources.errors import ConfigError
 from resources.ledger.model import TablePartition
 from resources.stores import CoordinationStore, build_store, open_existing_store
@@ -54,6 +55,26 @@ def _cleanups(store: CoordinationStore) -> list[tuple[str, str, CleanupState]]:
     ]
 
 
+def _event_counts(store: CoordinationStore) -> list[tuple[str, dict[str, int]]]:
+    """(stream, totals by what became of each event) of each stream discovering by
+    notifications."""
+    try:
+        streams = LakeSettings.from_env().streams()
+    except ConfigError:
+        return []  # `_tables` said why
+    return [
+        (name, store.read_global_state(name, SUPPLIER_STATE).get(EVENT_COUNTS) or {})
+        for name, config in sorted(streams.items())
+        if config.discovery.notifications
+    ]
+
+
+def events_text(stream: str, counts: dict[str, int]) -> str:
+    """One line: what became of the S3 events the stream received so far."""
+    seen = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()) if n) or "none yet"
+    return f"{stream} S3 events since discovery by notifications began: {seen}"
+
+
 def cleanup_text(stream: str, mode: str, state: CleanupState) -> str:
     """One line: what source clean-up (`mode`) took out of the stream's source so far."""
     return (
@@ -68,6 +89,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         summaries = store.status()
         tables = _tables(store)
         cleanups = _cleanups(store)
+        events = _event_counts(store)
     finally:
         store.close_store()
     if args.json:
@@ -77,6 +99,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "sourceCleanup": [
                 {"stream": name, "mode": mode, **state.to_json()} for name, mode, state in cleanups
             ],
+            "events": [{"stream": name, "counts": counts} for name, counts in events],
         }
         print(json.dumps(document, indent=2))
     else:
@@ -85,6 +108,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(table_status_text(table, partitions))
         for name, mode, state in cleanups:
             print(cleanup_text(name, mode, state))
+        for name, counts in events:
+            print(events_text(name, counts))
     return 0
 
 

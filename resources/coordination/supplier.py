@@ -13,6 +13,10 @@ from resources.coordination.lease_store import LeaseStore
 SUPPLIER_STATE = "discovery"
 """The global-state item discovery keeps its cursor and progress in."""
 
+EVENT_COUNTS = "event_counts"
+"""Notifications discovery's totals since it began, by what became of each event (objects,
+duplicates, outside the source, re-uploaded changed, ...): `leasehold status` shows them."""
+
 CAUGHT_UP_MS = "caught_up_ms"
 """When (epoch ms) the latest discovery tick that reached the end of the listing started
 listing: every object that landed before then has a lease item (reconciliation aside, which

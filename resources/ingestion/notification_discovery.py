@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from resources.coordination.items import to_millis
-from resources.coordination.supplier import CAUGHT_UP_MS, SUPPLIER_STATE
+from resources.coordination.supplier import CAUGHT_UP_MS, EVENT_COUNTS, SUPPLIER_STATE
 from resources.ingestion.claimed_units import ClaimedUnits
 from resources.ingestion.discovery import DiscoveryResult, Lister
 from resources.ingestion.reconciliation import ReconcileState, ReconcileStep
@@ -139,6 +139,7 @@ class NotificationDiscovery:
                 step, counts["units indexed (from listing)"] = idle, 1
             if drained:
                 state[CAUGHT_UP_MS] = max(started_ms, int(state.get(CAUGHT_UP_MS, 0)))
+            state[EVENT_COUNTS] = dict(Counter(state.get(EVENT_COUNTS) or {}) + counts)
             found = DiscoveryResult(
                 units.created, len(units.created), None, None, counts["objects"] + step.listed
             )

@@ -174,3 +174,6 @@ def test_every_record_once_whatever_the_events(project: CliProject, tmp_path: Pa
     again = upload(project, [sorted(project.sources.rglob("part-*.jsonl"))[0]])
     bucket.send(*(s3_message(record) for _, record in [*new, *again]))
     run_until_published(project, source_ids(project.sources))
+    code, status = project.run("status")
+    assert code == 0 and "S3 events since discovery by notifications began" in status, status
+    assert "duplicates" in status  # the redelivered messages of the killed run

@@ -113,6 +113,11 @@ def test_repeated_wrapped_and_reordered_events_are_dropped(
     later = drain(store, bucket)
     held_once(store, keys)
     assert first["objects"] + later["objects"] == 12
+    totals = store.read_global_state(STREAM, "discovery")["event_counts"]
+    assert (
+        totals["objects"] == 12
+        and totals["duplicates"] == first["duplicates"] + later["duplicates"]
+    )
     assert (
         first["duplicates"]
         + later["duplicates"]
