@@ -10,6 +10,7 @@ region's endpoint, any other host (a local server) that host.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 
 MAX_PER_CALL = 10
 """SQS's limit of messages per receive and entries per batch call."""
+RECEIVE_BUDGET_S = 15.0
+"""How long one tick receives at most: at ~15 ms a call that is ~10,000 messages, and deleting
+them costs as many calls again — within the 60 s Dagster gives a sensor tick."""
 
 
 class QueueError(LeaseholdError):
@@ -106,11 +110,15 @@ class EventQueue:
         except ClientError as exc:
             raise QueueError(f"SQS {action} on {self.url} refused: {exc}") from exc
 
-    def receive(self, limit: int, visibility_s: int) -> tuple[list[QueueMessage], bool]:
-        """Up to `limit` messages, hidden from other receivers for `visibility_s`, and whether
-        the queue was drained (the last receive found nothing more). Raises `QueueError`."""
+    def receive(
+        self, limit: int, visibility_s: int, budget_s: float = RECEIVE_BUDGET_S
+    ) -> tuple[list[QueueMessage], bool]:
+        """Up to `limit` messages, hidden from other receivers for `visibility_s`, received for
+        at most about `budget_s` seconds, and whether the queue was drained (the last receive
+        found nothing more). Raises `QueueError`."""
         messages: list[QueueMessage] = []
-        while len(messages) < limit:
+        deadline = time.monotonic() + budget_s
+        while len(messages) < limit and time.monotonic() < deadline:
             asked = min(MAX_PER_CALL, limit - len(messages))
 
             def call(asked: int = asked) -> Any:

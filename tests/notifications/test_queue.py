@@ -58,6 +58,12 @@ def test_receive_returns_the_messages_and_whether_the_queue_was_drained(queue: Q
     assert sorted(m.body for m in first + rest) == ["a", "b", "c"]
 
 
+def test_a_tick_receives_for_its_time_budget_at_most(queue: Queue) -> None:
+    queue.send("a")
+    late, drained = queue.events.receive(10, visibility_s=60, budget_s=0)
+    assert late == [] and not drained  # out of time: not known to be drained
+
+
 def test_deleted_messages_are_gone_and_released_ones_come_back(queue: Queue) -> None:
     queue.send("keep", "drop")
     messages, _ = queue.events.receive(10, visibility_s=60)
