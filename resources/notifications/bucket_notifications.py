@@ -12,9 +12,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from resources.aws_calls import call_aws, client_config
 from resources.errors import LeaseholdError
 from resources.notifications.wiring import CONFIGURATION_KINDS
-from resources.retry import RetryPolicy, call_with_retries, log_retries
+from resources.retry import RetryPolicy
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ class BucketNotifications:
         retry: RetryPolicy | None = None,
     ) -> None:
         import boto3
-        from botocore.config import Config
 
         self.bucket = bucket
         self.retry = retry or RetryPolicy()
@@ -48,33 +48,19 @@ class BucketNotifications:
             "s3",
             endpoint_url=endpoint_url,
             region_name=region or "us-east-1",
-            config=Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30),
+            config=client_config(),
         )
 
     def _call(self, action: str, fn: Callable[[], T]) -> T:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        def retryable(exc: BaseException) -> bool:
-            if isinstance(exc, ClientError):
-                code = exc.response.get("Error", {}).get("Code", "")
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                return code in ("SlowDown", "InternalError", "RequestTimeout") or status >= 500
-            return isinstance(exc, BotoCoreError)
-
-        def give_up(exc: BaseException, attempts: int) -> BaseException:
-            return BucketNotificationsError(
-                f"S3 {action} on bucket {self.bucket!r} failed after {attempts} attempts: {exc}"
-            )
+        from botocore.exceptions import ClientError
 
         what = f"S3 {action} on bucket {self.bucket!r}"
+
+        def give_up(exc: BaseException, attempts: int) -> BaseException:
+            return BucketNotificationsError(f"{what} failed after {attempts} attempts: {exc}")
+
         try:
-            return call_with_retries(
-                fn,
-                policy=self.retry,
-                is_retryable=retryable,
-                on_give_up=give_up,
-                on_retry=log_retries(log, logging.WARNING, what, self.retry),
-            )
+            return call_aws(what, fn, policy=self.retry, give_up=give_up, logger=log)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             raise BucketNotificationsError(
@@ -97,6 +83,7 @@ class BucketNotifications:
             "PutBucketNotificationConfiguration",
             lambda: self.client.put_bucket_notification_configuration(
                 Bucket=self.bucket,
+                # a configuration as read back, a plain dict: the stubs want their TypedDict
                 NotificationConfiguration=dict(configuration),  # type: ignore[arg-type]
             ),
         )

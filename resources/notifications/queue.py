@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from resources.aws_calls import call_aws, client_config
 from resources.errors import ComponentUnreachableError, LeaseholdError
-from resources.retry import RetryPolicy, call_with_retries, log_retries
+from resources.retry import RetryPolicy
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -68,7 +69,6 @@ class EventQueue:
         wait_s: int = 1,
     ) -> None:
         import boto3
-        from botocore.config import Config
 
         self.url = queue_url
         self.retry = retry or RetryPolicy()
@@ -80,35 +80,21 @@ class EventQueue:
             "sqs",
             endpoint_url=endpoint,
             region_name=url_region or region or "us-east-1",
-            config=Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30),
+            config=client_config(),
         )
 
     def _call(self, action: str, fn: Callable[[], T]) -> T:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        def retryable(exc: BaseException) -> bool:
-            if isinstance(exc, ClientError):
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                code = exc.response.get("Error", {}).get("Code", "")
-                return status >= 500 or "Throttl" in code or code == "RequestThrottled"
-            return isinstance(exc, BotoCoreError)
-
-        def give_up(exc: BaseException, attempts: int) -> BaseException:
-            return QueueUnreachableError(
-                f"SQS {action} on {self.url} failed after {attempts} attempts: {exc}"
-            )
+        from botocore.exceptions import ClientError
 
         what = f"SQS {action} on {self.url}"
+
+        def give_up(exc: BaseException, attempts: int) -> BaseException:
+            return QueueUnreachableError(f"{what} failed after {attempts} attempts: {exc}")
+
         try:
-            return call_with_retries(
-                fn,
-                policy=self.retry,
-                is_retryable=retryable,
-                on_give_up=give_up,
-                on_retry=log_retries(log, logging.WARNING, what, self.retry),
-            )
+            return call_aws(what, fn, policy=self.retry, give_up=give_up, logger=log)
         except ClientError as exc:
-            raise QueueError(f"SQS {action} on {self.url} refused: {exc}") from exc
+            raise QueueError(f"{what} refused: {exc}") from exc
 
     def receive(
         self, limit: int, visibility_s: int, budget_s: float = RECEIVE_BUDGET_S

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
 
+from resources.aws_calls import call_aws, client_config
 from resources.objects.base import (
     ObjectInfo,
     ObjectStore,
@@ -24,7 +25,7 @@ from resources.objects.base import (
     parquet_footer,
     parquet_footer_length,
 )
-from resources.retry import RetryPolicy, call_with_retries, log_retries
+from resources.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CopySourceTypeDef, DeleteTypeDef
@@ -60,7 +61,6 @@ class S3ObjectStore(ObjectStore):
         retry: RetryPolicy | None = None,
     ) -> None:
         import boto3
-        from botocore.config import Config
 
         self.bucket = bucket
         self.endpoint_url = endpoint_url
@@ -72,38 +72,19 @@ class S3ObjectStore(ObjectStore):
             endpoint_url=endpoint_url,
             region_name=region or "us-east-1",
             # Discovery HEADs objects 16 at a time (resources/ingestion/notification_discovery.py).
-            config=Config(
-                retries={"total_max_attempts": 1},
-                connect_timeout=2,
-                read_timeout=30,
-                max_pool_connections=32,
-            ),
+            config=client_config(max_pool_connections=32),
         )
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _call(self, action: str, key: str, fn: Callable[[], T]) -> T:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        def retryable(exc: BaseException) -> bool:
-            if isinstance(exc, ClientError):
-                code = exc.response.get("Error", {}).get("Code", "")
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                return code in ("SlowDown", "InternalError", "RequestTimeout") or status >= 500
-            return isinstance(exc, BotoCoreError)
+        what = f"S3 {action} of s3://{self.bucket}/{self._key(key)}"
 
         def give_up(exc: BaseException, attempts: int) -> BaseException:
-            return ObjectStoreUnreachableError(
-                f"S3 {action} of s3://{self.bucket}/{self._key(key)} failed after "
-                f"{attempts} attempts: {exc}"
-            )
+            return ObjectStoreUnreachableError(f"{what} failed after {attempts} attempts: {exc}")
 
-        what = f"S3 {action} of s3://{self.bucket}/{self._key(key)}"
-        retrying = log_retries(log, logging.WARNING, what, self.retry)
-        return call_with_retries(
-            fn, policy=self.retry, is_retryable=retryable, on_give_up=give_up, on_retry=retrying
-        )
+        return call_aws(what, fn, policy=self.retry, give_up=give_up, logger=log)
 
     def list_after(self, start_after: str | None, limit: int) -> list[ObjectInfo]:
         base = self._key("") if self.prefix else ""
