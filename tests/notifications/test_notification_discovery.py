@@ -249,3 +249,27 @@ def test_units_made_by_listing_are_indexed_before_any_event(
     counts = drain(store, bucket, max_messages=20)  # indexes 5 units a tick first
     held_once(store, [*listed, "2026/new.jsonl"])
     assert counts["objects"] == 1 and counts["duplicates"] == 30
+
+
+def test_the_events_s3_itself_sends_once_the_bucket_is_wired(
+    store: CoordinationStore, bucket: NotifiedBucket
+) -> None:
+    """No hand-made message: the loopback server's S3 sends its own events (and its
+    `s3:TestEvent`) to the queue the configuration `leasehold notifications --apply` writes
+    names; objects outside the prefix are filtered by S3 already. (It sends no removal
+    events: those are the hand-made tests' above.)"""
+    from resources.notifications.wiring import queue_configuration
+
+    arn = bucket.sqs.get_queue_attributes(QueueUrl=bucket.queue_url, AttributeNames=["QueueArn"])
+    entry = queue_configuration(STREAM, arn["Attributes"]["QueueArn"], "events/")
+    bucket.s3.put_bucket_notification_configuration(
+        Bucket=bucket.bucket, NotificationConfiguration={"QueueConfigurations": [entry]}
+    )
+    keys = random_keys(8)
+    for key in keys:
+        bucket.put(key)
+    bucket.s3.put_object(Bucket=bucket.bucket, Key="elsewhere/x.jsonl", Body=b"{}\n")
+    counts = drain(store, bucket)
+    held_once(store, keys)
+    assert counts["objects"] == 8 and counts["outside the source"] == 0  # S3 filtered it
+    assert bucket.waiting() == 0
