@@ -65,6 +65,7 @@ from resources.dagster_resources.runs import (
     in_flight_positions,
     span_of,
 )
+from resources.ingestion.claimed_units import forget_index
 from resources.ingestion.discovery import Discovery, DiscoveryResult, Lister
 from resources.ingestion.notification_discovery import NotificationDiscovery
 from resources.ingestion.outcomes import COMMITTED, committed_outcome
@@ -277,6 +278,12 @@ class DiscoveryTick:
             ).discover(cursor.reconcile)
             seen = ", ".join(f"{n} {what}" for what, n in sorted(step.counts.items()) if n)
             return step.found, step.backstop, f"events: {seen or 'none'}; "
+        forget_index(
+            self.store,
+            self.stream,
+            self.coordination.owner,
+            self.coordination.ownership_timeout_seconds,
+        )
         if not config.discovery.ordered_keys:
             return DiscoveryResult([], 0, None), None, ""
         return self._discover(cursor, self.lake.lister(self.stream), config), None, ""

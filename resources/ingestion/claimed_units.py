@@ -24,6 +24,7 @@ from typing import Any
 
 from resources.coordination.items import LeaseToken
 from resources.coordination.object_claims import ObjectClaim
+from resources.coordination.supplier import SUPPLIER_STATE
 from resources.ingestion.work_units import WorkUnit, plan_units, unit_of
 from resources.stores.base import CoordinationStore
 
@@ -141,3 +142,19 @@ class ClaimedUnits:
 
     def _save(self) -> None:
         self.store.update_global_state(self.token, self.state, self.timeout_s)
+
+
+def forget_index(store: CoordinationStore, stream: str, owner: str, timeout_s: float) -> bool:
+    """A stream discovering by listing again: units it makes now have no claims, so a later
+    move back to notifications must index them first. Clears the index's progress (one read
+    when there is none); False if another node holds the supplier lease (the next tick tries
+    again). Raises the store errors."""
+    if not store.read_global_state(stream, SUPPLIER_STATE).get(INDEXED):
+        return True
+    supplier = store.acquire_global_state(stream, SUPPLIER_STATE, owner, timeout_s)
+    if supplier is None:
+        return False
+    state = dict(supplier.progress or {})
+    state.update({INDEXED: False, INDEX_AFTER: None})
+    store.release_global_state(supplier.token, state)
+    return True

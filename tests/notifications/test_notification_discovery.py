@@ -273,3 +273,22 @@ def test_the_events_s3_itself_sends_once_the_bucket_is_wired(
     held_once(store, keys)
     assert counts["objects"] == 8 and counts["outside the source"] == 0  # S3 filtered it
     assert bucket.waiting() == 0
+
+
+def test_a_stream_back_on_listing_is_indexed_again_when_it_returns(
+    store: CoordinationStore, bucket: NotifiedBucket
+) -> None:
+    from resources.ingestion.claimed_units import INDEXED, forget_index
+
+    drain(store, bucket)  # indexed (nothing to index)
+    assert store.read_global_state(STREAM, "discovery")[INDEXED]
+    assert forget_index(store, STREAM, "node-a", 60)  # a listing tick
+    listed = plan_units([("2026/a.jsonl", 3), ("2026/b.jsonl", 3)], 10, 2**40)
+    sid = store.source_identifier(STREAM)
+    store.create_partitions(
+        sid, [u.key for u in listed], progress_states=[u.progress_state() for u in listed]
+    )
+    bucket.send(s3_message(bucket.put("2026/b.jsonl")))
+    counts = drain(store, bucket)
+    held_once(store, ["2026/a.jsonl", "2026/b.jsonl"])
+    assert counts["duplicates"] == 1 and counts["objects"] == 0
