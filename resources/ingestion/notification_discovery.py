@@ -136,7 +136,7 @@ class NotificationDiscovery:
                 drained = self._messages(units, counts)
                 step = self._backstop(units, backstop)
             else:
-                step, counts["units indexed (from listing)"] = idle, 1
+                step, counts["ticks indexing units listing made (messages wait)"] = idle, 1
             if drained:
                 state[CAUGHT_UP_MS] = max(started_ms, int(state.get(CAUGHT_UP_MS, 0)))
             state[EVENT_COUNTS] = dict(Counter(state.get(EVENT_COUNTS) or {}) + counts)
