@@ -114,7 +114,7 @@ def test_archive_and_delete_with_a_kill_mid_pass_then_a_re_upload(
     code, out = project.run("run")
     assert code == 0, out
     assert "source clean-up stopped (the next pass goes on)" in out, out
-    assert "source clean-up (delete)" in out, out
+    assert "clicks > source clean-up: deleted 2 source objects" in out, out
     assert keys(src) == sorted(originals)
     bucket(aws_server, "archive")
     store = build_store(project.settings)
