@@ -114,9 +114,10 @@ class FastAws:
 
 
 class CountingStore:
-    """The store, every call discovery makes into it counted by method (into `calls`)."""
+    """The store, every call discovery makes into it counted by method (into `calls`) and
+    timed (the seconds into `calls["seconds"]`)."""
 
-    def __init__(self, store: Any, calls: Counter[str]) -> None:
+    def __init__(self, store: Any, calls: Counter[Any]) -> None:
         self._store = store
         self._calls = calls
 
@@ -127,7 +128,11 @@ class CountingStore:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self._calls[name] += 1
-            return attr(*args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self._calls["seconds"] += time.perf_counter() - started
 
         return counted
 
@@ -143,6 +148,7 @@ class Cost:
     server_cpu_s: float = 0.0
     calls: Counter[str] = field(default_factory=Counter)
     store: Counter[str] = field(default_factory=Counter)
+    store_s: float = 0.0
     units: int = 0
     found: int = 0
 
@@ -163,7 +169,7 @@ class Source:
     old: int
     args: argparse.Namespace
     tmp: Path
-    store_calls: Counter[str] = field(default_factory=Counter)
+    store_calls: Counter[Any] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.bucket = f"src-{self.old}"
@@ -280,6 +286,7 @@ def measure(source: Source, what: str, run: Run) -> Cost:
     calls.subtract(before["counts"])
     store = Counter(source.store_calls)
     store.subtract(store_before)
+    store_s = store.pop("seconds", 0.0)
     return Cost(
         what,
         source.old,
@@ -290,6 +297,7 @@ def measure(source: Source, what: str, run: Run) -> Cost:
         after["cpu_s"] - before["cpu_s"],
         +calls,
         +store,
+        store_s,
         units,
         found,
     )
@@ -379,7 +387,7 @@ def run_all(aws: FastAws, args: argparse.Namespace, tmp: Path) -> list[Cost]:
 
 def table(costs: list[Cost], latency_s: float) -> list[str]:
     lines = [
-        "| measure | old objects | ticks | wall s | of which long-poll wait s | CPU s | LIST "
+        "| measure | old objects | ticks | wall s (long-poll wait) | CPU s | in the store s | LIST "
         "| HEAD | Receive | DeleteBatch | store calls | units made | objects found "
         f"| server CPU s | model: wall - server CPU + calls x {latency_s * 1000:.0f} ms, s |",
         "| --- " * 15 + "|",
@@ -387,9 +395,9 @@ def table(costs: list[Cost], latency_s: float) -> list[str]:
     for c in costs:
         calls = " | ".join(f"{c.calls[CALLS[name]]:,}" for name in CALLS)
         lines.append(
-            f"| {c.what} | {c.old:,} | {c.ticks} | {c.wall_s:.2f} | {c.waited_s:.2f} "
-            f"| {c.cpu_s:.2f} | {calls} | {sum(c.store.values()):,} | {c.units:,} "
-            f"| {c.found:,} | {c.server_cpu_s:.2f} | {c.modelled_s(latency_s):.1f} |"
+            f"| {c.what} | {c.old:,} | {c.ticks} | {c.wall_s:.2f} ({c.waited_s:.2f}) "
+            f"| {c.cpu_s:.2f} | {c.store_s:.2f} | {calls} | {sum(c.store.values()):,} "
+            f"| {c.units:,} | {c.found:,} | {c.server_cpu_s:.2f} | {c.modelled_s(latency_s):.1f} |"
         )
     return lines
 
@@ -414,7 +422,8 @@ def summary(costs: list[Cost]) -> list[str]:
             lines.append(
                 f"{what}: {big:,} old objects against {small:,}: CPU x{b.cpu_s / a.cpu_s:.2f}, "
                 f"wall less long-poll wait x{(b.wall_s - b.waited_s) / (a.wall_s - a.waited_s):.2f}"
-                f", calls {sum(b.calls.values()):,} against {sum(a.calls.values()):,}"
+                f", in the store {b.store_s:.3f} s against {a.store_s:.3f} s, calls "
+                f"{sum(b.calls.values()):,} against {sum(a.calls.values()):,}"
             )
     return lines
 
