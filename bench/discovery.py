@@ -25,9 +25,10 @@ events on the queue in random order, as a standard queue delivers them):
 Rows: ticks, wall and CPU seconds (this process: boto3, leasehold, SQLite), S3 and SQS calls,
 store calls (every `CoordinationStore` method discovery calls, but `now_ms` and
 `source_identifier`), units created, objects found, the server's CPU, and a model of the wall
-time against AWS: the server's CPU replaced by `--latency-ms` a call (the calls are
-sequential). `--wait-s` is `EventQueue`'s long polling (1 s, the production default): the
-receive that finds the queue empty waits that long, shown apart.
+time against AWS: the server's CPU replaced by `--latency-ms` a call (S3's LISTs one after
+the other, SQS's calls `EventQueue.PARALLEL` at a time). `--wait-s` is `EventQueue`'s long
+polling (1 s, the production default): each receive that finds the queue empty waits that long
+(summed over the receivers), shown apart.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from resources.ingestion.notification_discovery import (  # noqa: E402
 from resources.ingestion.reconciliation import ReconcileState, Reconciliation  # noqa: E402
 from resources.ingestion.source_listing import source_lister  # noqa: E402
 from resources.ingestion.work_units import unit_of  # noqa: E402
-from resources.notifications.queue import EventQueue  # noqa: E402
+from resources.notifications.queue import PARALLEL, EventQueue  # noqa: E402
 from resources.objects.s3 import S3ObjectStore  # noqa: E402
 from resources.stores import build_store  # noqa: E402
 from resources.stores.settings import StoreSettings  # noqa: E402
@@ -153,8 +154,11 @@ class Cost:
     found: int = 0
 
     def modelled_s(self, latency_s: float) -> float:
-        """Against AWS: the stand-in's time (its CPU) replaced by `latency_s` a call."""
-        return self.wall_s - self.server_cpu_s + sum(self.calls.values()) * latency_s
+        """Against AWS: the stand-in's time (its CPU) replaced by `latency_s` a call — S3's
+        LISTs one after the other, SQS's calls `PARALLEL` at a time (`EventQueue`)."""
+        sqs = self.calls["SQS ReceiveMessage"] + self.calls["SQS DeleteMessageBatch"]
+        s3 = sum(self.calls.values()) - sqs
+        return self.wall_s - self.server_cpu_s + (s3 + sqs / PARALLEL) * latency_s
 
 
 Run = Callable[[], tuple[int, int, int]]
