@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from resources.aws_calls import call_aws, client_config
+from resources.aws_calls import aws_client, call_aws
 from resources.errors import LeaseholdError
 from resources.notifications.wiring import CONFIGURATION_KINDS
 from resources.retry import RetryPolicy
@@ -40,16 +40,9 @@ class BucketNotifications:
         region: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        import boto3
-
         self.bucket = bucket
         self.retry = retry or RetryPolicy()
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=endpoint_url,
-            region_name=region or "us-east-1",
-            config=client_config(),
-        )
+        self.client = aws_client("s3", endpoint_url=endpoint_url, region=region or "us-east-1")
 
     def _call(self, action: str, fn: Callable[[], T]) -> T:
         from botocore.exceptions import ClientError

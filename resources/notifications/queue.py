@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from resources.aws_calls import call_aws, client_config
+from resources.aws_calls import aws_client, call_aws
 from resources.errors import ComponentUnreachableError, LeaseholdError
 from resources.retry import RetryPolicy
 
@@ -73,19 +73,17 @@ class EventQueue:
         retry: RetryPolicy | None = None,
         wait_s: int = 1,
     ) -> None:
-        import boto3
-
         self.url = queue_url
         self.retry = retry or RetryPolicy()
         self.wait_s = wait_s
         """Long polling of each receive: with 0, SQS samples some of its servers and may
         answer empty while messages wait; 1 asks them all, waiting at most that long."""
         endpoint, url_region = queue_endpoint(queue_url)
-        self.client = boto3.client(
+        self.client = aws_client(
             "sqs",
             endpoint_url=endpoint,
-            region_name=url_region or region or "us-east-1",
-            config=client_config(max_pool_connections=2 * PARALLEL),
+            region=url_region or region or "us-east-1",
+            max_pool_connections=2 * PARALLEL,
         )
 
     def _call(self, action: str, fn: Callable[[], T]) -> T:

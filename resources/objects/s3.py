@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
 
-from resources.aws_calls import call_aws, client_config
+from resources.aws_calls import aws_client, call_aws
 from resources.objects.base import (
     ObjectInfo,
     ObjectStore,
@@ -60,19 +60,17 @@ class S3ObjectStore(ObjectStore):
         region: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        import boto3
-
         self.bucket = bucket
         self.endpoint_url = endpoint_url
         self.prefix = prefix.strip("/")
         self.root_url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self.retry = retry or RetryPolicy()
-        self.client = boto3.client(
+        self.client = aws_client(
             "s3",
             endpoint_url=endpoint_url,
-            region_name=region or "us-east-1",
+            region=region or "us-east-1",
             # Discovery HEADs objects 16 at a time (resources/ingestion/notification_discovery.py).
-            config=client_config(max_pool_connections=32),
+            max_pool_connections=32,
         )
 
     def _key(self, key: str) -> str:
