@@ -7,8 +7,9 @@ first `leasehold run` is SIGKILLed at the most dangerous moment: its tick has cr
 of the messages it received and not deleted one message yet (`tests/support/pausing_queue.py`).
 The next runs receive those messages again once their visibility times out, find their objects
 held and drop them; the backstop pass (due at a stream's first tick, then every
-`backstop_interval`) finds the objects whose events were lost. Then a second wave lands with its
-events, among them a re-upload of an ingested key. The published Iceberg table, read with
+`backstop_interval`) finds the objects whose events were lost. Then (on SQLite: the DynamoDB
+store makes no other call for it) a second wave lands with its events, among them a re-upload
+of an ingested key (each backend's re-upload tests are in `tests/notifications`). The published Iceberg table, read with
 pyiceberg and polars, holds every well-formed record exactly once, and nothing from outside the
 prefix.
 """
@@ -163,6 +164,12 @@ def test_every_record_once_whatever_the_events(project: CliProject, tmp_path: Pa
     run_until_published(project, expected)
     assert bucket.waiting() == 0
 
+    code, status = project.run("status")
+    assert code == 0 and "S3 events since discovery by notifications began" in status, status
+    assert "duplicates" in status  # the redelivered messages of the killed run
+    if project.settings.backend != "sqlite":
+        return  # the second wave adds no store operation the first did not make: once is enough
+
     # A second wave with its events, and an ingested key uploaded again (its event dropped).
     wave = project.sources / "wave"
     wave.mkdir()
@@ -174,6 +181,3 @@ def test_every_record_once_whatever_the_events(project: CliProject, tmp_path: Pa
     again = upload(project, [sorted(project.sources.rglob("part-*.jsonl"))[0]])
     bucket.send(*(s3_message(record) for _, record in [*new, *again]))
     run_until_published(project, source_ids(project.sources))
-    code, status = project.run("status")
-    assert code == 0 and "S3 events since discovery by notifications began" in status, status
-    assert "duplicates" in status  # the redelivered messages of the killed run
