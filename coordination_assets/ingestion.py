@@ -34,6 +34,7 @@ from dagster import (
     sensor,
 )
 
+from coordination_assets.table_runs import sensor_interval_s
 from resources.check_outcome import CheckOutcome
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.asset_metadata import (
@@ -227,7 +228,7 @@ def build_discovery_sensor(stream: str) -> SensorDefinition:
     @sensor(
         name=f"{stream}_discovery",
         asset_selection=[asset_key],
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=sensor_interval_s(),
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Lists new and late objects of {stream!r}, creates leases, requests runs "
         "for them and for work left behind, records commits Dagster missed.",
@@ -313,7 +314,7 @@ def build_checks_sensor(stream: str, checks: list[AssetChecksDefinition]) -> Sen
     @sensor(
         name=f"{stream}_checks",
         asset_selection=AssetSelection.checks(*checks),
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=sensor_interval_s(),
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Runs the asset checks of {stream!r} after its ingestion, merge and "
         "publication runs end, and on a period.",

@@ -8,16 +8,22 @@ from collections.abc import Callable, Mapping
 
 from dagster import AssetKey, DefaultSensorStatus, Failure, MetadataValue, sensor
 
-SENSOR_INTERVAL_S = 30
+from resources.streams import LakeSettings
+
+
+def sensor_interval_s() -> int:
+    """`LEASEHOLD_SENSOR_INTERVAL_SECONDS`, checked, as the definitions are built: every
+    leasehold sensor's `minimum_interval_seconds`."""
+    return LakeSettings.from_env().sensor_interval_seconds
 
 
 def table_sensor(name: str, asset_key: AssetKey, description: str) -> Callable:
     """The decorator of a sensor requesting range runs of `asset_key`: running by default,
-    ticking at most every `SENSOR_INTERVAL_S`."""
+    ticking at most every `sensor_interval_s()`."""
     return sensor(
         name=name,
         asset_selection=[asset_key],
-        minimum_interval_seconds=SENSOR_INTERVAL_S,
+        minimum_interval_seconds=sensor_interval_s(),
         default_status=DefaultSensorStatus.RUNNING,
         description=description,
     )

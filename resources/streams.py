@@ -383,6 +383,15 @@ class LakeSettings(Settings):
         "queue empty that is not",
         check=at_least(0),
     )
+    # Latency against cost: each of a stream's sensors makes a few store reads a tick (a
+    # discovery tick one LIST, or one SQS receive, more), whether or not anything is new.
+    sensor_interval_seconds: int = setting(
+        30,
+        env="LEASEHOLD_SENSOR_INTERVAL_SECONDS",
+        doc="the least time between two ticks of each of leasehold's sensors (discovery, merge, "
+        "publication, rollup, checks); Dagster's daemon looks at its sensors every 5 s",
+        check=at_least(5),
+    )
     check_interval_seconds: float = setting(
         3600.0,
         env="LEASEHOLD_CHECK_INTERVAL_SECONDS",

@@ -9,9 +9,9 @@ The next runs receive those messages again once their visibility times out, find
 held and drop them; the backstop pass (due at a stream's first tick, then every
 `backstop_interval`) finds the objects whose events were lost. Then (on SQLite: the DynamoDB
 store makes no other call for it) a second wave lands with its events, among them a re-upload
-of an ingested key (each backend's re-upload tests are in `tests/notifications`). The published Iceberg table, read with
-pyiceberg and polars, holds every well-formed record exactly once, and nothing from outside the
-prefix.
+of an ingested key (each backend's re-upload tests are in `tests/notifications`). The published
+Iceberg table, read with pyiceberg and polars, holds every well-formed record exactly once, and
+nothing from outside the prefix.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 `test_discovery_sensor.py` evaluates ticks by hand and plays the daemon's part itself. Here
 `dagster dev` on 127.0.0.1 (webserver, daemon, code server of the repo's `workspace.yaml`) does
-everything at its own timing — the sensors tick every 30 s, the run queue launches run workers,
-cancellation goes through the code server — and the test only starts it, adds objects, cancels
-or SIGKILLs a run, and watches the lease store and the instance. What it asserts is the
+everything at its own timing — the sensors tick every 10 s (`LEASEHOLD_SENSOR_INTERVAL_SECONDS`;
+30 s by default), the run queue launches run workers, cancellation goes through the code server
+— and the test only starts it, adds objects, cancels or SIGKILLs a run, and watches the lease
+store and the instance. What it asserts is the
 recovery promise of the README: work a run leaves behind is requested again within one lease
 timeout and two sensor ticks, in few runs, and Dagster ends up knowing every commit.
 
@@ -59,7 +60,7 @@ from tests.support.pipeline_env import STREAM, write_streams
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
-TICK_S = 30.0  # both sensors' minimum_interval_seconds
+TICK_S = 10  # the sensors' minimum_interval_seconds: 30 s by default, a third of the wait here
 LEASE_TIMEOUT_S = 10.0
 CHUNK_SIZE = 50  # a run commits chunk after chunk: there is a moment with some, not all, done
 OBJECTS = 350  # the canceled run: the first chunk committed leaves 300, so >= 200 handed back
@@ -225,7 +226,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     data_dir.mkdir()
     write_instance_yaml(home)
     env = project_env(
-        streams, data_dir, home, lease_timeout_s=LEASE_TIMEOUT_S, chunk_size=CHUNK_SIZE
+        streams,
+        data_dir,
+        home,
+        lease_timeout_s=LEASE_TIMEOUT_S,
+        chunk_size=CHUNK_SIZE,
+        sensor_interval_s=TICK_S,
     )
     # The repo's own workspace: its code location loads by a path relative to the file and
     # works in the repo directory; every path leasehold gets here is absolute.

@@ -139,14 +139,18 @@ def test_row_count_is_the_metadata_dagster_plots() -> None:
     assert ROW_COUNT == "dagster/row_count"
 
 
-def test_a_source_cleanup_job_and_schedule_only_for_streams_with_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One stream's streams file, which the definitions are built from."""
     from tests.support.pipeline_env import write_streams
 
-    streams = write_streams(tmp_path / "streams.yaml", "file:///src", "file:///lake")
-    monkeypatch.setenv("LEASEHOLD_STREAMS", str(streams))
+    path = write_streams(tmp_path / "streams.yaml", "file:///src", "file:///lake")
+    monkeypatch.setenv("LEASEHOLD_STREAMS", str(path))
     monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path))
+    return path
+
+
+def test_a_source_cleanup_job_and_schedule_only_for_streams_with_it(streams: Path) -> None:
     names = {j.name for j in build_definitions().jobs or []}
     assert "events_gc" in names and "events_source_cleanup" not in names
     text = streams.read_text().replace(
@@ -158,3 +162,16 @@ def test_a_source_cleanup_job_and_schedule_only_for_streams_with_it(
     schedule = defs.get_schedule_def("events_source_cleanup_hourly")
     assert schedule.cron_schedule == "41 * * * *"
     assert schedule.default_status == DefaultScheduleStatus.RUNNING
+
+
+@pytest.mark.usefixtures("streams")
+def test_every_sensor_ticks_at_the_configured_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    sensors = build_definitions().sensors or []
+    assert {s.minimum_interval_seconds for s in sensors} == {30}
+    monkeypatch.setenv("LEASEHOLD_SENSOR_INTERVAL_SECONDS", "12")
+    sensors = build_definitions().sensors or []
+    assert len(sensors) >= 4 and {s.minimum_interval_seconds for s in sensors} == {12}
+    monkeypatch.setenv("LEASEHOLD_SENSOR_INTERVAL_SECONDS", "2")  # under the daemon's own loop
+    with pytest.raises(ConfigError) as err:
+        build_definitions()
+    assert err.value.field == "sensor_interval_seconds"

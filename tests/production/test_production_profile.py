@@ -12,8 +12,9 @@ polars, as an engine would), the lease table, and the runs and materializations 
 Time: 268 s measured on this project's shared 2-core machine (load average ~5): Spark
 Connect's start 25 s, doctor 33 s (its Spark query pays the server's first-query warm-up),
 `leasehold run` 62 s, the daemon path 132 s (`dagster dev`'s start ~45 s, then the sensors'
-30-second ticks and a run worker's start per run). The data is tiny: what costs is process
-starts. Every wait is bounded and fails naming what it waited for, with the state.
+ticks, 30 s apart then, 10 s now, and a run worker's start per run). The data is tiny: what
+costs is process starts. Every wait is bounded and fails naming what it waited for, with the
+state.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 SPARK_CONNECT_START_S = 180.0
 COMMAND_TIMEOUT_S = 180.0
-DAEMON_TIMEOUT_S = 240.0  # dagster dev's start, 3 sensor ticks 30 s apart, 3 runs
+SENSOR_INTERVAL_S = 10
+DAEMON_TIMEOUT_S = 240.0  # dagster dev's start, 3 sensor ticks, 3 runs
 OBJECTS, RECORDS, MALFORMED_EVERY = 6, 20, 17
 LATE_OBJECTS = 2
 
@@ -238,6 +240,8 @@ streams:
             "LEASEHOLD_GLUE_ENDPOINT_URL": endpoint,
             "LEASEHOLD_SPARK_REMOTE": spark.url,
             "LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS": "60",
+            # A third of the default: the daemon path waits for three ticks in a row.
+            "LEASEHOLD_SENSOR_INTERVAL_SECONDS": str(SENSOR_INTERVAL_S),
         }
         local = root / "sources"
         write_sample_sources(

@@ -130,11 +130,17 @@ def _zombie(pid: int) -> bool:
 
 
 def project_env(
-    streams: Path, data_dir: Path, home: Path, *, lease_timeout_s: float, chunk_size: int
+    streams: Path,
+    data_dir: Path,
+    home: Path,
+    *,
+    lease_timeout_s: float,
+    chunk_size: int,
+    sensor_interval_s: int = 30,
 ) -> dict[str, str]:
     """The environment of a `dagster dev` project: this process's, without any LEASEHOLD_,
     DAGSTER_ or PYSPARK_ variable of its own, plus the project's streams, data directory,
-    Dagster home, lease timeout and chunk size, as a user configures them."""
+    Dagster home, lease timeout, chunk size and sensor interval, as a user configures them."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -149,4 +155,5 @@ def project_env(
         "LEASEHOLD_DATA_DIR": str(data_dir),
         "LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS": str(int(lease_timeout_s)),
         "LEASEHOLD_CHUNK_SIZE": str(chunk_size),
+        "LEASEHOLD_SENSOR_INTERVAL_SECONDS": str(sensor_interval_s),
     }
