@@ -101,7 +101,7 @@ def parse_aws_timestamp(value: str) -> datetime:
     if len(value) >= 20 and value[10] == "T" and value[-1] == "Z":
         try:
             return datetime.fromisoformat(value[:-1] + "+00:00")  # Python 3.10 reads no Z
-        except ValueError:
+        except ValueError:  # not ISO 8601 after all: botocore's parser reads it or says why
             pass
     from botocore.utils import parse_timestamp
 
