@@ -25,8 +25,9 @@ def check_door(streams: Sequence[StreamConfig]) -> None:
     """A Spark master or Connect server that is not listening, or a remote catalog (Glue, an
     Iceberg REST catalog) that does not answer (asked through each stream's
     `PublicationTarget`), raises its `ComponentUnreachableError` here; local ones are not
-    asked."""
+    asked. Spark's options (`SparkSettings.options`) are checked here too, before any run."""
     spark = SparkSettings.from_env()
+    spark.options()
     require_reachable(spark.master, spark.remote)
     settings = CatalogSettings.from_env()
     if settings.catalog == "local":

@@ -2,7 +2,8 @@
 
 The first asset that needs Spark pays for starting it, and no other step starts a second one.
 A classic session (a master) is started by dagster-pyspark's `LazyPySparkResource` from
-leasehold's settings (`session_conf`: loopback, the table defaults); a Spark Connect session
+leasehold's settings (`SparkSettings.options`: leasehold's defaults, `spark-defaults.conf`,
+`LEASEHOLD_SPARK_CONF`, the keys leasehold requires); a Spark Connect session
 (`remote`) by leasehold itself, since dagster-pyspark has no Connect support. Either way
 `starting_spark` finds Java, sends the JVM's output to `LEASEHOLD_SPARK_LOG` and turns a
 failure to start into one message. On a master that is not `local`, the project's code is
@@ -23,14 +24,13 @@ from resources.spark.reachable import require_reachable
 from resources.spark.session import (
     SparkSettings,
     build_spark_session,
-    session_conf,
     starting_spark,
 )
 
 
 # A base built at import from the declarations: mypy cannot follow it (its fields read as Any).
 class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
-    """`master` (default `local[*]`) or `remote` (a Spark Connect URL); loopback-only.
+    """`master` (default `local[*]`) or `remote` (a Spark Connect URL), with its options.
 
     Its fields are the settings `SparkSettings` declares; `from_env()` is the resource as
     Definitions binds it.
@@ -73,7 +73,8 @@ class SparkResource(settings_resource(SparkSettings)):  # type: ignore[misc]
                 # a code location load that starts no Spark should not pay.
                 from dagster_pyspark import LazyPySparkResource
 
-                pyspark = LazyPySparkResource(spark_config=session_conf(self.master))
+                options = self.settings_of(SparkSettings).options()
+                pyspark = LazyPySparkResource(spark_config=options)
                 with starting_spark(self.master, None, self.log_file):
                     self._session = pyspark.spark_session
                 ship_code(self._session, self.master, None)

@@ -21,6 +21,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import uuid
@@ -165,7 +166,7 @@ def map_tasks(job: SplitJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 def run_task(job: SplitJob, n: int) -> list[dict[str, Any]]:
     """Every part of task `n`, in order: the metadata rows of what was done."""
     token = uuid.uuid4().hex[:8]  # this attempt's: a retried task never overwrites a name
-    scratch = Path(tempfile.mkdtemp(prefix="leasehold-task-"))
+    scratch = Path(tempfile.mkdtemp(prefix="leasehold-task-", dir=scratch_root()))
     try:
         rows: list[dict[str, Any]] = []
         for part in job.tasks[n]:
@@ -173,6 +174,15 @@ def run_task(job: SplitJob, n: int) -> list[dict[str, Any]]:
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def scratch_root() -> str | None:
+    """Where a task keeps its scratch: the executor's first local directory, which Spark gives
+    its Python workers as `SPARK_LOCAL_DIRS` (`spark.local.dir`, or the cluster manager's) and
+    deletes with the executor, so a task killed before its `finally` leaves nothing for ever;
+    None (the system's temporary directory) outside Spark."""
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    return dirs[0] if dirs else None
 
 
 class _PartRun:

@@ -1,12 +1,14 @@
-"""The one SparkSession of a run, bound to loopback.
+"""The one SparkSession of a run: embedded on loopback by default, a cluster by configuration.
 
-This machine must not send traffic off 127.0.0.1, so the driver binds and advertises loopback
-and the UI is off unless asked for. `remote` selects Spark Connect (a URL, or `local[N]` to start
-a local Connect server), which the data path supports because it uses the DataFrame API only.
+Its options come from `resources.spark.options` (leasehold's defaults, `spark-defaults.conf`,
+`LEASEHOLD_SPARK_CONF`, the keys leasehold requires); only the embedded `local[*]` session binds
+to loopback. `remote` selects Spark Connect (a URL, or `local[N]` to start a local Connect
+server), which the data path supports because it uses the DataFrame API only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -16,30 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from resources.errors import ComponentUnreachableError, ConfigError
-from resources.settings import Settings, setting
+from resources.settings import Settings, at_least, setting
 from resources.spark.code_shipping import ship_code
+from resources.spark.options import (
+    check_entries,
+    parse_entries,
+    read_spark_defaults,
+    session_options,
+    spark_defaults_file,
+    uses_loopback,
+)
 from resources.spark.reachable import require_reachable
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
-
-OPEN_COST_BYTES = 256 << 10
-
-LOOPBACK_CONF = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "8",
-    "spark.sql.sources.partitionOverwriteMode": "dynamic",
-    # Many small source objects: pack them into fewer tasks than the default 4 MB open cost.
-    "spark.sql.files.openCostInBytes": str(OPEN_COST_BYTES),
-    "spark.sql.parquet.compression.codec": "snappy",
-    "spark.ui.showConsoleProgress": "false",
-    # Local files: no .crc side files and one rename per file instead of two.
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    "spark.hadoop.fs.file.impl.disable.cache": "true",
-    "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
-}
 
 
 class SparkConfigError(ConfigError):
@@ -68,6 +59,29 @@ class SparkSettings(Settings):
         env="LEASEHOLD_SPARK_LOG",
         doc="file the Spark JVM's own output goes to (log4j, Java warnings); default: stderr",
     )
+    conf: str | None = setting(
+        None,
+        env="LEASEHOLD_SPARK_CONF",
+        doc="Spark options as `key=value` entries separated by `;` (over `spark-defaults.conf`)",
+        check=check_entries,
+    )
+    stall_seconds: float = setting(
+        300.0,
+        env="LEASEHOLD_SPARK_STALL_SECONDS",
+        doc="a Spark job with no executor, no task started and none finished this long is "
+        "cancelled and its leases handed back",
+        check=at_least(10),
+    )
+
+    def options(self, app_name: str = "leasehold") -> dict[str, str]:
+        """Every option a session of these settings is built with (`session_options`)."""
+        user = parse_entries(self.conf)
+        options = session_options(
+            self.master, self.remote, user, read_spark_defaults(spark_defaults_file())
+        )
+        if not self.remote:
+            options = {"spark.master": self.master or "local[*]", **options}
+        return {"spark.app.name": app_name, **options}
 
 
 class SparkSessionError(ComponentUnreachableError):
@@ -76,11 +90,13 @@ class SparkSessionError(ComponentUnreachableError):
     component = "Spark"
 
 
-def prepare_environment() -> None:
-    """Loopback, Java 17, and the Python of the Spark tasks (which parse the sources): this
-    interpreter, whose packages are the project's, unless `PYSPARK_PYTHON` names the one the
-    executors' image has (a cluster whose Python lives elsewhere)."""
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+def prepare_environment(master: str | None = None, remote: str | None = None) -> None:
+    """Java 17; loopback for the embedded session unless `SPARK_LOCAL_IP` says otherwise; and
+    the Python of the Spark tasks (which parse the sources): this interpreter, whose packages
+    are the project's, unless `PYSPARK_PYTHON` names the one the executors' hosts have (it
+    must exist at that path on every one of them)."""
+    if uses_loopback(master, remote, os.environ):
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if not os.environ.get("JAVA_HOME") and JAVA_17.is_dir():
         os.environ["JAVA_HOME"] = str(JAVA_17)
@@ -93,23 +109,21 @@ def build_spark_session(
     extra_conf: dict[str, str] | None = None,
 ) -> Any:
     """A session on the configured master or Connect URL (the arguments win over the
-    settings), bound to loopback: for the CLI's own commands, the tests and the benchmarks.
-    Dagster runs get theirs from `SparkResource`, started by dagster-pyspark with the same
-    `session_conf` inside the same `starting_spark`."""
+    settings) with the configured options (`SparkSettings.options`; `extra_conf` on top): for
+    the CLI's own commands, the tests and the benchmarks. Dagster runs get theirs from
+    `SparkResource`, started by dagster-pyspark with the same options inside the same
+    `starting_spark`."""
     from pyspark.sql import SparkSession
 
     configured = SparkSettings.from_env()
     master = master or configured.master
     remote = remote or configured.remote
+    settings = dataclasses.replace(configured, master=master, remote=remote)
+    options = {**settings.options(app_name), **(extra_conf or {})}
     with starting_spark(master, remote, configured.log_file):
-        if not remote:
-            builder = SparkSession.builder
-            for key, value in session_conf(master, app_name, extra_conf).items():
-                builder = builder.config(key, value)
-        else:
-            builder = SparkSession.builder.appName(app_name).remote(remote)
-            for key, value in {**LOOPBACK_CONF, **(extra_conf or {})}.items():
-                builder = builder.config(key, value)
+        builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder
+        for key, value in options.items():
+            builder = builder.config(key, value)
         session = builder.getOrCreate()
         # On a cluster or behind a Connect server the executors get the project's code from
         # the session (resources/spark/code_shipping.py).
@@ -117,25 +131,14 @@ def build_spark_session(
         return session
 
 
-def session_conf(
-    master: str | None, app_name: str = "leasehold", extra_conf: dict[str, str] | None = None
-) -> dict[str, str]:
-    """Every setting of a classic session: the master, loopback, the table defaults."""
-    return {
-        "spark.master": master or "local[*]",
-        "spark.app.name": app_name,
-        **LOOPBACK_CONF,
-        **(extra_conf or {}),
-    }
-
-
 @contextmanager
 def starting_spark(master: str | None, remote: str | None, log_file: str | None) -> Iterator[None]:
-    """Around the call that starts Spark: Java found, loopback only, the JVM's output to
+    """Around the call that starts Spark: Java found, loopback for the embedded session, the
+    JVM's output to
     `log_file` (`LEASEHOLD_SPARK_LOG`), and whatever stops it from starting turned into one
     message. A master or Connect server that is not listening fails first, in a second
     (`require_reachable`), not after a minute of Spark's own attempts."""
-    prepare_environment()
+    prepare_environment(master, remote)
     require_reachable(master, remote)
     try:
         with jvm_output_to(Path(log_file) if log_file else None):
