@@ -82,6 +82,12 @@ def run_ingestion(
                 run, asset_def, instance, resources, report, log, stream
             )
             crashes = crashes + 1 if crashed else 0
+            if report.spark_stalled:
+                log(
+                    f"{stream}: Spark made no progress; no more runs this time (the next would "
+                    "wait as long again; the units' leases are handed back)"
+                )
+                return
             if crashes >= CRASHES_IN_A_ROW:
                 log(
                     f"{stream}: {crashes} runs in a row crashed; no more runs this time (their "
@@ -167,10 +173,28 @@ def _execute_ingestion_run(
         log(f"{what}: ok")
         return False
     partitions, errors = _failures(outcome)
+    report.spark_stalled = report.spark_stalled or _raised(outcome, STALLED)
     report.not_ingested.update(partitions)
     report.crashed_runs += errors
     log(f"{what}: {len(partitions)} partitions failed" + (f"; {errors[0]}" if errors else ""))
     return bool(errors)
+
+
+STALLED = "SparkStalledError"
+"""The error a Spark job that made no progress is cancelled with (resources/spark/progress.py)."""
+
+
+def _raised(result: ExecuteInProcessResult, error_class: str) -> bool:
+    """Whether a step of the run failed with `error_class`, or an error it caused."""
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        info = event.step_failure_data.error
+        while info is not None:
+            if info.cls_name == error_class:
+                return True
+            info = info.cause or info.context
+    return False
 
 
 def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:

@@ -75,6 +75,8 @@ class MainJobReport:
     of the same invocation that ingests the partition (a retry of work a failed run left
     behind) takes it out: what is reported is what was still not ingested at the end."""
     crashed_runs: list[str] = field(default_factory=list)
+    spark_stalled: bool = False
+    """A run's Spark job was cancelled for making no progress (no more runs were asked)."""
     """Runs that failed for another reason than their partitions (a store down, a bug)."""
     checks: dict[str, bool] = field(default_factory=dict)
     warned: list[str] = field(default_factory=list)

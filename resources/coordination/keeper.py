@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from resources.coordination.errors import LeaseStoreError
 from resources.coordination.lease import Lease, LeaseLostError
@@ -20,10 +21,19 @@ class LeaseKeeper:
     hundreds of threads and renewals in lockstep. Leases handed to the keeper are not started
     themselves. Renewal is per lease (each is its own fenced write) so one lost lease never
     affects the others.
+
+    Renewal is tied to progress: a pass renews only while `progressing()` says the work the
+    leases wait on moves (the Spark job reading them, `SparkWatch.progressing`). A job that
+    hangs then no longer keeps its units from other runs: unrenewed, its leases expire at their
+    ownership timeout even if the process lives on.
     """
 
-    def __init__(self, renew_interval_s: float) -> None:
+    def __init__(
+        self, renew_interval_s: float, progressing: Callable[[], bool] = lambda: True
+    ) -> None:
         self.renew_interval_s = renew_interval_s
+        self.progressing = progressing
+        self._withheld = False
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -45,8 +55,19 @@ class LeaseKeeper:
     def renew_due(self) -> None:
         """Renew every held lease once. Failures are logged, one summary per pass: a lease lost
         is dropped; any other failure is tried again next pass (the lease is lost at its local
-        deadline if renewal keeps failing)."""
+        deadline if renewal keeps failing). While the work makes no progress, nothing is
+        renewed (said once)."""
         held = self.held()
+        if not self.progressing():
+            if held and not self._withheld:
+                log.warning(
+                    "not renewing %d leases: the work they wait on makes no progress; they "
+                    "expire at their ownership timeout unless it moves again",
+                    len(held),
+                )
+            self._withheld = True
+            return
+        self._withheld = False
         lost: list[str] = []
         failed: list[tuple[Lease, Exception]] = []
         for lease in held:

@@ -114,6 +114,9 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
                 record_schema=lambda columns, origin: store.record_schema(stream, columns, origin),
             )
 
+        def progressing() -> bool:  # a reader not made yet runs no Spark job
+            return reader.cache_info().currsize == 0 or reader().watch.progressing()
+
         return IngestionRunner(
             stream=stream,
             table=self.table_name(stream),
@@ -129,6 +132,7 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
             merge_after_s=config.merge.interval_s,
             commit_every_bytes=config.partition.commit_every_bytes,
             delayed_merge_after_s=config.merge.delayed_interval_s,
+            progressing=progressing,
         )
 
     def store_address(self, config: StreamConfig) -> StoreAddress:

@@ -96,6 +96,7 @@ class IngestionRunner(LargeObjects):
         merge_after_s: float | None = None,
         commit_every_bytes: int | None = None,
         delayed_merge_after_s: float | None = None,
+        progressing: Callable[[], bool] = lambda: True,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -113,6 +114,8 @@ class IngestionRunner(LargeObjects):
         # committed). Used for progress logging and by the crash tests.
         self.on_step = on_step or (lambda step, key: None)
         self.sid = store.source_identifier(stream)
+        # Whether the reads the leases wait on make progress: leases are renewed only then.
+        self.progressing = progressing
         # The table's merge job is scheduled by the commit that lands its first unmerged object
         # (`merge.interval` later; `merge.delayed_interval` when it is closed, the commit
         # decides); quarantine objects are never merged.
@@ -225,7 +228,7 @@ class IngestionRunner(LargeObjects):
         """Acquire and read the next chunk's units; their leases stay renewed until it is
         closed. Empty once `keys` is."""
         attempt = uuid.uuid4().hex[:12]
-        chunk = _ReadChunk(attempt, LeaseKeeper(self.timing.renew_interval_s))
+        chunk = _ReadChunk(attempt, LeaseKeeper(self.timing.renew_interval_s, self.progressing))
         chunk.keeper.__enter__()
         try:
             objects = 0

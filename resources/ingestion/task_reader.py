@@ -55,6 +55,8 @@ from resources.schema.columns import ColumnSpec
 from resources.schema.field_types import widen
 from resources.schema.modes import ADD
 from resources.schema.versions import SchemaOrigin, SchemaVersion
+from resources.spark.progress import SparkWatch, watch_for
+from resources.spark.session import SparkSettings
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,9 @@ class PartRead:
 
 class TaskReader:
     """Reads one stream's units in Spark tasks, one session for all of them; follows the
-    stream's schema as it evolves (the store's `record_schema`, bound to the stream)."""
+    stream's schema as it evolves (the store's `record_schema`, bound to the stream). Each
+    Spark job runs under `watch` (default: the session's, with `LEASEHOLD_SPARK_STALL_SECONDS`):
+    one that makes no progress is cancelled and raises `SparkStalledError`."""
 
     def __init__(
         self,
@@ -87,8 +91,13 @@ class TaskReader:
         record_schema: RecordSchema | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         cores: int | None = None,
+        watch: SparkWatch | None = None,
     ) -> None:
         self.spark = spark
+        if watch is None:
+            settings = SparkSettings.from_env()
+            watch = watch_for(spark, settings.stall_seconds, settings.remote)
+        self.watch = watch
         self.config = config
         self.stores = stores
         self.record_schema = record_schema
@@ -199,11 +208,13 @@ class TaskReader:
             return []
         n = len(job.tasks)
         frame = self.spark.range(0, n, 1, n).mapInArrow(partial(map_tasks, job), RESULT_DDL)
-        return list(frame.toArrow().to_pylist())
+        with self.watch.job(f"reading {self.config.name}'s sources in {n} tasks"):
+            return list(frame.toArrow().to_pylist())
 
     def _census(self, job: CensusJob, n: int) -> list[Row]:
         frame = self.spark.range(0, n, 1, n).mapInArrow(partial(map_census, job), CENSUS_DDL)
-        return list(frame.toArrow().to_pylist())
+        with self.watch.job(f"finding the line ends of {job.key!r}"):
+            return list(frame.toArrow().to_pylist())
 
     # -- schema evolution ------------------------------------------------------------------
 
