@@ -15,21 +15,17 @@ import argparse
 import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from resources.catalog.settings import CatalogSettings
 from resources.cli.config import effective_configuration
 from resources.cli.doctor_check import SCRATCH_PREFIX, Check, error_text
 from resources.cli.doctor_notifications import check_notifications
+from resources.cli.doctor_spark import check_spark
 from resources.cli.doctor_store import check_store
 from resources.errors import ConfigError
 from resources.objects.factory import object_store_for
@@ -39,7 +35,6 @@ from resources.stores.settings import settings_from_env
 from resources.streams import LakeSettings
 
 SPARK_TIMEOUT_S = 180.0
-CONNECT_TIMEOUT_S = 3.0
 CONFIG_FIX = "`leasehold config` shows every setting and its variable (docs/reference.md)"
 
 
@@ -206,113 +201,6 @@ def check_catalog(settings: CatalogSettings) -> Check:
             "LEASEHOLD_GLUE_ENDPOINT_URL / LEASEHOLD_GLUE_REGION",
         )
     return Check("catalog: Glue database exists", True, where)
-
-
-# -- Spark ---------------------------------------------------------------------------------------
-
-SPARK_PROBE = (
-    "import json\n"
-    "from resources.spark.session import build_spark_session\n"
-    "from resources.ingestion.executor_probe import probe_stream\n"
-    "from resources.ingestion.split_task import StoreAddress\n"
-    "from resources.streams import LakeSettings\n"
-    "spark = build_spark_session(app_name='leasehold-doctor')\n"
-    "assert spark.range(3).count() == 3\n"
-    "print('spark ok', spark.version, flush=True)\n"
-    "lake = LakeSettings.from_env()\n"
-    "for name, config in sorted(lake.streams().items()):\n"
-    "    try:\n"
-    "        stores = StoreAddress.of(config, lake.s3_endpoint_url, lake.region)\n"
-    "        report = probe_stream(spark, stores)\n"
-    "    except Exception as exc:\n"
-    "        report = {'task': ' '.join(str(exc).split())[:400]}\n"
-    "    print('executor', json.dumps({'stream': name, **report}), flush=True)\n"
-)
-EXECUTOR_FIX = (
-    "the executors need the project's code (shipped by leasehold, or in their image), "
-    "pyarrow and boto3, a route to the stores, and credentials of their own (an instance or "
-    "pod role, or AWS_* in the executors' environment): docs/production.md"
-)
-
-
-def connect_address(remote: str) -> tuple[str, int] | None:
-    """Host and port of an `sc://host:port/...` URL (15002, Spark Connect's default, when
-    none); None for `local[N]` (a Connect server this process would start itself)."""
-    if not remote.startswith("sc://"):
-        return None
-    parsed = urlparse("http://" + remote[len("sc://") :])
-    return parsed.hostname or "localhost", parsed.port or 15002
-
-
-def check_spark(settings: SparkSettings, timeout_s: float, run: bool = True) -> Iterator[Check]:
-    address = connect_address(settings.remote) if settings.remote else None
-    if address is not None:
-        host, port = address
-        try:
-            socket.create_connection(address, timeout=CONNECT_TIMEOUT_S).close()
-        except OSError as exc:
-            yield Check(
-                "spark: Connect server reachable",
-                False,
-                f"{settings.remote}: nothing answers at {host}:{port} ({error_text(exc)})",
-                "start the server ($SPARK_HOME/sbin/start-connect-server.sh, see "
-                "docs/production.md) or fix LEASEHOLD_SPARK_REMOTE",
-            )
-            return
-        yield Check("spark: Connect server reachable", True, f"{host}:{port} accepts connections")
-    if not run:
-        return
-    where = settings.remote or settings.master or "local[*]"
-    started = time.monotonic()
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-c", SPARK_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        yield Check(
-            "spark: session runs a query",
-            False,
-            f"{where}: no answer within {timeout_s:.0f} s",
-            "check the master / Connect server has free executors (or raise --spark-timeout)",
-        )
-        return
-    took = time.monotonic() - started
-    if probe.returncode != 0 or "spark ok" not in probe.stdout:
-        lines = [line for line in probe.stderr.splitlines() if line.strip()]
-        why = next(
-            (line for line in reversed(lines) if "Error" in line), lines[-1] if lines else ""
-        )
-        yield Check(
-            "spark: session runs a query",
-            False,
-            f"{where}: {' '.join(why.split())[:400]}",
-            "check LEASEHOLD_SPARK_MASTER / LEASEHOLD_SPARK_REMOTE, JAVA_HOME (Java 17) for a "
-            "master, and that the server's Spark version matches pyspark's",
-        )
-        return
-    lines = probe.stdout.splitlines()
-    version = next(line for line in lines if line.startswith("spark ok")).split()[-1]
-    yield Check("spark: session runs a query", True, f"{where}: Spark {version}, {took:.1f} s")
-    for line in lines:
-        if line.startswith("executor "):
-            yield executor_check(json.loads(line[len("executor ") :]))
-
-
-def executor_check(report: dict[str, str]) -> Check:
-    """One stream's `executor_probe` report as a check."""
-    what = f"spark: an executor reads {report['stream']}'s source and writes its table"
-    if "task" in report:
-        return Check(what, False, f"the task did not run: {report['task']}", EXECUTOR_FIX)
-    host = f"on {report['host']} (Python {report['python']})"
-    problems = [
-        f"{step}: {report[step]}" for step in ("read", "write") if not report[step].startswith("ok")
-    ]
-    if problems:
-        return Check(what, False, f"{host}: {'; '.join(problems)}", EXECUTOR_FIX)
-    return Check(what, True, f"{host}: {report['read']}; {report['write']}")
 
 
 # -- Dagster -------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import gzip
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import uuid
@@ -45,6 +44,7 @@ from resources.ingestion.table_objects import dictionary_columns, write_table_ob
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
 from resources.schema.modes import ADD, FAIL
+from resources.spark.executor_host import scratch_root
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -174,15 +174,6 @@ def run_task(job: SplitJob, n: int) -> list[dict[str, Any]]:
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def scratch_root() -> str | None:
-    """Where a task keeps its scratch: the executor's first local directory, which Spark gives
-    its Python workers as `SPARK_LOCAL_DIRS` (`spark.local.dir`, or the cluster manager's) and
-    deletes with the executor, so a task killed before its `finally` leaves nothing for ever;
-    None (the system's temporary directory) outside Spark."""
-    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
-    return dirs[0] if dirs else None
 
 
 class _PartRun:

@@ -19,8 +19,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from resources.cli.doctor import executor_check, run_checks
+from resources.cli import doctor_spark
+from resources.cli.doctor import run_checks
 from resources.cli.doctor_check import SCRATCH_PREFIX, Check
+from resources.cli.doctor_spark import executor_check, host_checks
 from resources.cli.main import main
 from resources.dagster_resources.instance import write_instance_yaml
 from resources.stores import build_store
@@ -242,3 +244,39 @@ def test_an_executor_that_cannot_read_or_write_is_named_with_what_failed() -> No
     assert not bad.ok and "write: ClientError: AccessDenied" in bad.detail and "role" in bad.fix
     dead = executor_check({"stream": "events", "task": "No module named 'pyarrow'"})
     assert not dead.ok and "pyarrow" in dead.detail
+
+
+def test_the_first_tasks_report_is_three_checks() -> None:
+    report = {
+        "host": "worker-2",
+        "python": "3.11.7",
+        "executable": "/venv/bin/python",
+        "code": "leasehold-code-0123456789abcdef.zip",
+        "code_shipped": True,
+        "callback": "ok: reached 10.9.0.1:7078",
+        "scratch": "/scratch/blockmgr-1",
+        "scratch_free": 5 << 30,
+    }
+    callback, python, scratch = host_checks(report)
+    assert callback.ok and "on worker-2: ok: reached 10.9.0.1:7078" in callback.detail
+    assert python.ok and "shipped with the session (leasehold-code-0123" in python.detail
+    assert scratch.ok and "/scratch/blockmgr-1: 5.0 GiB free" in scratch.detail
+    small = list(host_checks({**report, "scratch_free": 10 << 20}))[2]
+    assert not small.ok and "spark.local.dir" in small.fix
+    broken = list(host_checks({**report, "scratch_error": "PermissionError: denied"}))
+    assert not broken[2].ok and "PermissionError" in broken[2].detail
+
+
+def test_a_probe_whose_task_never_ran_names_the_callback_address() -> None:
+    """The child's lines as it prints them when no executor registered (tests/chaos/
+    test_cluster_hosts.py shows it against a real cluster)."""
+    stalled = "the doctor's first task: no executor registered ... call it back at 127.0.0.1:4"
+    said = doctor_spark._said(
+        'session {"version": "4.3.0", "driver": "127.0.0.1:4", "seconds": 2.0}\n'
+        f"stalled {json.dumps(stalled)}\n"
+    )
+    check = doctor_spark._no_task(said, "127.0.0.1:4", 60, "", 0)
+    assert not check.ok and check.name == doctor_spark.TASK
+    assert "127.0.0.1:4" in check.detail and "spark.driver.host" in check.fix
+    cut = doctor_spark._no_task(doctor_spark._said(""), "10.9.0.1:7078", 60, "", None)
+    assert "within 60 s; they were told to call the driver back at 10.9.0.1:7078" in cut.detail

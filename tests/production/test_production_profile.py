@@ -277,9 +277,11 @@ def test_doctor_passes_on_the_production_profile(production: Production) -> None
     assert code == 0 and not failed, out
     checks = {c["name"]: c["detail"] for c in report["checks"]}
     assert "PostgresRunStorage" in checks["dagster: instance storage answers"]
-    assert checks["spark: session runs a query"].startswith(
-        production.env["LEASEHOLD_SPARK_REMOTE"]
-    )
+    assert checks["spark: session starts"].startswith(production.env["LEASEHOLD_SPARK_REMOTE"])
+    # The first task: on the Connect server's executor, with the code the session shipped.
+    python = checks["spark: the executors' Python runs leasehold's code"]
+    assert "leasehold's code shipped with the session (leasehold-code-" in python, python
+    assert "GiB free" in checks["spark: the executors have scratch space"]
     # A task on the Connect server's executor read the source and wrote the table's prefix.
     executor = checks[f"spark: an executor reads {STREAM}'s source and writes its table"]
     assert "ok: " in executor and "wrote and deleted s3://" in executor, executor
