@@ -6,6 +6,7 @@ executes once, like the daemon's dedup; a failed run's partitions are listed wit
 (a later run that ingests one takes it out), other errors are crashed runs.
 """
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -197,6 +198,21 @@ def _raised(result: ExecuteInProcessResult, error_class: str) -> bool:
     return False
 
 
+WRAPPERS = ("DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
+"""Dagster's errors around the one a step raised, which they name as their cause."""
+
+
+def error_line(info: Any) -> str:
+    """What a step raised (Dagster's `SerializableErrorInfo`), on one line: the error inside
+    Dagster's wrappers; leasehold's own (whose messages say everything) without their class
+    name."""
+    while info.cls_name in WRAPPERS and info.cause is not None:
+        info = info.cause
+    line = " ".join(info.message.split())
+    own = re.match(r"^resources(?:\.\w+)+\.\w+: ", line)
+    return line[own.end() :] if own else line
+
+
 def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]]:
     """(failure line per partition key, other errors) of a failed run."""
     partitions: dict[str, str] = {}
@@ -210,7 +226,7 @@ def _failures(result: ExecuteInProcessResult) -> tuple[dict[str, str], list[str]
                 keys = cast(list[str], user.metadata[FAILED_KEYS].value)
                 partitions.update(zip(keys, lines, strict=True))
             else:
-                errors.append(data.error.message.strip() if data.error else str(event.message))
+                errors.append(error_line(data.error) if data.error else str(event.message))
         elif event.is_run_failure and not (partitions or errors):
             errors.append(str(event.message))
     return partitions, errors

@@ -55,7 +55,7 @@ from coordination_assets.run_report import (
     rollup_summary,
     table_states,
 )
-from coordination_assets.sensor_loop import QUIET, in_this_process
+from coordination_assets.sensor_loop import QUIET, console_level, in_this_process
 from resources.dagster_resources.door import open_instance
 from resources.dagster_resources.instance import (
     ensure_spark_pool,
@@ -174,6 +174,10 @@ def run_main_job(
 
 def quiet_dagster_warnings() -> None:
     """Dagster's warnings that an API is beta or preview are for the code's authors (who see
-    them in the tests), not for someone running the job."""
+    them in the tests), not for someone running the job; nor are its console records of the
+    runs executed here: a failed step's or run's stack (leasehold says the failure in one line
+    of its own, `run_outcome`) and leasehold's own warnings again (printed once, by the CLI's
+    log handler). `--verbose` keeps them all."""
+    console_level("CRITICAL")
     warnings.filterwarnings("ignore", category=BetaWarning)
     warnings.filterwarnings("ignore", category=PreviewWarning)

@@ -24,7 +24,13 @@ from resources.dagster_resources.runs import (
 )
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-"""The run config of a run executed here: Dagster's console log keeps to warnings."""
+"""The run config of a run executed here: Dagster's console log keeps to warnings
+(`console_level` changes it for the whole process)."""
+
+
+def console_level(level: str) -> None:
+    """The level of Dagster's console log in every run this process executes from now on."""
+    QUIET["loggers"]["console"]["config"]["log_level"] = level
 
 
 def sensor_ticks(

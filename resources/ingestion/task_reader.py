@@ -208,7 +208,8 @@ class TaskReader:
             return []
         n = len(job.tasks)
         frame = self.spark.range(0, n, 1, n).mapInArrow(partial(map_tasks, job), RESULT_DDL)
-        with self.watch.job(f"reading {self.config.name}'s sources in {n} tasks"):
+        tasks = f"{n} task" + ("s" if n > 1 else "")
+        with self.watch.job(f"reading {self.config.name}'s sources in {tasks}"):
             return list(frame.toArrow().to_pylist())
 
     def _census(self, job: CensusJob, n: int) -> list[Row]:

@@ -83,6 +83,17 @@ class StallClock:
         return now - self.last_progress >= self.bound_s
 
 
+@dataclass(frozen=True)
+class JobTags:
+    """How a session tags the jobs its thread starts, and cancels them by tag: a classic
+    session's `SparkContext` job tags (cancelled from any thread), a Connect session's
+    operation tags."""
+
+    add: Callable[[str], None]
+    remove: Callable[[str], None]
+    cancel: Callable[[str], object]
+
+
 @dataclass
 class _Job:
     what: str
@@ -92,19 +103,19 @@ class _Job:
 
 
 class SparkWatch:
-    """Runs a session's jobs under a stall bound. `sample` and `cause` are the session kind's
-    (`classic_watch`, `connect_watch`); `cause(clock)` says why a job stalled."""
+    """Runs a session's jobs under a stall bound. `tags`, `sample` and `cause` are the session
+    kind's (`classic_watch`, `connect_watch`); `cause(clock)` says why a job stalled."""
 
     def __init__(
         self,
-        spark: Any,
+        tags: JobTags,
         bound_s: float,
         sample: Callable[[], ProgressSample],
         cause: Callable[[StallClock], str],
         poll_s: float = POLL_S,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.spark = spark
+        self.tags = tags
         self.bound_s = bound_s
         self.sample = sample
         self.cause = cause
@@ -128,7 +139,7 @@ class SparkWatch:
         tag = f"leasehold-{uuid.uuid4().hex[:12]}"
         job = _Job(what, StallClock(self.bound_s, self.now()))
         done = threading.Event()
-        self.spark.addTag(tag)
+        self.tags.add(tag)
         with self._lock:
             self._jobs[tag] = job
         watcher = threading.Thread(
@@ -144,7 +155,7 @@ class SparkWatch:
         finally:
             done.set()
             watcher.join()
-            self.spark.removeTag(tag)
+            self.tags.remove(tag)
             with self._lock:
                 self._jobs.pop(tag, None)
         if job.cancelled:  # the action ended as the interrupt went out: it is still refused
@@ -158,8 +169,9 @@ class SparkWatch:
                 log.debug("sampling Spark's progress failed", exc_info=True)
             if job.clock.stalled(self.now()):
                 job.cancelled = f"{job.what}: {self.cause(job.clock)}"
-                log.warning("cancelling the Spark job: %s", job.cancelled)
-                self.spark.interruptTag(tag)
+                # Said by the error the job raises; here for --verbose and the run's log.
+                log.info("cancelling the Spark job: %s", job.cancelled)
+                self.tags.cancel(tag)
                 return
 
 
@@ -190,7 +202,10 @@ def classic_watch(spark: Any, bound_s: float, poll_s: float = POLL_S) -> SparkWa
         address = f"{conf.get('spark.driver.host', '?')}:{conf.get('spark.driver.port', '?')}"
         return stall_cause(master, address, clock, bound_s)
 
-    return SparkWatch(spark, bound_s, sample, cause, poll_s)
+    # Not the session's `addTag`/`interruptTag`: a classic session finds a tag to interrupt
+    # among those of the calling thread only, and the watch interrupts from its own thread.
+    tags = JobTags(context.addJobTag, context.removeJobTag, context.cancelJobsWithTag)
+    return SparkWatch(tags, bound_s, sample, cause, poll_s)
 
 
 def stall_cause(master: str, driver: str, clock: StallClock, bound_s: float) -> str:
@@ -252,7 +267,8 @@ def connect_watch(spark: Any, bound_s: float, where: str, poll_s: float = POLL_S
             f"({STALL_VARIABLE}); the operation was interrupted"
         )
 
-    return SparkWatch(spark, bound_s, sample, cause, poll_s)
+    tags = JobTags(spark.addTag, spark.removeTag, spark.interruptTag)
+    return SparkWatch(tags, bound_s, sample, cause, poll_s)
 
 
 def watch_for(spark: Any, bound_s: float, remote: str | None = None) -> SparkWatch:

@@ -13,6 +13,7 @@ import pytest
 
 from resources.coordination.keeper import LeaseKeeper
 from resources.spark.progress import (
+    JobTags,
     ProgressSample,
     SparkStalledError,
     SparkWatch,
@@ -89,7 +90,8 @@ def watch(session: Session, samples: list[ProgressSample], bound_s: float = 0.5)
     def sample() -> ProgressSample:
         return samples[0] if len(samples) == 1 else samples.pop(0)
 
-    return SparkWatch(session, bound_s, sample, lambda clock: "no executor", poll_s=0.05)
+    tags = JobTags(session.addTag, session.removeTag, session.interruptTag)
+    return SparkWatch(tags, bound_s, sample, lambda clock: "no executor", poll_s=0.05)
 
 
 def test_a_job_without_progress_is_cancelled_with_one_sentence() -> None:
