@@ -106,12 +106,15 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
         @functools.cache
         def reader() -> TaskReader:  # one per run: it follows the stream's schema as it reads
             from resources.ingestion.task_reader import TaskReader
+            from resources.spark.progress import watch_for
 
+            session = spark.session()
             return TaskReader(
-                spark.session(),
+                session,
                 config,
                 self.store_address(config),
                 record_schema=lambda columns, origin: store.record_schema(stream, columns, origin),
+                watch=watch_for(session, spark.stall_seconds, spark.remote),
             )
 
         def progressing() -> bool:  # a reader not made yet runs no Spark job

@@ -51,11 +51,13 @@ class SparkStalledError(ComponentUnreachableError):
 class ProgressSample:
     """What the application shows at one moment: tasks finished (completed or failed) per
     active stage, tasks running, executors registered (None: not known, or the driver runs the
-    tasks itself)."""
+    tasks itself). `known` False: the session reports no progress at all (a Spark Connect
+    server older than 4.0), so none can be judged missing."""
 
     finished: Mapping[int, int] = field(default_factory=dict)
     running: int = 0
     executors: int | None = None
+    known: bool = True
 
 
 class StallClock:
@@ -68,8 +70,12 @@ class StallClock:
         self._finished: dict[int, int] = {}
 
     def observe(self, sample: ProgressSample, now: float) -> None:
-        moved = sample.running > 0 or any(
-            count > self._finished.get(stage, -1) for stage, count in sample.finished.items()
+        moved = (
+            not sample.known
+            or sample.running > 0
+            or any(
+                count > self._finished.get(stage, -1) for stage, count in sample.finished.items()
+            )
         )
         self._finished.update(sample.finished)
         if sample.executors is not None:
@@ -243,7 +249,9 @@ def is_loopback(host: str) -> bool:
 
 
 def connect_watch(spark: Any, bound_s: float, where: str, poll_s: float = POLL_S) -> SparkWatch:
-    """A watch over a Spark Connect session: its progress is what the server streams back."""
+    """A watch over a Spark Connect session: its progress is what the server streams back with
+    each operation, every `spark.connect.progress.reportInterval` (2 s), also while no task
+    runs. Until a first report arrives the session is not judged (`known`)."""
     latest: dict[str, ProgressSample] = {}
     lock = threading.Lock()
 
@@ -258,7 +266,7 @@ def connect_watch(spark: Any, bound_s: float, where: str, poll_s: float = POLL_S
 
     def sample() -> ProgressSample:
         with lock:
-            return latest.get("now", ProgressSample())
+            return latest.get("now", ProgressSample(known=False))
 
     def cause(clock: StallClock) -> str:
         return (

@@ -39,6 +39,8 @@ def test_progress_is_a_stage_moving_a_task_running_or_an_executor_registering() 
     assert clock.last_progress == 30
     clock.observe(ProgressSample({2: 0}, 0, 1), 35)
     assert clock.last_progress == 30 and clock.stalled(40)
+    clock.observe(ProgressSample(known=False), 41)  # a session that reports nothing
+    assert clock.last_progress == 41
 
 
 def test_the_cause_names_the_callback_address() -> None:
