@@ -7,7 +7,8 @@ executes once, like the daemon's dedup; a failed run's partitions are listed wit
 """
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, cast
 
 from dagster import (
@@ -19,6 +20,7 @@ from dagster import (
     RunRequest,
     SensorResult,
     SkipReason,
+    build_resources,
     materialize,
 )
 
@@ -33,13 +35,54 @@ from coordination_assets.ingestion import (
 from coordination_assets.run_progress import Progress
 from coordination_assets.run_report import MainJobReport
 from coordination_assets.sensor_loop import QUIET, in_this_process, sensor_ticks
+from resources.coordination.waiting import waiting_units
 from resources.dagster_resources.discovery_tick import SensorCursor
 from resources.dagster_resources.runs import EXPECTED_COUNT, RANGE_START, RETRY_TAG
+from resources.ingestion.unit_progress import quarantine_table
+from resources.ledger.committed_rows import CommitMarks, commit_marks, rows_committed_since
+from resources.stores.base import CoordinationStore
 
 CRASHES_IN_A_ROW = 3
 """Runs of a stream that crash one after the other (not a unit's failure: the run itself, e.g.
 Spark's executors lack a library) after which `leasehold run` stops asking for more: each
 would fail the same way, and the units are retried by the next `leasehold run` or the daemon."""
+
+
+@contextmanager
+def stream_store(resources: Mapping[str, Any]) -> Iterator[CoordinationStore]:
+    """The coordination store of `resources` (its settings resolved, as in a run), for what
+    `leasehold run` reads of it itself; closed at the end."""
+    with build_resources({"coordination": resources["coordination"]}) as built:
+        yield built.coordination.store
+
+
+def ingested_tables(stream: str) -> tuple[str, str]:
+    """The tables a stream's commits write: its table (named as the stream, as
+    `LakeResource.table_name` names it) and its quarantine."""
+    return stream, quarantine_table(stream)
+
+
+def ingestion_marks(store: CoordinationStore, stream: str) -> CommitMarks:
+    """Where the ledger stands before ingestion (`commit_marks`): O(dates)."""
+    return commit_marks(store, ingested_tables(stream))
+
+
+def account_for_ingestion(
+    store: CoordinationStore, stream: str, marks: CommitMarks, report: MainJobReport
+) -> None:
+    """Once ingestion ended, into the report: the rows the ledger registered since `marks`
+    (what this invocation committed, whatever its runs managed to report) and, when it
+    ingested nothing, the units that wait (`waiting_units`: a status-index read, O(units
+    waiting))."""
+    table, quarantine = ingested_tables(stream)
+    rows = rows_committed_since(store, marks, (table, quarantine))
+    report.committed = {
+        "rows_read": rows[table] + rows[quarantine],
+        "rows_written": rows[table],
+        "rows_quarantined": rows[quarantine],
+    }
+    if report.ingested_nothing:
+        report.waiting = waiting_units(store, stream)
 
 
 def run_ingestion(

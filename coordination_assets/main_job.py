@@ -37,7 +37,12 @@ from dagster import (
 from coordination_assets.cleanup import has_cleanup_job, run_cleanup_job
 from coordination_assets.definitions import build_definitions
 from coordination_assets.ingestion import build_ingestion_asset, build_ingestion_checks
-from coordination_assets.ingestion_pass import run_ingestion
+from coordination_assets.ingestion_pass import (
+    account_for_ingestion,
+    ingestion_marks,
+    run_ingestion,
+    stream_store,
+)
 from coordination_assets.range_passes import (
     merge_pass,
     publication_pass,
@@ -81,8 +86,13 @@ def run_stream(
     # The same builders the code location uses, unbound, so `materialize` can bind resources.
     asset_def = build_ingestion_asset(stream)
     resources = defs.resources or {}
-    with reported_stage(progress, stream, "discovery and ingestion") as done:
+    with (
+        reported_stage(progress, stream, "discovery and ingestion") as done,
+        stream_store(resources) as store,
+    ):
+        marks = ingestion_marks(store, stream)
         run_ingestion(asset_def, instance, resources, stream, report, max_ticks, log, progress)
+        account_for_ingestion(store, stream, marks, report)
         done.append(ingestion_line(report))
     with reported_stage(progress, stream, "closing and merges") as done:
         merges = merge_pass(stream, report)

@@ -15,6 +15,9 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 
 from coordination_assets.compaction import dates_for
 from coordination_assets.publication import table_asset_key
+from resources.coordination.waiting import WaitingUnits
+
+ROW_COUNTS = ("rows_read", "rows_written", "rows_quarantined")
 
 MAX_TABLE_LINES = 30
 """Table partitions the summary lists one per line; the rest are counted (`leasehold table ls`
@@ -61,9 +64,17 @@ class MainJobReport:
     materialized: int = 0
     recorded: int = 0
     """Commits Dagster had missed, recorded by the sensor without a run."""
-    rows: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(("rows_read", "rows_written", "rows_quarantined"), 0)
-    )
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROW_COUNTS, 0))
+    """What this invocation's runs reported committing (their materializations' counts, a
+    unit's totals): the running count the progress line shows while ingestion goes."""
+    committed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROW_COUNTS, 0))
+    """What the ledger registered while this invocation ingested (`rows_committed_since`),
+    filled when ingestion ends: the rows this invocation committed, those its runs could not
+    report too (a unit CLOSED after its readable objects were committed, a large object's
+    chunks before one that failed, a run that crashed between a commit and its report) and
+    none of an earlier invocation's. What the ingestion line and the audit say."""
+    waiting: WaitingUnits | None = None
+    """When ingestion did nothing: the units that wait, and when each kind is free."""
     schema_version: int = 0
     """The highest schema version this invocation's commits wrote with."""
     new_columns: list[str] = field(default_factory=list)
@@ -110,6 +121,11 @@ class MainJobReport:
     """Each table partition Dagster knows (its dates) -> what it publishes at the end, by dt."""
     table_before: dict[str, TablePartitionState] = field(default_factory=dict)
     """The same when this invocation started: what it published is the difference."""
+
+    @property
+    def ingested_nothing(self) -> bool:
+        """Discovery found nothing new, no run was asked for, no commit was recorded."""
+        return not (self.new_units or self.runs or self.recorded)
 
     @property
     def idle(self) -> bool:
@@ -198,8 +214,9 @@ class MainJobReport:
             f"behind, {len(self.crashed_runs)} crashed); partitions: {self.partitions}; "
             f"materialized: {self.materialized}; commits recorded without a run: "
             f"{self.recorded}; failed: {len(self.failed_partitions)}\n"
-            f"rows read: {self.rows['rows_read']}, written: {self.rows['rows_written']}, "
-            f"quarantined: {self.rows['rows_quarantined']}\n"
+            f"rows read: {self.committed['rows_read']}, written: "
+            f"{self.committed['rows_written']}, quarantined: "
+            f"{self.committed['rows_quarantined']} (as the ledger counts them)\n"
             f"merge runs: {self.merge_runs}; merges: {len(self.merges)} "
             f"({self.merge_totals['objects_merged']} small objects, "
             f"{self.merge_totals['rows']} rows, {self.merge_totals['carry_over']} carried over); "
@@ -242,12 +259,14 @@ def checks_verdict(report: MainJobReport) -> str:
 
 
 def ingestion_line(report: MainJobReport) -> str:
-    """The discovery and ingestion stage's finishing line."""
-    if not (report.new_units or report.runs or report.recorded):
+    """The discovery and ingestion stage's finishing line: what it ingested (the rows the
+    ledger registered meanwhile), or why it ingested nothing."""
+    if report.ingested_nothing:
         if report.discovery_skipped:
             return f"nothing done: discovery skipped ({report.discovery_skipped})"
-        return "nothing new: every source object listed is already ingested"
-    rows = report.rows
+        waits = waiting_line(report)
+        return waits or "nothing new: every source object listed is already ingested"
+    rows = report.committed
     line = (
         f"{_count(report.new_units, 'new work unit')}; {_count(report.runs, 'run')} ingested "
         f"{_count(report.materialized, 'unit')}: {rows['rows_read']:,} records read, "
@@ -263,6 +282,14 @@ def ingestion_line(report: MainJobReport) -> str:
     if report.not_ingested:
         line += f"; {_count(len(report.not_ingested), 'unit')} NOT ingested (listed below)"
     return line
+
+
+def waiting_line(report: MainJobReport) -> str | None:
+    """`nothing ingested now: 1 unit CLOSED after a failed read reopens at ... (in 4 min);
+    leasehold status lists them`, when units wait; None when none does (nothing is new)."""
+    if report.waiting is None or not report.waiting.count:
+        return None
+    return f"nothing ingested now: {report.waiting.describe()}"
 
 
 def merge_line(report: MainJobReport) -> str:

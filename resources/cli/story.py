@@ -100,10 +100,19 @@ def _version(state: TablePartitionState | None) -> str:
 
 def audit_line(stream: str, report: MainJobReport) -> str:
     """`<stream> audit: N records read - Q quarantined = C committed = P published; duplicates
-    D, losses L`, or, when this run ingested nothing, that it ingested nothing twice."""
+    D, losses L`, or, when this run did nothing, that it ingested nothing twice — and, as the
+    ingestion line says it, what waits.
+
+    Committed rows are the ledger's (`MainJobReport.committed`): every row this invocation's
+    runs committed is counted, reported by its run or not, and none of an earlier one's; so
+    rows published beyond them are earlier runs' commits."""
     if report.idle:
-        return f"{stream}: nothing new: no source object ingested twice, the table unchanged"
-    rows = report.rows
+        from coordination_assets.run_report import waiting_line
+
+        unchanged = "no source object ingested twice, the table unchanged"
+        waits = waiting_line(report)
+        return f"{stream}: {waits}; {unchanged}" if waits else f"{stream}: nothing new: {unchanged}"
+    rows = report.committed
     read, quarantined, committed = (
         rows["rows_read"],
         rows["rows_quarantined"],

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from resources.coordination.items import PartitionStatus, iso_utc
 from resources.ingestion.sample_data import write_sample_sources
+from resources.stores import build_store
+from resources.stores.settings import StoreSettings
 from tests.support.pipeline_env import source_ids, write_streams
 
 pytestmark = pytest.mark.slow
@@ -40,13 +43,30 @@ def leasehold(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedP
     )
 
 
+def audit(stdout: str) -> str:
+    (line,) = [line for line in stdout.splitlines() if line.startswith("events audit: ")]
+    return line
+
+
+def closed_reopen_at(tmp_path: Path) -> str:
+    """When the stream's one CLOSED unit reopens, as the store says it."""
+    store = build_store(StoreSettings(sqlite_path=str(tmp_path / "data" / "leasehold.db")))
+    try:
+        sid = store.source_identifier("events")
+        (closed,) = [i for i in store.iter_items(sid) if i.status is PartitionStatus.CLOSED]
+        return iso_utc(closed.reopen_at_ms)
+    finally:
+        store.close_store()
+
+
 def test_a_run_with_an_unreadable_object_lists_it_and_exits_3(tmp_path: Path) -> None:
     sources = tmp_path / "sources"
     write_sample_sources(sources, objects=3, records_per_object=20, days=1)
     (sources / "2026/01/01/zz-broken.jsonl.gz").write_text("not gzip at all\n")
     write_streams(tmp_path / "streams.yaml", f"file://{sources}", f"file://{tmp_path / 'lake'}")
 
-    done = leasehold(tmp_path, "run")
+    # The first close waits 30 to 60 min: the second run comes before it, however slow.
+    done = leasehold(tmp_path, "run", LEASEHOLD_REOPEN_AFTER_SECONDS="3600")
     assert done.returncode == 3, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("leasehold:")]
     (failed,) = [line for line in lines if "not ingested" in line]
@@ -55,10 +75,18 @@ def test_a_run_with_an_unreadable_object_lists_it_and_exits_3(tmp_path: Path) ->
     assert "Traceback" not in done.stderr
     assert "1 run ingested 3 units" in done.stdout
 
-    again = leasehold(tmp_path, "run")
-    # Its CLOSED item reopens only after its backoff: nothing is redone, nothing new fails.
+    again = leasehold(tmp_path, "run", LEASEHOLD_REOPEN_AFTER_SECONDS="3600")
+    # Its CLOSED item reopens only after its backoff: nothing is redone, nothing new fails —
+    # and the run says what waits and when, not that nothing is new.
     assert again.returncode == 0, again.stderr
-    assert "nothing new: every source object listed is already ingested" in again.stdout
+    assert "nothing new:" not in again.stdout
+    waits = (
+        "nothing ingested now: 1 unit CLOSED after a failed read reopens at "
+        f"{closed_reopen_at(tmp_path)} (in "
+    )
+    assert f"events > discovery and ingestion: {waits}" in again.stdout
+    assert f"events: {waits}" in again.stdout  # the audit line says the same
+    assert "leasehold status lists them; no source object ingested twice" in again.stdout
 
 
 def test_a_dead_letter_fixed_and_redriven_is_ingested_once(tmp_path: Path) -> None:
@@ -78,6 +106,12 @@ def test_a_dead_letter_fixed_and_redriven_is_ingested_once(tmp_path: Path) -> No
     assert dead.returncode == 3, dead.stderr
     assert "dead-lettered after 1 failed reads" in dead.stderr
     assert "its readable objects committed (60 rows in all)" in dead.stderr
+    # Those 60 rows are this run's commits, though its unit did not complete: not "earlier
+    # runs' commits published now".
+    assert audit(dead.stdout) == (
+        "events audit: 60 source records read - 0 quarantined = 60 rows committed = 60 rows "
+        "published now; duplicates 0, losses 0"
+    )
     # A dead letter is not retried; `lease_health` warns of it, which, as in `leasehold check`,
     # is said but does not fail the run.
     idle = leasehold(tmp_path, "run")
@@ -106,6 +140,11 @@ def test_a_dead_letter_fixed_and_redriven_is_ingested_once(tmp_path: Path) -> No
     again = leasehold(tmp_path, "run")
     assert again.returncode == 0, again.stderr
     assert "1 run ingested 1 unit:" in again.stdout
+    # The unit's totals are 63 rows; this run committed (and published) the fixed object's 3.
+    assert audit(again.stdout) == (
+        "events audit: 3 source records read - 0 quarantined = 3 rows committed = 3 rows "
+        "published now; duplicates 0, losses 0"
+    )
 
     read = leasehold(tmp_path, "table", "read", "events", "2026-01-01", "--json")
     assert read.returncode == 0, read.stderr
