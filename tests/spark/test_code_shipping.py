@@ -1,5 +1,6 @@
 """The project's code zip and how it is added to a session (resources/spark/code_shipping.py);
-tests/chaos/test_cluster_run.py runs it on a real cluster and Connect server."""
+tests/chaos/test_cluster_hosts.py runs it on a real cluster and Connect server on hosts of their
+own."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""`leasehold run` as a run worker on a Spark cluster runs it (tests/chaos/test_cluster_run.py).
+"""`leasehold run` as a run worker on a Spark cluster runs it (tests/chaos/test_cluster_hosts.py).
 
 A `RunHost` is one run worker's own: its `LEASEHOLD_WORK_DIR` and `LEASEHOLD_DATA_DIR` (the
 cluster's workers and Connect server have an empty tmpfs over both), a Spark conf dir of its
 own (`spark-defaults.conf`: the cluster's small executors, and an event log, so that the test
 can say which task ran on which executor and how it ended) and its logs. A `RunLake` is what
-the run shares with the cluster: a source bucket and a lake bucket on the loopback S3 server,
-a lease table on its DynamoDB and a Glue database — configured the way docs/production.md
-says, by environment variables only.
+the run shares with the cluster: a source bucket and a lake bucket on the AWS test server, a
+lease table on its DynamoDB and a Glue database, all at `endpoint` (the server itself, or a
+relay to it that the cluster's hosts reach) — configured the way docs/production.md says, by
+environment variables only.
 
 The sources are JSON lines, plain and gzip, every line a well-formed record
 (`source_objects`); the published table is read back as an engine reads it (pyiceberg's own
@@ -18,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,17 +32,19 @@ from typing import Any
 
 import boto3
 
+from resources.coordination.items import LeaseItem
 from resources.ingestion.sample_data import record_line
 from resources.stores import open_existing_store
 from resources.stores.settings import StoreSettings
 from tests.support.aws_server import AWS_TEST_ENV
 from tests.support.cli_project import kill_group
 from tests.support.pipeline_env import STREAM
-from tests.support.spark_cluster import SparkCluster
+from tests.support.spark_cluster import SparkCluster, without_proxies
 
 REPO = Path(__file__).resolve().parents[2]
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 WATCH_S = 0.1
+STACKS_TIMEOUT_S = 10.0
 
 
 # -- the sources --------------------------------------------------------------------------------
@@ -169,14 +173,25 @@ streams:
 
     def ledger_urls(self) -> set[str]:
         """The URLs of every table object a commit named (the ledger, in the lease table)."""
-        settings = StoreSettings(
-            backend="dynamodb", table_name=f"cluster-{self.suffix}", endpoint_url=self.endpoint
-        )
-        store = open_existing_store(settings)
+        store = self._store()
         try:
             return {o.url for o in store.ledger_objects(STREAM)}
         finally:
             store.close_store()
+
+    def lease_items(self) -> list[LeaseItem]:
+        """Every item of the lease table (its units' status and owner), without progress."""
+        store = self._store()
+        try:
+            return list(store.iter_items(progress=False))
+        finally:
+            store.close_store()
+
+    def _store(self) -> Any:
+        settings = StoreSettings(
+            backend="dynamodb", table_name=f"cluster-{self.suffix}", endpoint_url=self.endpoint
+        )
+        return open_existing_store(settings)
 
     def table_objects(self) -> list[str]:
         """Every object under the table's prefix (what tasks wrote, committed or not)."""
@@ -217,12 +232,15 @@ class RunHost:
             d.mkdir(parents=True, exist_ok=True)
         return self
 
-    def spark_conf_dir(self) -> Path:
+    def spark_conf_dir(self, wait_for_executors: bool = True) -> Path:
         """`spark-defaults.conf` for a classic driver on the cluster: its small executors,
-        both registered before the first job, and an uncompressed event log."""
+        both registered before the first job (up to Spark's 30 s, with `wait_for_executors`),
+        no web UI, and an uncompressed event log."""
+        wait = {"spark.scheduler.minRegisteredResourcesRatio": "1.0"} if wait_for_executors else {}
         conf = {
             **SparkCluster.executor_conf(),
-            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            **wait,
+            "spark.ui.enabled": "false",
             "spark.eventLog.enabled": "true",
             "spark.eventLog.compress": "false",
             "spark.eventLog.rolling.enabled": "false",
@@ -234,18 +252,20 @@ class RunHost:
         return conf_dir
 
     def env(self, lake_env: dict[str, str], spark: dict[str, str]) -> dict[str, str]:
+        """The run's environment: this machine's without its own leasehold, Dagster, Spark, AWS
+        and proxy settings, then the lake's and `spark`, this interpreter on the executors."""
         base = {
             k: v
-            for k, v in os.environ.items()
+            for k, v in without_proxies(dict(os.environ)).items()
             if not k.startswith(("LEASEHOLD_", "DAGSTER_", "PYSPARK_", "SPARK_", "AWS_"))
         }
         return {
             **base,
             **lake_env,
-            **spark,
             "PYTHONPATH": str(REPO),
             "PYSPARK_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
+            **spark,
+            "PYTHONFAULTHANDLER": "1",  # a run that hangs shows where (`dump_stacks`)
             "LEASEHOLD_DATA_DIR": str(self.data),
             "LEASEHOLD_WORK_DIR": str(self.work),
             "LEASEHOLD_SPARK_LOG": str(self.root / "spark-driver.log"),
@@ -267,13 +287,14 @@ class RunHost:
     def output(self) -> str:
         return (self.root / "run.log").read_text(errors="replace")
 
-    def finish(self, proc: subprocess.Popen[bytes], timeout_s: float, why: str) -> str:
+    def wait(self, proc: subprocess.Popen[bytes], timeout_s: float, why: str) -> int:
         """Wait for the run, noting what appears under the work directory meanwhile (`seen`,
-        polled: a file that lives less than a poll goes unseen); fail, with its output and
-        `why`, unless it ended with 0."""
+        polled: a file that lives less than a poll goes unseen); its exit code. Fail, with its
+        output and `why`, if it has not ended within `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while proc.poll() is None:
             if time.monotonic() > deadline:
+                dump_stacks(proc)
                 kill_group(proc)
                 raise AssertionError(
                     f"`leasehold run` not done after {timeout_s:.0f} s\n"
@@ -281,7 +302,11 @@ class RunHost:
                 )
             self.seen.update(self.files_written())
             time.sleep(WATCH_S)
-        code = proc.returncode
+        return proc.returncode
+
+    def finish(self, proc: subprocess.Popen[bytes], timeout_s: float, why: str) -> str:
+        """`wait`; fail, with the run's output and `why`, unless it ended with 0."""
+        code = self.wait(proc, timeout_s, why)
         out = self.output()
         assert code == 0, f"`leasehold run` exited with {code}\n{out[-6000:]}\n{why}"
         return out
@@ -292,6 +317,16 @@ class RunHost:
             return sorted(p.relative_to(self.work).as_posix() for p in self.work.rglob("*"))
         except FileNotFoundError:  # removed while listed: the next poll sees what is left
             return []
+
+
+def dump_stacks(proc: subprocess.Popen[bytes]) -> None:
+    """Have a hung run print every thread's stack into its output (SIGABRT, which
+    `PYTHONFAULTHANDLER` turns into a dump before the process ends); bounded."""
+    try:
+        os.kill(proc.pid, signal.SIGABRT)
+        proc.wait(STACKS_TIMEOUT_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
 
 
 # -- what Spark says it did ---------------------------------------------------------------------
@@ -308,10 +343,12 @@ class TaskEnd:
 
 @dataclass
 class SparkApp:
-    """One driver's application, from its event log: its id and every task's end."""
+    """One driver's application, from its event log: its id, every task's end, and when each
+    job was submitted (epoch seconds)."""
 
     app_id: str
     tasks: list[TaskEnd]
+    jobs_submitted: list[float] = field(default_factory=list)
 
     def worker_of(self, cluster: SparkCluster, executor: str) -> int:
         """The worker an executor ran on: the one whose work dir holds its directory."""
@@ -335,17 +372,19 @@ def spark_app(events: Path) -> SparkApp:
     """The one application whose event log is in `events`."""
     logs = [p for p in events.rglob("*") if p.is_file() and not p.name.startswith("appstatus")]
     assert len(logs) == 1, f"expected one event log in {events}: {logs}"
-    app_id, tasks = "", []
+    app = SparkApp("", [])
     for line in logs[0].read_text().splitlines():
         event = json.loads(line)
         if event["Event"] == "SparkListenerApplicationStart":
-            app_id = event["App ID"]
+            app.app_id = event["App ID"]
+        elif event["Event"] == "SparkListenerJobStart":
+            app.jobs_submitted.append(event["Submission Time"] / 1000)
         elif event["Event"] == "SparkListenerTaskEnd":
             info = event["Task Info"]
             reason = event["Task End Reason"]["Reason"]
-            tasks.append(
+            app.tasks.append(
                 TaskEnd(event["Stage ID"], info["Index"], info["Attempt"], info["Executor ID"],
                         reason)
             )  # fmt: skip
-    assert app_id, f"no application start in {logs[0]}"
-    return SparkApp(app_id, tasks)
+    assert app.app_id, f"no application start in {logs[0]}"
+    return app

@@ -1,18 +1,21 @@
-"""A forward HTTP proxy on 127.0.0.1 for one machine's S3 traffic, with a gate for a rendezvous.
+"""A forward HTTP proxy for one machine's S3 traffic, with a gate for a rendezvous.
 
-A cluster worker started with `HTTP_PROXY` pointing here (tests/support/spark_cluster.py's
-`worker_env`) sends its executors' S3 requests through it (boto3 honours the variable; Spark's
-own traffic is not HTTP). Everything is forwarded as it comes, until the gate is `arm`ed with a
-table prefix and a source prefix: then, once the machine has PUT an object under the table
-prefix, its next GET under the source prefix is held — `holding` is set — until `release`.
-A task that reads several parts writes each part's table object before it fetches the next
-part's sources, so the held GET is a task that has written, and not yet returned, on that
-machine: a task attempt with files of its own that no commit may name if the machine dies now.
+It listens on `host`: 127.0.0.1 unless given, the bridge's address for a worker on a host of
+its own (tests/support/netns.py). A cluster worker started with `HTTP_PROXY` pointing here
+(tests/support/spark_cluster.py's `worker_env`) sends its executors' S3 requests through it
+(boto3 honours the variable; Spark's own traffic is not HTTP). Everything is forwarded as it
+comes, until the gate is `arm`ed with a table prefix and a source prefix: then, once the
+machine has PUT an object under the table prefix, its next GET under the source prefix is
+held — `holding` is set — until `release`. A task that reads several parts writes each part's
+table object before it fetches the next part's sources, so the held GET is a task that has
+written, and not yet returned, on that machine: a task attempt with files of its own that no
+commit may name if the machine dies now.
 """
 
 from __future__ import annotations
 
 import http.client
+import socketserver
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,8 +36,17 @@ class Gate:
     released: threading.Event = field(default_factory=threading.Event)
 
 
+class _Server(ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        """Bind, and no more: `HTTPServer.server_bind` also looks its address up in DNS
+        (`socket.getfqdn`), a query off the test's network for an address not in /etc/hosts."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+
 class GateProxy:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.gate: Gate | None = None
         self.requests = 0
         self._lock = threading.Lock()
@@ -51,13 +63,14 @@ class GateProxy:
 
             do_PUT = do_POST = do_HEAD = do_DELETE = do_GET  # noqa: N815
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server((host, 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def arm(self, table_prefix: str, source_prefix: str) -> Gate:
         """Hold the machine's first source GET after its first table PUT from now on."""

@@ -1,17 +1,21 @@
-"""A Spark standalone cluster on loopback whose workers see none of the driver's disk.
+"""A Spark standalone cluster on hosts of its own whose machines see none of the driver's disk.
 
-`SparkCluster(root, hidden=[...], workers=2, connect=True)` starts, from pyspark's own
+`SparkCluster(root, network, hidden=[...], workers=2, connect=True)` starts, from pyspark's own
 distribution (its `bin/spark-class` and `sbin/start-connect-server.sh`; the wheel ships no
-`start-master.sh` / `start-worker.sh`, so the daemons' classes are run as those scripts would):
+`start-master.sh` / `start-worker.sh`, so the daemons' classes are run as those scripts would),
+each daemon on a host of `network` (tests/support/netns.py: a network namespace of its own,
+named as the daemon is), bound to and advertising that host's address (`--host`,
+`SPARK_LOCAL_IP`), on Spark's usual ports (each host has its own):
 
-- a master, `org.apache.spark.deploy.master.Master`, bound to 127.0.0.1 on free ports;
-- N workers, `org.apache.spark.deploy.worker.Worker` (1 core, small memory), each in a mount
-  namespace of its own (`unshare --mount --propagation private`) in which an empty tmpfs is
-  mounted over every directory of `hidden` before the JVM is exec'd: the driver's work and data
-  directories and the project's source packages (`source_package_dirs`), so a task that
-  reads them finds nothing and code it imports can only have come with the session;
-- optionally a Spark Connect server (`start-connect-server.sh --wait`, `local[2]` or this
-  cluster's master) in a namespace of its own with the same directories hidden.
+- a master, `org.apache.spark.deploy.master.Master`, on host `master` (7077, its UI 8080);
+- N workers, `org.apache.spark.deploy.worker.Worker` (1 core, small memory), on hosts
+  `worker-<i>`, each also in a mount namespace of its own (`unshare --mount --propagation
+  private`) in which an empty tmpfs is mounted over every directory of `hidden` before the JVM
+  is exec'd: the driver's work and data directories and the project's source packages
+  (`source_package_dirs`), so a task that reads them finds nothing and code it imports can only
+  have come with the session;
+- optionally a Spark Connect server (`start-connect-server.sh --wait`, `local[2]`) on host
+  `connect` (15002), its disk hidden the same way.
 
 Each daemon runs in the foreground in a session of its own, so its process tree (the worker's
 JVM, the executor JVMs it launches, their Python daemon and workers) is ours to list and to
@@ -21,8 +25,8 @@ the tree is walked by parent pid, not by process group. `stop()` (or leaving the
 every process it started, and fails naming any that survived. Every wait is bounded and fails
 naming what it waited for, with the daemon's log.
 
-The executors run the interpreter of this process (`PYSPARK_PYTHON`, set in `driver_env()` for
-the driver's process and on the Connect server): its virtualenv must not be hidden. `env` is
+The executors run the interpreter of this process (`PYSPARK_PYTHON`: a driver's to set;
+`daemon_env` sets it for the Connect server): its virtualenv must not be hidden. `env` is
 given to every daemon (and so to the executors and Python workers they start) on top of this
 process's environment: what a machine of the cluster has of its own, such as its AWS
 credentials — nothing of it comes from a driver; `worker_env[i]` is worker i's alone (its
@@ -45,17 +49,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from tests.support.aws_server import free_port
+from tests.support.netns import Host, HostNetwork
 
 ROOT = Path(__file__).resolve().parents[2]
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 PACKAGES = ("resources", "coordination_assets")
+MASTER_PORT, MASTER_UI_PORT, WORKER_UI_PORT, CONNECT_PORT = 7077, 8080, 8081, 15002
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 KILL_TIMEOUT_S = 15.0
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """Short-lived JVMs on two shared cores: the C1 compiler only and one GC thread start faster
 and take less CPU from the rest of the machine."""
+
+
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""This machine's proxy settings, if any, are not for the test's hosts."""
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def without_proxies(env: dict[str, str]) -> dict[str, str]:
+    """`env` without proxy settings: a process of the test reaches only the test's hosts."""
+    return {k: v for k, v in env.items() if k.upper() not in PROXY_VARIABLES}
 
 
 def spark_home() -> Path:
@@ -91,11 +106,6 @@ def source_package_dirs() -> list[Path]:
     )
     found.update(Path(p).resolve() for p in json.loads(out.stdout))
     return sorted(found)
-
-
-def driver_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a driver process on this cluster: this interpreter on the executors."""
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable, **(extra or {})}
 
 
 # -- processes ----------------------------------------------------------------------------------
@@ -218,24 +228,28 @@ class Daemon:
             self.process.wait(KILL_TIMEOUT_S)
 
 
-def in_namespace(argv: list[str], hidden: Sequence[Path], cwd: Path) -> list[str]:
-    """`argv` exec'd in a mount namespace of its own where each of `hidden` is an empty tmpfs
-    (mounts private, so nothing propagates back), from `cwd`."""
+def in_namespace(host: Host, argv: list[str], hidden: Sequence[Path], cwd: Path) -> list[str]:
+    """`argv` exec'd on `host` (its network namespace) in a mount namespace of its own where
+    each of `hidden` is an empty tmpfs (mounts private, so nothing propagates back), from
+    `cwd`."""
     mounts = "".join(
         f"mount -t tmpfs -o size=1m,mode=0755 leasehold-hidden {shlex.quote(str(d))}\n"
         for d in hidden
     )
     script = f'set -e\n{mounts}cd {shlex.quote(str(cwd))}\nexec "$@"\n'
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", *argv]
+    unshare = ["unshare", "--mount", "--propagation", "private", "--"]
+    return host.argv([*unshare, "sh", "-c", script, "sh", *argv])
 
 
-def daemon_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def daemon_env(
+    root: Path, host: Host, master: Host, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """This environment without the caller's Spark and Python path settings, plus `extra`:
-    pyspark's own distribution, loopback, small daemons, logs and pid files under `root`, no
-    conf dir of the machine's, and this interpreter for Python workers."""
+    pyspark's own distribution, `host`'s address, small daemons, logs and pid files under
+    `root`, no conf dir of the machine's, and this interpreter for Python workers."""
     env = {
         k: v
-        for k, v in os.environ.items()
+        for k, v in without_proxies(dict(os.environ)).items()
         if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"
     }
     env.update(extra or {})
@@ -244,8 +258,9 @@ def daemon_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str
     env.update(
         SPARK_HOME=str(spark_home()),
         SPARK_CONF_DIR=str(conf_dir),
-        SPARK_LOCAL_IP="127.0.0.1",
-        SPARK_MASTER_HOST="127.0.0.1",
+        SPARK_LOCAL_IP=host.ip,
+        SPARK_LOCAL_HOSTNAME=host.ip,  # or Spark looks its address up in DNS (no route here)
+        SPARK_MASTER_HOST=master.ip,
         SPARK_LOG_DIR=str(root),
         SPARK_PID_DIR=str(root),
         SPARK_DAEMON_MEMORY="256m",
@@ -257,9 +272,9 @@ def daemon_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-def port_open(port: int) -> bool:
+def port_open(host: str, port: int) -> bool:
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection((host, port), timeout=1).close()
         return True
     except OSError:
         return False
@@ -268,21 +283,19 @@ def port_open(port: int) -> bool:
 @dataclass
 class SparkCluster:
     """A master, `workers` hidden workers and, with `connect`, a hidden Spark Connect server
-    (on `connect_master`: `local[2]`, or `"cluster"` for this cluster's master); a context
-    manager. `hidden` must exist and must not hold `root` nor this interpreter."""
+    (`local[2]`: its own executors), on the hosts of `network` named after them; a context
+    manager. `hidden` must exist and must not hold
+    `root` nor this interpreter."""
 
     root: Path
+    network: HostNetwork
     hidden: Sequence[Path] = ()
     workers: int = 2
     connect: bool = False
-    connect_master: str = "local[2]"
     worker_memory: str = "1g"
     env: dict[str, str] = field(default_factory=dict)
     worker_env: dict[int, dict[str, str]] = field(default_factory=dict)
     """Worker i's own environment on top of `env` (a machine of its own: its proxy, say)."""
-    master_port: int = field(default_factory=free_port)
-    master_ui_port: int = field(default_factory=free_port)
-    connect_port: int = field(default_factory=free_port)
     daemons: list[Daemon] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -295,13 +308,18 @@ class SparkCluster:
                 if kept == d or d in kept.parents:
                     raise ValueError(f"hidden directory {d} holds {kept}, which must be seen")
 
+    @staticmethod
+    def host_names(workers: int, connect: bool) -> list[str]:
+        """The hosts a cluster of `workers` (and a Connect server) needs in its network."""
+        return ["master", *(f"worker-{i}" for i in range(workers))] + ["connect"] * connect
+
     @property
     def master_url(self) -> str:
-        return f"spark://127.0.0.1:{self.master_port}"
+        return f"spark://{self.network['master'].ip}:{MASTER_PORT}"
 
     @property
     def connect_url(self) -> str:
-        return f"sc://127.0.0.1:{self.connect_port}"
+        return f"sc://{self.network['connect'].ip}:{CONNECT_PORT}"
 
     @staticmethod
     def executor_conf() -> dict[str, str]:
@@ -328,12 +346,11 @@ class SparkCluster:
     def start(self) -> SparkCluster:
         master = Daemon("master", self.root / "master")
         self.daemons.append(master)
-        master.start(
-            [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master"]
-            + ["--host", "127.0.0.1", "--port", str(self.master_port)]
-            + ["--webui-port", str(self.master_ui_port)],
-            daemon_env(master.root, self.env),
-        )
+        host = self.network["master"]
+        argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master"]
+        argv += ["--host", host.ip, "--port", str(MASTER_PORT)]
+        argv += ["--webui-port", str(MASTER_UI_PORT)]
+        master.start(host.argv(argv), self._env(master, host, self.env))
         for i in range(self.workers):
             self._start_worker(i)
         if self.connect:
@@ -348,7 +365,10 @@ class SparkCluster:
             server = self.daemons[-1]
             wait_until(
                 f"Spark Connect server at {self.connect_url}",
-                lambda: self._check_running(server) and port_open(self.connect_port),
+                lambda: (
+                    self._check_running(server)
+                    and port_open(self.network["connect"].ip, CONNECT_PORT)
+                ),
                 START_TIMEOUT_S,
                 server.tail,
             )
@@ -357,19 +377,25 @@ class SparkCluster:
     def _start_worker(self, i: int) -> None:
         worker = Daemon(f"worker-{i}", self.root / f"worker-{i}")
         self.daemons.append(worker)
+        host = self.network[worker.name]
         argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker"]
-        argv += ["--host", "127.0.0.1", "--port", "0", "--webui-port", str(free_port())]
+        argv += ["--host", host.ip, "--port", "0", "--webui-port", str(WORKER_UI_PORT)]
         argv += ["--cores", "1", "--memory", self.worker_memory]
         argv += ["--work-dir", str(worker.root / "work"), self.master_url]
-        env = daemon_env(worker.root, {**self.env, **self.worker_env.get(i, {})})
-        worker.start(in_namespace(argv, self.hidden, worker.root), env)
+        env = self._env(worker, host, {**self.env, **self.worker_env.get(i, {})})
+        worker.start(in_namespace(host, argv, self.hidden, worker.root), env)
+
+    def _env(self, daemon: Daemon, host: Host, extra: dict[str, str]) -> dict[str, str]:
+        return daemon_env(daemon.root, host, self.network["master"], extra)
 
     def _start_connect(self) -> None:
         server = Daemon("connect", self.root / "connect")
         self.daemons.append(server)
+        host = self.network["connect"]
         conf = {
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(self.connect_port),
+            "spark.connect.grpc.binding.address": host.ip,
+            "spark.connect.grpc.binding.port": str(CONNECT_PORT),
+            # `local[2]`: its driver and executors are one process, on its host's loopback.
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.ui.enabled": "false",
@@ -377,13 +403,12 @@ class SparkCluster:
             "spark.sql.shuffle.partitions": "2",
             **self.executor_conf(),
         }
-        master = self.master_url if self.connect_master == "cluster" else self.connect_master
         argv = ["bash", str(spark_home() / "sbin" / "start-connect-server.sh"), "--wait"]
-        argv += ["--master", master]
+        argv += ["--master", "local[2]"]
         argv += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
         # spark-submit gives the Connect server's JVM `SPARK_DAEMON_MEMORY`; a driver needs more.
-        env = {**daemon_env(server.root, self.env), "SPARK_DAEMON_MEMORY": "768m"}
-        server.start(in_namespace(argv, self.hidden, server.root), env)
+        env = {**self._env(server, host, self.env), "SPARK_DAEMON_MEMORY": "768m"}
+        server.start(in_namespace(host, argv, self.hidden, server.root), env)
 
     def _check_running(self, daemon: Daemon) -> bool:
         if not daemon.running():
@@ -394,8 +419,8 @@ class SparkCluster:
         for daemon in self.daemons:
             self._check_running(daemon)
         try:
-            url = f"http://127.0.0.1:{self.master_ui_port}/json/"
-            with urllib.request.urlopen(url, timeout=2) as response:
+            url = f"http://{self.network['master'].ip}:{MASTER_UI_PORT}/json/"
+            with NO_PROXY.open(url, timeout=2) as response:
                 return int(json.load(response).get("aliveworkers", 0))
         except OSError:
             return 0  # the master's UI is not up yet
