@@ -29,7 +29,9 @@ would otherwise find by a reverse DNS query of the machine's own address.
   `127.0.0.1:` as the callback address and no traceback, and no unit is ASSIGNED after it; a
   run worker configured as documented, started next, takes the units within one lease timeout
   (`LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS`, short) and publishes every record once, read back by
-  pyiceberg through Glue, its tasks run on both workers, none failed. (One test for both runs,
+  pyiceberg through Glue, its tasks run on both workers, none failed; `leasehold doctor` names
+  the callback address for the first configuration and passes for the second. (One test for
+  both runs,
   and first: a fresh stream's run would cost the module another ~40 s, and the kill below
   leaves one worker);
 - the same with worker 0 SIGKILLed (its JVM, its executor, their Python workers) while one of
@@ -110,6 +112,9 @@ START_SLACK_S = 120.0
 """What it may take before its first Spark job (Python and the JVM starting, discovery, the
 units created and leased: ~45 s on a loaded machine): the hang guard."""
 OWNERSHIP_S = 40
+DOCTOR_TIMEOUT_S = 80.0
+"""`leasehold doctor --spark-timeout`: its first task's stall bound is what is left after 60 s
+for the session's start, at most `STALL_S`."""
 """`LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS` of the misconfigured run and the one after it."""
 LEASE_POLL_S = 1.0
 SCENARIOS = ("misconfigured", "documented", "killed", "connect")
@@ -251,6 +256,30 @@ def test_a_run_the_executors_cannot_reach_fails_in_the_bound_and_a_documented_on
     # Tasks ran on both workers, and none failed.
     assert all(counts["Success"] for counts in by_worker.values()), by_worker
     assert all(set(counts) == {"Success"} for counts in by_worker.values()), by_worker
+    # `leasehold doctor && leasehold run`, as the docs put it: the doctor passes too (after the
+    # run, whose event log the assertions above read alone).
+    checks = host.doctor(master_env(host, lake, cluster, network.bridge_ip), DOCTOR_TIMEOUT_S)
+    failed = {name: c for name, c in checks.items() if not c["ok"]}
+    assert not failed, failed
+    reached = checks["spark: an executor runs a task and reaches the driver"]["detail"]
+    assert f"ok: reached {network.bridge_ip}:" in reached, reached
+    assert_doctor_names_the_callback_address(hosts["misconfigured"], lake, cluster)
+
+
+def assert_doctor_names_the_callback_address(
+    host: RunHost, lake: RunLake, cluster: SparkCluster
+) -> None:
+    """`leasehold doctor` on the misconfigured run worker: the task no executor runs is the
+    failing check, naming the address the executors were told to call back."""
+    env = master_env(host, lake, cluster, "127.0.0.1", wait_for_executors=False)
+    checks = host.doctor({**env, "LEASEHOLD_SPARK_STALL_SECONDS": str(STALL_S)}, DOCTOR_TIMEOUT_S)
+    failed = {name: c for name, c in checks.items() if not c["ok"]}
+    print(f"doctor, misconfigured: {failed}")
+    task = failed.get("spark: an executor runs a task and reaches the driver")
+    assert task and list(failed) == [task["name"]], failed
+    assert "no executor registered" in task["detail"], task
+    assert "call it back at 127.0.0.1:" in task["detail"], task
+    assert "spark.driver.host" in task["fix"], task
 
 
 def assert_misconfigured_run_fails_in_the_bound(

@@ -287,6 +287,22 @@ class RunHost:
     def output(self) -> str:
         return (self.root / "run.log").read_text(errors="replace")
 
+    def doctor(self, env: dict[str, str], spark_timeout_s: float) -> dict[str, dict[str, Any]]:
+        """`leasehold doctor --json` as an operator runs it on this host: each check by name
+        (its `ok`, `detail` and `fix`)."""
+        done = subprocess.run(
+            [sys.executable, "-m", "resources.cli.main", "doctor", "--json"]
+            + ["--spark-timeout", str(spark_timeout_s)],
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=spark_timeout_s + 120,
+        )
+        assert "{" in done.stdout, f"doctor printed no report\n{done.stdout}\n{done.stderr}"
+        report, _ = json.JSONDecoder().raw_decode(done.stdout, done.stdout.index("{"))
+        return {check["name"]: check for check in report["checks"]}
+
     def wait(self, proc: subprocess.Popen[bytes], timeout_s: float, why: str) -> int:
         """Wait for the run, noting what appears under the work directory meanwhile (`seen`,
         polled: a file that lives less than a poll goes unseen); its exit code. Fail, with its
