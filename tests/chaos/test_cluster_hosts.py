@@ -114,7 +114,8 @@ units created and leased: ~45 s on a loaded machine): the hang guard."""
 OWNERSHIP_S = 40
 DOCTOR_TIMEOUT_S = 80.0
 """`leasehold doctor --spark-timeout`: its first task's stall bound is what is left after 60 s
-for the session's start, at most `STALL_S`."""
+for the session's start, at most `LEASEHOLD_SPARK_STALL_SECONDS` (10 s for the misconfigured
+one: the least)."""
 """`LEASEHOLD_OWNERSHIP_TIMEOUT_SECONDS` of the misconfigured run and the one after it."""
 LEASE_POLL_S = 1.0
 SCENARIOS = ("misconfigured", "documented", "killed", "connect")
@@ -272,7 +273,7 @@ def assert_doctor_names_the_callback_address(
     """`leasehold doctor` on the misconfigured run worker: the task no executor runs is the
     failing check, naming the address the executors were told to call back."""
     env = master_env(host, lake, cluster, "127.0.0.1", wait_for_executors=False)
-    checks = host.doctor({**env, "LEASEHOLD_SPARK_STALL_SECONDS": str(STALL_S)}, DOCTOR_TIMEOUT_S)
+    checks = host.doctor({**env, "LEASEHOLD_SPARK_STALL_SECONDS": "10"}, DOCTOR_TIMEOUT_S)
     failed = {name: c for name, c in checks.items() if not c["ok"]}
     print(f"doctor, misconfigured: {failed}")
     task = failed.get("spark: an executor runs a task and reaches the driver")

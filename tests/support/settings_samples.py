@@ -35,6 +35,7 @@ VALID: dict[str, str] = {
     "LEASEHOLD_DYNAMODB_ENDPOINT_URL": "http://127.0.0.1:8000",
     "LEASEHOLD_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
     "LEASEHOLD_ICEBERG_REST_URI": "http://127.0.0.1:8181",
+    "LEASEHOLD_SPARK_CONF": "spark.executor.memory=2g;spark.sql.shuffle.partitions=16",
     "LEASEHOLD_TTL": "P2D",
     "LEASEHOLD_PARTITION_RETENTION": "P30D",
     # passes as any text, but a realistic value reads better in a failure
@@ -55,6 +56,7 @@ INVALID: dict[str, tuple[str, dict[str, str]]] = {
     "LEASEHOLD_DYNAMODB_ENDPOINT_URL": ("127.0.0.1:8000", DYNAMODB),
     "LEASEHOLD_DYNAMODB_BILLING_MODE": ("FREE", DYNAMODB),
     "LEASEHOLD_STS_EXTERNAL_ID": ("external-1", DYNAMODB),  # without a role to assume
+    "LEASEHOLD_SPARK_CONF": ("spark.executor.memory", {}),  # an entry without its value
 }
 """Invalid values (and the other variables that make them checked) where the generic one
 is accepted or not checked on its own."""
