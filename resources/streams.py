@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from resources.errors import ConfigError
+from resources.key_settings import DedupeSettings, parse_dedupe, parse_on_change
 from resources.rollup.spec import RollupSpec, parse_rollups
 from resources.schema.columns import TYPES, ColumnSpec
 from resources.schema.modes import DEFAULT_MODE, MODES, RESCUE, RESCUED
@@ -97,6 +98,10 @@ class StreamConfig:
     """`iceberg` or `manifests`: the `PublicationTarget` its table is published through."""
     discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
     source_cleanup: SourceCleanupSettings = field(default_factory=SourceCleanupSettings)
+    dedupe: DedupeSettings = field(default_factory=DedupeSettings)
+    """How records sharing `record_id` resolve (`resources.key_settings`)."""
+    on_change: str = "ignore"
+    """What a source object rewritten in place does (`resources.key_settings`)."""
 
     @property
     def column_names(self) -> list[str]:
@@ -155,6 +160,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         rollups = parse_rollups(raw.get("rollups"), schema)
         discovery = parse_discovery(raw.get("discovery"), source)
         cleanup = parse_source_cleanup(cleanup_raw, source)
+        dedupe = parse_dedupe(raw.get("dedupe"), record_id, names)
+        on_change = parse_on_change(raw.get("on_change"))
     except ConfigError as exc:
         raise StreamConfigError(name, exc.field, exc.reason) from None
     return StreamConfig(
@@ -178,6 +185,8 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         table_format=table_format,
         discovery=discovery,
         source_cleanup=cleanup,
+        dedupe=dedupe,
+        on_change=on_change,
     )
 
 
@@ -193,7 +202,7 @@ def _known_fields(name: str, raw: dict[str, Any]) -> None:
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
         "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution", "table_format",
-        "discovery", "source_cleanup",
+        "discovery", "source_cleanup", "dedupe", "on_change",
     }  # fmt: skip
     for key in raw:
         if key not in known:
