@@ -8,6 +8,7 @@ partition, one run per range of many partitions, checks in runs of their own.
 
 import json
 import time
+from functools import partial
 
 from dagster import (
     AssetCheckResult,
@@ -67,6 +68,7 @@ from resources.ingestion.outcomes import (
     PartitionOutcome,
 )
 from resources.ingestion.partition_keys import from_partition_key
+from resources.publication.manifest import served_urls
 
 
 def main_job_cursor_key(stream: str) -> str:
@@ -274,13 +276,15 @@ def run_ingestion_check(
     stream: str, name: str, coordination: CoordinationResource, lake: LakeResource
 ) -> CheckOutcome:
     config = lake.stream(stream)
+    objects = lake.object_store(config.table)
     return suite.run_one(
         name,
         coordination.store,
         config,
         table=lake.table_name(stream),
         lister=lake.lister(stream),
-        read_column=lake.object_store(config.table).read_column,
+        read_column=objects.read_column,
+        served_urls=partial(served_urls, objects),
         ownership_timeout_s=coordination.ownership_timeout_seconds,
         unassigned_retry_after_s=coordination.unassigned_retry_after_seconds,
     )

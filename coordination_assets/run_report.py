@@ -35,6 +35,8 @@ class TablePartitionState:
     upper: int = 0
     files: int = 0
     rows: int = 0
+    dropped: int = 0
+    """Committed rows it does not serve: records that lost to another of their key."""
 
     def describe(self) -> str:
         if self.seq == 0:
@@ -144,6 +146,14 @@ class MainJobReport:
             if state != before:
                 gained[dt] = rows
         return gained
+
+    def dropped_now(self) -> int:
+        """Committed rows the publications of this invocation left out, over what they had
+        left out before: records that lost to another of their key (a dedupe policy)."""
+        return sum(
+            state.dropped - (self.table_before[dt].dropped if dt in self.table_before else 0)
+            for dt, state in self.table.items()
+        )
 
     @property
     def failed_checks(self) -> list[str]:
@@ -361,5 +371,6 @@ def table_states(instance: DagsterInstance, stream: str) -> dict[str, TableParti
             upper=int(metadata["upper"]),
             files=int(metadata["files"]),
             rows=int(metadata["rows"]),
+            dropped=int(metadata.get("dropped_by_key", 0)),
         )
     return states

@@ -68,6 +68,14 @@ class DedupeSettings:
         return self.mode != NONE
 
 
+def parse_keys(
+    raw: dict[str, Any], record_id: str | None, names: list[str]
+) -> tuple[DedupeSettings, str]:
+    """A stream's `dedupe` section and `on_change` field (`raw` is the stream's mapping).
+    Raises `ConfigError` naming the field."""
+    return parse_dedupe(raw.get("dedupe"), record_id, names), parse_on_change(raw.get("on_change"))
+
+
 def parse_dedupe(raw: Any, record_id: str | None, names: list[str]) -> DedupeSettings:
     """The `dedupe` section of a stream whose schema columns are `names`. Absent: `first` when
     the stream has a `record_id`, else `none`. Raises `ConfigError` naming the field."""

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from resources.errors import ConfigError
-from resources.key_settings import DedupeSettings, parse_dedupe, parse_on_change
+from resources.key_settings import DedupeSettings, parse_keys
 from resources.rollup.spec import RollupSpec, parse_rollups
 from resources.schema.columns import TYPES, ColumnSpec
 from resources.schema.modes import DEFAULT_MODE, MODES, RESCUE, RESCUED
@@ -126,10 +126,6 @@ def _url(value: Any, base: Path, stream: str, name: str) -> str:
 
 
 def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
-        raise StreamConfigError(name, "name", "letters, digits and '_', not starting with a digit")
-    if not isinstance(raw, dict):
-        raise StreamConfigError(name, "-", "must be a mapping of fields")
     _known_fields(name, raw)
     fmt = _one_of(name, "format", raw.get("format", "jsonl"), FORMATS)
     table_format = _one_of(
@@ -145,6 +141,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
     try:
         merge = parse_merge(raw.get("merge") or {})
         partition = parse_positive_ints("partition", raw.get("partition"), PartitionSettings)
+        dedupe, on_change = parse_keys(raw, record_id, names)
     except ConfigError as exc:
         raise StreamConfigError(name, exc.field, exc.reason) from None
     if merge.sort_by is None:
@@ -160,8 +157,6 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         rollups = parse_rollups(raw.get("rollups"), schema)
         discovery = parse_discovery(raw.get("discovery"), source)
         cleanup = parse_source_cleanup(cleanup_raw, source)
-        dedupe = parse_dedupe(raw.get("dedupe"), record_id, names)
-        on_change = parse_on_change(raw.get("on_change"))
     except ConfigError as exc:
         raise StreamConfigError(name, exc.field, exc.reason) from None
     return StreamConfig(
@@ -197,8 +192,12 @@ def _one_of(stream: str, field_name: str, value: Any, allowed: tuple[str, ...]) 
     return str(value)
 
 
-def _known_fields(name: str, raw: dict[str, Any]) -> None:
-    """Every field of the stream is one leasehold knows."""
+def _known_fields(name: str, raw: Any) -> None:
+    """The stream's name is valid, and each of its fields one leasehold knows."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
+        raise StreamConfigError(name, "name", "letters, digits and '_', not starting with a digit")
+    if not isinstance(raw, dict):
+        raise StreamConfigError(name, "-", "must be a mapping of fields")
     known = {
         "source", "format", "schema", "event_time", "timezone", "record_id", "table",
         "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution", "table_format",

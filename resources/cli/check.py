@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from resources.cli.exit_status import EXIT_CHECK_FAILED
@@ -77,6 +78,7 @@ def stream_checks(
     from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
     from resources.publication import checks as publication_checks
+    from resources.publication.manifest import served_urls
 
     objects = _object_stores(lake)
     outcomes = run_all(
@@ -88,6 +90,7 @@ def stream_checks(
         ownership_timeout_s=timing.ownership_timeout_seconds,
         unassigned_retry_after_s=timing.unassigned_retry_after_seconds,
         full=full,
+        served_urls=partial(served_urls, objects(config.table)),
     )
     outcomes += compaction_checks.run_all(
         store,

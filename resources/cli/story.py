@@ -119,12 +119,14 @@ def audit_line(stream: str, report: MainJobReport) -> str:
         rows["rows_written"],
     )
     published = sum(report.published_now().values())
+    by_key = report.dropped_now()
     duplicates = report.check_metadata.get("unique_record_ids", {}).get("duplicated_ids", 0)
-    lost = read - quarantined - published
+    lost = read - quarantined - published - by_key
+    left_out = f" + {by_key:,} re-sent records of a key left out by dedupe" if by_key else ""
     line = (
         f"{stream} audit: {read:,} source records read - {quarantined:,} quarantined = "
-        f"{committed:,} rows committed = {published:,} rows published now; duplicates "
-        f"{duplicates}, losses {max(lost, 0)}"
+        f"{committed:,} rows committed = {published:,} rows published now{left_out}; "
+        f"duplicates {duplicates}, losses {max(lost, 0)}"
     )
     if committed != read - quarantined:
         line += " (COMMITTED ROWS DO NOT ADD UP: see leasehold check)"

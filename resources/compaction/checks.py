@@ -20,6 +20,7 @@ from typing import Any
 
 from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.items import ItemType, PartitionStatus, iso_utc, to_millis
+from resources.dedupe.served import dropped_rows
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
@@ -216,28 +217,31 @@ def merged_rows(
 def _range_rows(
     objects: ObjectStore, table: str, dt: str, r: MergeRange, small: dict[int, RegisteredObject]
 ) -> list[str]:
+    """The range's recorded rows against its merged object's footer, and with the rows its
+    merge left out (`dropped_rows`: records that lost to another of their key) against the
+    small objects it covers."""
     where = _where(table, dt, r)
+    key = _key(objects, r)
+    if key is None:
+        return [f"{where}: no merged object under {objects.root_url} to count ({r.url})"]
+    try:
+        footer = objects.parquet_metadata(key)
+    except ObjectStoreError as exc:
+        return [f"{where}: cannot read the merged object's footer: {exc}"]
+    problems = []
     lower = r.lower if r.lower is not None else 0
     ids = range(lower + 1, r.upper + 1)
     missing = [i for i in ids if i not in small]
-    problems = []
+    dropped = dropped_rows(footer)
     if missing:
         problems.append(f"{where}: small object id {missing[0]} of the range is not in the ledger")
-    else:
+    elif sum(small[i].row_count for i in ids) != r.row_count + dropped:
         small_rows = sum(small[i].row_count for i in ids)
-        if small_rows != r.row_count:
-            problems.append(
-                f"{where}: records {r.row_count} rows, its small objects hold {small_rows}"
-            )
-    key = _key(objects, r)
-    if key is None:
-        problems.append(f"{where}: no merged object under {objects.root_url} to count ({r.url})")
-        return problems
-    try:
-        footer_rows = objects.parquet_metadata(key).num_rows
-    except ObjectStoreError as exc:
-        problems.append(f"{where}: cannot read the merged object's footer: {exc}")
-        return problems
+        left_out = f" and left out {dropped}" if dropped else ""
+        problems.append(
+            f"{where}: records {r.row_count} rows{left_out}, its small objects hold {small_rows}"
+        )
+    footer_rows = footer.num_rows
     if footer_rows != r.row_count:
         problems.append(f"{where}: records {r.row_count} rows, {r.url} holds {footer_rows}")
     return problems

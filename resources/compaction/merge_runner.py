@@ -65,6 +65,8 @@ class Written(Protocol):
     @property
     def row_count(self) -> int: ...
     @property
+    def dropped_now(self) -> int: ...
+    @property
     def schema_version(self) -> int: ...
 
 
@@ -282,10 +284,11 @@ class MergeRunner:
         name = merged_object_name(plan.lower, plan.upper)
         written = self.write(inputs, scratch / "out" / name)
         self.on_step("written", plan.dt)
-        if written.row_count != plan.input_rows:
+        if written.row_count + written.dropped_now != plan.input_rows:
+            left_out = f" and left out {written.dropped_now}" if written.dropped_now else ""
             raise LeaseholdError(
-                f"dt={plan.dt}: the merged object holds {written.row_count} rows, its inputs "
-                f"{plan.input_rows}; nothing committed"
+                f"dt={plan.dt}: the merged object holds {written.row_count} rows{left_out}, its "
+                f"inputs {plan.input_rows}; nothing committed"
             )
         lease.check()
         attempt = f"{lease.epoch}-{uuid.uuid4().hex[:12]}"

@@ -5,7 +5,11 @@ machine. When their rows fit `arrow_max_bytes` in memory, pyarrow reads, sorts a
 in this process: 2.5x faster than the Spark job below (3 dates of 700 objects, 1.19 M rows each,
 merged on 2 threads: 2.7-3.0 s against 7.3 s warm, BENCHMARKS.md "Merges in pyarrow"), and no
 SparkSession is started for it. Otherwise (rows that would not fit) Spark does it, spilling to
-disk as it sorts.
+disk as it sorts. Under a dedupe policy (`config.dedupe`) every merge is pyarrow's, whatever its
+size: keeping one row per key of the range needs the rows in commit order (the rewritten merged
+object, then the small objects by id), which Spark's read of many files does not keep; such a
+merge holds its range as Arrow (about 4x `merge.max_bytes`). Its object records the rows it left
+out in its metadata (`leasehold.dedupe.dropped`, with those of the object it rewrites).
 
 Schema versions (docs/schema-evolution.md). Each `write` asks `follow` for the stream's latest
 version once its inputs are decided (the runner decided them from the ledger before calling),
@@ -66,7 +70,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.compaction.parquet_footer import FooterPatchError, set_key_value
+from resources.dedupe.key_index import one_per_key
+from resources.dedupe.keys import hash_ids
+from resources.dedupe.served import DROPPED_KEY, dropped_rows
 from resources.errors import LeaseholdError
+from resources.key_settings import LATEST
 from resources.schema.arrow import RetypedColumnError, read_by_name
 from resources.schema.parquet_meta import version_metadata
 from resources.streams import StreamConfig
@@ -113,6 +121,9 @@ class WrittenObject:
     """From the file's footer: what was written, not what was meant to be."""
     schema_version: int = 1
     """The version whose columns it holds (the latest when the merge began)."""
+    dropped_now: int = 0
+    """Rows of the inputs this merge left out: records that lost to another of their key under
+    the stream's dedupe policy (0 without one)."""
 
 
 class MergeWriter:
@@ -178,9 +189,17 @@ class MergeWriter:
         config = self.merged_config()
         target = Path(target).absolute()
         target.parent.mkdir(parents=True, exist_ok=True)
-        rows = self._arrow_rows([local_path(p) for p in inputs], config)
+        paths = [local_path(p) for p in inputs]
+        rows = self._arrow_rows(paths, config)
+        dropped_now = 0
         if rows is not None:
-            self._arrow_write(rows, target, config.schema_version)
+            meta = version_metadata(config.schema_version)
+            if config.dedupe.active:
+                kept = rows.filter(pa.array(self._one_per_key(rows, config)))
+                dropped_now = rows.num_rows - kept.num_rows
+                total = dropped_now + sum(dropped_rows(pq.read_metadata(p)) for p in paths)
+                rows, meta = kept, {**meta, DROPPED_KEY: str(total).encode()}
+            self._arrow_write(rows, target, meta)
         else:
             self._spark_merge(inputs, target, config)
         return WrittenObject(
@@ -188,7 +207,17 @@ class MergeWriter:
             content_length=target.stat().st_size,
             row_count=pq.read_metadata(target).num_rows,
             schema_version=config.schema_version,
+            dropped_now=dropped_now,
         )
+
+    @staticmethod
+    def _one_per_key(rows: pa.Table, config: StreamConfig) -> Any:
+        """Which of `rows` (the inputs' rows in commit order: the rewritten merged object, then
+        the small objects by id) the dedupe policy keeps: one per key of the range."""
+        order_by = config.dedupe.order_by
+        order = rows.column(order_by).combine_chunks() if order_by else None
+        ids = rows.column(config.record_id or "").combine_chunks()
+        return one_per_key(hash_ids(ids), order, config.dedupe.mode == LATEST)
 
     def _arrow_rows(self, paths: list[str], config: StreamConfig) -> pa.Table | None:
         """Every input's rows as `config`'s columns, read by name (`read_by_name`: a column an
@@ -216,7 +245,7 @@ class MergeWriter:
                     f"the merge of {len(paths)} objects failed: {path}: {exc}"
                 ) from exc
             held += table.nbytes
-            if held > self.arrow_max_bytes:
+            if held > self.arrow_max_bytes and not config.dedupe.active:
                 log.info(
                     "merge of %d objects: over %d bytes as Arrow; Spark merges", len(paths), held
                 )
@@ -224,12 +253,12 @@ class MergeWriter:
             tables.append(table)
         return pa.concat_tables(tables)
 
-    def _arrow_write(self, rows: pa.Table, target: Path, version: int) -> None:
+    def _arrow_write(self, rows: pa.Table, target: Path, meta: dict[bytes, bytes]) -> None:
         """Sorted as Spark sorts (ascending, nulls first), cut into row groups of about
-        `row_group_bytes` as Arrow, `version` in its metadata, written next to the target and
-        renamed onto it."""
+        `row_group_bytes` as Arrow, `meta` (its schema version, rows dropped) in its
+        metadata, written next to the target and renamed onto it."""
         order = pc.sort_indices(rows, [(self.sort_by, "ascending", "at_start")])
-        rows = rows.take(order).replace_schema_metadata(version_metadata(version))
+        rows = rows.take(order).replace_schema_metadata(meta)
         per_row = max(1, rows.nbytes // max(1, rows.num_rows))
         partial = target.parent / f".{target.name}.{uuid.uuid4().hex}.arrow"
         try:

@@ -16,6 +16,7 @@ from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.health import lease_health_report
 from resources.ingestion.checks import (
     ReadColumn,
+    ServedUrls,
     find_duplicate_ids,
     find_unleased_objects,
     reconcile_rows,
@@ -73,7 +74,11 @@ def unique_record_ids(
     record_id: str | None,
     read_column: ReadColumn,
     scope: CheckScope | None = None,
+    served_urls: ServedUrls | None = None,
 ) -> CheckOutcome:
+    """No id twice in a table partition: over every committed row (no dedupe policy), or over
+    what the current publications serve (`served_urls`, a policy: a duplicate there means the
+    mechanism broke)."""
     if record_id is None:
         return CheckOutcome(
             "unique_record_ids",
@@ -82,14 +87,16 @@ def unique_record_ids(
             "skipped: the stream has no record_id",
             {"skipped": "no record_id configured"},
         )
-    report = find_duplicate_ids(store, table, record_id, read_column, scope)
+    report = find_duplicate_ids(store, table, record_id, read_column, scope, served_urls)
     problems = []
+    served = " served" if served_urls is not None else ""
     if report.duplicates:
         ids = sum(len(v) for v in report.duplicates.values())
         found = [f"dt={dt}: {sorted(v)[:5]}" for dt, v in report.duplicates.items()]
+        broke = " (the dedupe policy's publication let them through)" if served else ""
         problems.append(
-            f"{ids} {record_id} values appear more than once in {len(report.duplicates)} "
-            f"table partitions{_first(found)}"
+            f"{ids} {record_id} values appear more than once in {len(report.duplicates)}"
+            f"{served} table partitions{broke}{_first(found)}"
         )
     if report.unreadable:
         found = [f"dt={dt}: {why}" for dt, why in report.unreadable.items()]
@@ -98,7 +105,7 @@ def unique_record_ids(
             f"{_first(found)}"
         )
     summary = "; ".join(problems) or (
-        f"no {record_id} twice in {report.partitions_checked} table partitions "
+        f"no {record_id} twice in {report.partitions_checked}{served} table partitions "
         f"({report.rows_checked} rows)"
     )
     return CheckOutcome("unique_record_ids", not problems, "error", summary, report.metadata())
@@ -179,12 +186,14 @@ def run_one(
     ownership_timeout_s: float,
     unassigned_retry_after_s: float,
     full: bool = False,
+    served_urls: ServedUrls | None = None,
 ) -> CheckOutcome:
     """The check `name` of `CHECKS` for one stream: one Dagster asset check each. `table` is
     the stream's ledger table, `lister` lists its source (`source_listing.source_lister`),
-    `read_column` reads its table objects. Each judges what changed since it last passed
-    (`full`: everything; `resources.ledger.check_scope`): `unique_record_ids` the partitions
-    whose row moved, `source_completeness` the source after the key it reached,
+    `read_column` reads its table objects, `served_urls` the files a publication serves
+    (what `unique_record_ids` judges under a dedupe policy). Each judges what changed since it
+    last passed (`full`: everything; `resources.ledger.check_scope`): `unique_record_ids` the
+    partitions whose row moved, `source_completeness` the source after the key it reached,
     `rows_reconcile` the work units completed since, `lease_health` the units not completed
     and those completed since (with the dead letters it found before)."""
     if name == "unique_record_ids" and config.record_id is None:
@@ -195,7 +204,12 @@ def run_one(
             store, config.name, ownership_timeout_s, unassigned_retry_after_s, scope
         ),
         "unique_record_ids": lambda scope: unique_record_ids(
-            store, table, config.record_id, read_column, scope
+            store,
+            table,
+            config.record_id,
+            read_column,
+            scope,
+            served_urls if config.dedupe.active else None,
         ),
         "source_completeness": lambda scope: source_completeness(
             store, config.name, lister, scope, config.discovery.notifications
@@ -217,6 +231,7 @@ def run_all(
     ownership_timeout_s: float,
     unassigned_retry_after_s: float,
     full: bool = False,
+    served_urls: ServedUrls | None = None,
 ) -> list[CheckOutcome]:
     """Every check of `CHECKS` for one stream, in that order (arguments as `run_one`). Writes
     nothing but the checks' memory."""
@@ -231,6 +246,7 @@ def run_all(
             ownership_timeout_s=ownership_timeout_s,
             unassigned_retry_after_s=unassigned_retry_after_s,
             full=full,
+            served_urls=served_urls,
         )
         for name in CHECKS
     ]

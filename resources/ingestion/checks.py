@@ -30,6 +30,7 @@ from resources.ingestion.work_units import UnitCoverage
 from resources.ledger.check_scope import CheckScope
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
+from resources.ledger.model import TablePartition
 from resources.ledger.publication import current_data_files
 from resources.objects.base import ObjectStoreError
 from resources.stores.base import CoordinationStore
@@ -176,6 +177,9 @@ class DuplicateReport:
 ReadColumn = Callable[[list[str], str], pa.ChunkedArray]
 """(object URLs, column) -> the column's values across those objects, by name: nulls for the
 rows of an object that lacks the column (`ObjectStore.read_column`)."""
+ServedUrls = Callable[[str | None], list[str] | None]
+"""(a publication's version directory, or None) -> the data files it serves
+(`resources.publication.manifest.served_urls`): what readers read under a dedupe policy."""
 
 
 def find_duplicate_ids(
@@ -184,23 +188,22 @@ def find_duplicate_ids(
     record_id: str,
     read_column: ReadColumn,
     scope: CheckScope | None = None,
+    served_urls: ServedUrls | None = None,
 ) -> DuplicateReport:
     """No record id twice in a table partition, over exactly the files that hold its committed
     rows once each (`current_data_files`: the merged objects and the small objects above the
     chain), never the small objects a merge replaced: garbage collection deletes those once a
     published merge covers them. Only the partitions `scope` says changed are read. The files
     may span schema versions: `read_column` reads the id by name, and a null id (a file
-    written before the column was added) is counted as a row but is no id."""
+    written before the column was added) is counted as a row but is no id. Given
+    `served_urls` (a stream under a dedupe policy, whose committed rows may repeat an id by
+    design), the files its current publication serves instead: what readers read."""
     scope = scope or CheckScope.everything()
     report = DuplicateReport()
     for tp in scope.changed(store.table_partitions(table)):
         dt = tp.dt
-        objects = store.ledger_objects(table, dt)
-        # Chain after objects: a merge committed in between covers ids this read holds, so
-        # every committed row read is still named exactly once.
-        files = current_data_files(objects, whole_chain(store, table, dt))
         try:
-            ids = read_column([f.url for f in files], record_id)
+            ids = read_column(_judged_urls(store, table, tp, served_urls), record_id)
         except ComponentUnreachableError:
             raise  # the store did not answer: no verdict
         except (ObjectStoreError, OSError, pa.ArrowException) as exc:
@@ -221,6 +224,20 @@ def find_duplicate_ids(
         if repeated:
             report.duplicates[dt] = sorted(repeated)
     return report
+
+
+def _judged_urls(
+    store: Ledger, table: str, tp: TablePartition, served_urls: ServedUrls | None
+) -> list[str]:
+    """The files `find_duplicate_ids` reads for `tp`: what its current publication serves
+    (given `served_urls`), else every committed row once."""
+    if served_urls is not None:
+        publications = store.publications(table, tp.dt) if tp.publication_seq else []
+        return served_urls(publications[-1].location if publications else None) or []
+    objects = store.ledger_objects(table, tp.dt)
+    # Chain after objects: a merge committed in between covers ids this read holds, so every
+    # committed row read is still named exactly once.
+    return [f.url for f in current_data_files(objects, whole_chain(store, table, tp.dt))]
 
 
 def whole_chain(store: Ledger, table: str, dt: str, attempts: int = 5) -> list[MergeRange]:

@@ -23,6 +23,7 @@ from typing import Any
 from resources.catalog.base import CatalogError
 from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
 from resources.check_outcome import CheckOutcome
+from resources.dedupe.served import ServedStateError
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import MergeRange, chain_problems
@@ -31,6 +32,7 @@ from resources.ledger.publication import Publication, live_upper
 from resources.ledger.publication_lag import is_behind, partition_lag
 from resources.ledger.snapshot import partition_snapshot
 from resources.objects.base import ObjectStore, ObjectStoreError
+from resources.publication.deduped_files import served_state
 from resources.publication.manifest import (
     SYMLINK_DIR,
     SYMLINK_NAME,
@@ -256,14 +258,27 @@ def _rows_problems(
         )
     except (ObjectStoreError, OSError) as exc:
         return [f"{where}: cannot count the manifest's rows: {exc}"]
+    try:
+        state = served_state(objects, p)
+    except (ObjectStoreError, OSError, ServedStateError) as exc:
+        return [f"{where}: cannot read the publication's dedupe state: {exc}"]
     problems = []
-    if served != committed:
+    dropped = 0 if state is None else state.dropped_rows
+    if state is not None and state.committed_rows != committed:
+        problems.append(
+            f"{where}: the dedupe state (seq {p.seq}) counts {state.committed_rows} "
+            f"committed rows, the ledger {committed}"
+        )
+    left_out = f" less {dropped} that lost to another record of their key" if dropped else ""
+    if served != committed - dropped:
         problems.append(
             f"{where}: the manifest (seq {p.seq}) serves {served} rows, the ledger committed "
-            f"{committed} for ids 1..{p.upper}"
+            f"{committed} for ids 1..{p.upper}{left_out}"
         )
-    if p.rows != committed:
-        problems.append(f"{where}: the publication records {p.rows} rows, committed {committed}")
+    if p.rows != committed - dropped:
+        problems.append(
+            f"{where}: the publication records {p.rows} rows, committed {committed}{left_out}"
+        )
     return problems
 
 

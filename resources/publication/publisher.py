@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from resources.catalog.base import HIVE_TYPES, Column, TableDefinition
@@ -49,6 +49,7 @@ from resources.ledger.publication import (
     publication_due,
 )
 from resources.objects.base import ObjectStore
+from resources.publication.deduped_files import DedupedFiles, served_state
 from resources.publication.manifest import (
     new_version_key,
     read_spectrum,
@@ -88,6 +89,9 @@ class PublicationOutcome:
     location: str = ""
     """Where the target serves `publication` (`served_location`: a manifest version's
     `symlink/` directory, or an Iceberg table's root); empty without a publication."""
+    dropped: int = 0
+    """Rows committed for the ids it covers that it does not serve: records that lost to
+    another record of their key under the stream's dedupe policy."""
 
     @property
     def ok(self) -> bool:
@@ -108,6 +112,7 @@ class PublicationOutcome:
             "rows": p.rows if p else 0,
             "bytes": p.bytes if p else 0,
             "location": self.location if p else "",
+            "dropped_by_key": self.dropped,
         }
 
     def describe(self) -> str:
@@ -166,6 +171,9 @@ class Publisher:
         # ("written" | "recorded", dt) per partition, ("cataloged", dt) per partition after
         # the run's one switch: where a crash matters; the crash tests stop there.
         self.on_step = on_step or (lambda step, dt: None)
+        self.deduped = DedupedFiles(config, objects) if config.dedupe.active else None
+        """Turns the ledger's files into what the stream's dedupe policy serves (None: the
+        stream keeps every record)."""
         self._cataloged_version: int | None = None
         """The schema version whose columns this publisher last gave the table (None: it has
         not ensured the table yet)."""
@@ -256,7 +264,11 @@ class Publisher:
             return self._repair(tp)
         upper, files = self._files(tp, kind)
         written_at_ms = self.clock_ms()
-        version_url = write_version(self.objects, new_version_key(dt, kind, upper), files)
+        version_key = new_version_key(dt, kind, upper)
+        dropped = 0
+        if self.deduped is not None:
+            files, dropped = self._deduped(self.deduped, tp, kind, files, version_key)
+        version_url = write_version(self.objects, version_key, files)
         self.on_step("written", dt)
         proposed = Publication(
             table=self.table,
@@ -281,7 +293,7 @@ class Publisher:
             return PublicationOutcome(dt, UP_TO_DATE, f"{exc} (another publisher)", None, False)
         self.on_step("recorded", dt)
         switched_now = recorded.switched and not tp.switched
-        outcome = self._outcome(dt, PUBLISHED, "", recorded, switched_now)
+        outcome = replace(self._outcome(dt, PUBLISHED, "", recorded, switched_now), dropped=dropped)
         files_now = tuple(_partition_file(f) for f in files)
         return _Pending(outcome, PartitionSwitch(dt, recorded.seq, version_url, files_now))
 
@@ -321,6 +333,31 @@ class Publisher:
             )
         return upper, merged_files(ranges)
 
+    def _deduped(
+        self,
+        deduped: DedupedFiles,
+        tp: TablePartition,
+        kind: PublicationKind,
+        files: list[DataFile],
+        version_key: str,
+    ) -> tuple[list[DataFile], int]:
+        """`files` as the dedupe policy serves them (copies without the rows that lost) and
+        the rows left out, the state and key index written under `version_key`. Raises what
+        `DedupedFiles.serve` raises."""
+        small = self.store.ledger_objects(self.table, tp.dt)
+        if kind == LIVE:
+            spans = {o.url: (o.object_id - 1, o.object_id) for o in small}
+        else:
+            spans = {
+                r.url: (r.lower or 0, r.upper)
+                for r in self.store.merge_ranges(self.table, tp.dt)
+                if not r.is_sentinel and r.url is not None
+            }
+        publications = self.store.publications(self.table, tp.dt) if tp.publication_seq else []
+        base = publications[-1] if publications else None
+        served, state = deduped.serve(tp.dt, base, small, files, spans, version_key)
+        return served, state.dropped_rows
+
     def _repair(self, tp: TablePartition) -> _Pending | PublicationOutcome:
         """Nothing to publish: the ledger's current publication, to switch to, if the served
         partition lags it (a publisher crashed after recording); else `UP_TO_DATE`."""
@@ -353,6 +390,10 @@ class Publisher:
             for f in live_files(self.store.ledger_objects(self.table, dt), current.upper)
             + merged_files(self.store.merge_ranges(self.table, dt))
         }
+        if self.deduped is not None:
+            state = served_state(self.objects, current)
+            for f in state.files if state is not None else ():
+                known[f.url] = DataFile(f.url, f.bytes, f.rows)
         files = []
         for entry in read_spectrum(self.objects, current.location):
             if entry.url not in known:

@@ -46,6 +46,7 @@ streams:
     schema: {event_id: string, user_id: string, amount: double, event_time: timestamp}
     event_time: event_time
     record_id: event_id
+    dedupe: {mode: none}  # the inputs repeat ids: a merge keeps every row (dedupe: below)
     table: file://lake/events
 """
     )

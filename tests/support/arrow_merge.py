@@ -30,6 +30,7 @@ class ArrowWritten:
     content_length: int
     row_count: int
     schema_version: int = 1  # it reads version 1's columns only
+    dropped_now: int = 0  # it keeps every row (no dedupe policy)
 
 
 class ArrowMergeWriter:

@@ -1,0 +1,90 @@
+"""What a publication under a dedupe policy serves: per ledger file, the file itself or a copy
+without the rows that lost (`ServedFile`), kept beside the publication's manifests as
+`dedupe.json`, next to its key index `keys.parquet` (`resources/publication/deduped_files.py`).
+
+Readers only read what a manifest names, so a copy written for a publication is read only once
+the ledger records that publication; the files of the next publication start from this one's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from resources.errors import LeaseholdError
+
+STATE_NAME = "dedupe.json"
+INDEX_NAME = "keys.parquet"
+DROPPED_KEY = b"leasehold.dedupe.dropped"
+"""A merged object's Parquet metadata: the rows of its range's small objects it does not hold
+(records that lost to another of their key), so its rows + these = what the ledger committed."""
+
+
+class ServedStateError(LeaseholdError):
+    """A `dedupe.json` that cannot be read: the publication's files are not known."""
+
+
+@dataclass(frozen=True)
+class ServedFile:
+    """One ledger file of a publication and what is served for it."""
+
+    source: str
+    """The ledger's URL: a small object (ids `(lower, upper]` = its id) or a merged object."""
+    url: str
+    """What the manifest names: `source`, or a copy without the rows that lost."""
+    rows: int
+    bytes: int
+    lower: int
+    upper: int
+
+    @property
+    def copied(self) -> bool:
+        return self.url != self.source
+
+
+@dataclass(frozen=True)
+class ServedState:
+    """A publication's files under the policy: what it serves and the rows it leaves out."""
+
+    upper: int
+    """The ids the publication and its key index cover: `1..upper`."""
+    files: tuple[ServedFile, ...]
+    committed_rows: int
+    """The rows the ledger committed for the files (before the policy)."""
+
+    @property
+    def served_rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def dropped_rows(self) -> int:
+        """Rows committed but not served: the records that lost to another of their key."""
+        return self.committed_rows - self.served_rows
+
+    def by_source(self) -> dict[str, ServedFile]:
+        return {f.source: f for f in self.files}
+
+    def to_json(self) -> bytes:
+        doc = {
+            "upper": self.upper,
+            "committed_rows": self.committed_rows,
+            "files": [asdict(f) for f in self.files],
+        }
+        return json.dumps(doc, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> ServedState:
+        """The state `to_json` wrote; raises `ServedStateError` naming `where` otherwise."""
+        try:
+            doc = json.loads(data)
+            files = tuple(ServedFile(**f) for f in doc["files"])
+            return cls(int(doc["upper"]), files, int(doc["committed_rows"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ServedStateError(f"{where}: not a dedupe state: {exc}") from exc
+
+
+def dropped_rows(metadata: Any) -> int:
+    """`DROPPED_KEY` of a Parquet file's metadata (`pq.FileMetaData`); 0 without it."""
+    value = (metadata.metadata or {}).get(DROPPED_KEY)
+    return int(value) if value else 0

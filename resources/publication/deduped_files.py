@@ -1,0 +1,301 @@
+"""`DedupedFiles`: the files a publication serves under the stream's dedupe policy, so that every
+published snapshot — live small objects included — holds each key once
+(docs/concepts/keys-and-changes.md).
+
+The publisher decides which ledger files a publication covers (ids `1..upper`); this turns them
+into what readers are served, copy-on-write:
+1. Start from the current publication's state (its `dedupe.json` and key index `keys.parquet`,
+   covering `1..base`), or from nothing.
+2. Read the key (and `order_by`) of every row committed above `base` and resolve them against
+   the index (`resources.dedupe.key_index.resolve`): the new index, and the rows that lost now.
+3. Per file: unchanged since the last publication — served as it was; a new small object none
+   of whose rows lost — served itself; otherwise a copy without the rows that lost is written
+   under `deduped/dt=<dt>/` and served. A merged object (the merge kept one row per key of its
+   range) serves the rows whose key's winner lies in its range.
+4. The new state and index are written into the publication's own directory, before the ledger
+   records it: a publication that is never recorded leaves orphans only.
+
+Under `first` a row can only lose to an earlier one, so only new small objects are ever copied
+(re-sends of records already published); under `latest` an older file loses the rows a newer
+record beats, and is copied again.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from resources.dedupe.key_index import (
+    POSITION_MASK,
+    KeyedRows,
+    KeyIndex,
+    object_of,
+    one_per_key,
+    resolve,
+    row_ids,
+    winners_of,
+)
+from resources.dedupe.keys import KeyHashes, hash_ids
+from resources.dedupe.served import INDEX_NAME, STATE_NAME, ServedFile, ServedState
+from resources.key_settings import LATEST
+from resources.ledger.model import RegisteredObject
+from resources.ledger.publication import DataFile, Publication
+from resources.objects.base import ObjectStore
+from resources.schema.arrow import arrow_type
+from resources.streams import StreamConfig
+
+log = logging.getLogger(__name__)
+
+COPIES_PREFIX = "deduped/"
+"""Where copies without the rows that lost are written (under the table's root)."""
+READ_THREADS = 16
+"""Objects fetched at once: a publication reads every new small object's key column, and an
+object store answers one GET in tens of milliseconds."""
+
+Span = tuple[int, int]
+RowMask = Callable[[pa.Table], np.ndarray]
+"""Which rows of a file's table to serve."""
+
+
+class DedupedFiles:
+    """What a table partition's publication serves under the stream's dedupe policy."""
+
+    def __init__(self, config: StreamConfig, objects: ObjectStore) -> None:
+        """`objects` is the table's object store; `config.dedupe` is active."""
+        self.config = config
+        self.objects = objects
+        self.record_id = config.record_id or ""
+        self.latest = config.dedupe.mode == LATEST
+        order_by = config.dedupe.order_by
+        columns = {c.name: c.type for c in config.columns}
+        self.order_by = order_by if self.latest else None
+        self.order_type = arrow_type(columns[order_by]) if self.latest and order_by else None
+
+    # -- the state of a publication --------------------------------------------------------------
+
+    def state(self, publication: Publication | None) -> tuple[ServedState | None, KeyIndex]:
+        """`served_state(publication)` and its key index (empty without a state). Raises
+        `ObjectStoreError`, `ServedStateError`, `KeyIndexError`."""
+        state = None if publication is None else served_state(self.objects, publication)
+        if state is None or publication is None:
+            return None, KeyIndex.empty(self.order_type)
+        data = self.objects.get_bytes(self.objects.key_of(publication.location + INDEX_NAME))
+        return state, KeyIndex.from_table(pq.read_table(pa.BufferReader(data)), self.order_type)
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def serve(
+        self,
+        dt: str,
+        base: Publication | None,
+        small: Sequence[RegisteredObject],
+        files: Sequence[DataFile],
+        spans: dict[str, Span],
+        version_key: str,
+    ) -> tuple[list[DataFile], ServedState]:
+        """The files to serve instead of `files` (the ledger's, covering ids `1..upper` with
+        `spans[url]` = the ids each covers), and the state written under `version_key` with the
+        new key index. `small` is the partition's small objects (the ledger's). Raises the
+        object store's errors and `KeyIndexError`/`ServedStateError` (the publication fails and
+        is retried)."""
+        upper = max((hi for _, hi in spans.values()), default=0)
+        state, index = self.state(base)
+        new = self._new_rows(state, index, small, files, spans, upper)
+        resolution = resolve(index, new, upper, self.latest)
+        lost = resolution.lost
+        small_urls = {o.url for o in small}
+        served = [
+            self._served(
+                dt, f, spans[f.url], f.url in small_urls, state, index.upper, resolution.index, lost
+            )
+            for f in files
+        ]
+        committed = sum(o.row_count for o in small if o.object_id <= upper)
+        result = ServedState(upper, tuple(served), committed)
+        self._write_state(version_key, result, resolution.index)
+        copies = sum(1 for f in served if f.copied)
+        if copies or result.dropped_rows:
+            log.info(
+                "%s dt=%s: %d rows lost to another record of their key (%s); %d files copied",
+                self.config.name, dt, result.dropped_rows, self.config.dedupe.mode, copies,
+            )  # fmt: skip
+        return [DataFile(f.url, f.bytes, f.rows) for f in served], result
+
+    def _new_rows(
+        self,
+        state: ServedState | None,
+        index: KeyIndex,
+        small: Sequence[RegisteredObject],
+        files: Sequence[DataFile],
+        spans: dict[str, Span],
+        upper: int,
+    ) -> KeyedRows:
+        """The keyed rows of ids above the index: the small objects committed since (their
+        files are kept until a publication covering them is current). With no state yet on a
+        partition already served from merged objects, those merged objects (each row named by
+        its range's end: ranges are in commit order, and a merge kept one row per key)."""
+        small_urls = {o.url for o in small}
+        if state is None and any(f.url not in small_urls for f in files):
+            named = [(f.url, spans[f.url][1]) for f in files]
+        else:
+            named = [(o.url, o.object_id) for o in small if index.upper < o.object_id <= upper]
+        named.sort(key=lambda n: n[1])
+        read = list(self._read_all([url for url, _ in named]))
+        parts = [
+            KeyedRows.of(r.keyed_hashes, row_ids(object_id, r.table.num_rows), self._order(r.table))
+            for r, (_, object_id) in zip(read, named, strict=True)
+        ]
+        return _concat(parts, self.order_type)
+
+    def _served(
+        self,
+        dt: str,
+        f: DataFile,
+        span: Span,
+        is_small: bool,
+        state: ServedState | None,
+        base: int,
+        index: KeyIndex,
+        lost: KeyedRows,
+    ) -> ServedFile:
+        lo, hi = span
+        prev = state.by_source().get(f.url) if state is not None else None
+        objs = object_of(lost.row)
+        here = (objs > lo) & (objs <= hi)
+        if prev is not None and not here.any():
+            return prev
+        if prev is None and is_small and hi > base:
+            # A new small object: the rows of it that lost, by position.
+            gone = set((lost.row[here] & POSITION_MASK).tolist())
+            if not gone:
+                return ServedFile(f.url, f.url, f.row_count, f.content_length, lo, hi)
+            return self._copy(dt, f, span, f.url, lambda t: _positions_kept(t, gone))
+        if prev is not None:
+            # Rows of it beaten now (latest): their keys go, from what it served.
+            gone_h1, gone_h2 = lost.h1[here], lost.h2[here]
+            return self._copy(dt, f, span, prev.url, lambda t: self._keys_kept(t, gone_h1, gone_h2))
+        return self._copy(dt, f, span, f.url, lambda t: self._winners_kept(t, span, index))
+
+    # -- row masks ---------------------------------------------------------------------------
+
+    def _keys_kept(self, table: pa.Table, gone_h1: np.ndarray, gone_h2: np.ndarray) -> np.ndarray:
+        """The rows whose key is none of the (h1, h2) pairs that lost."""
+        keys = hash_ids(self._ids(table))
+        keep = np.ones(table.num_rows, bool)
+        gone = set(zip(gone_h1.tolist(), gone_h2.tolist(), strict=True))
+        for i in np.nonzero(keys.present & np.isin(keys.h1, gone_h1))[0]:
+            keep[i] = (int(keys.h1[i]), int(keys.h2[i])) not in gone
+        return keep
+
+    def _winners_kept(self, table: pa.Table, span: Span, index: KeyIndex) -> np.ndarray:
+        """A merged object's rows to serve: one per key (the best of the file by the policy,
+        as its merge kept), and only where the key's winner lies in its range."""
+        keys = hash_ids(self._ids(table))
+        winners = object_of(winners_of(index, keys))
+        in_range = (winners > span[0]) & (winners <= span[1])
+        best = one_per_key(keys, self._order(table), self.latest)
+        keep: np.ndarray = best & (in_range | ~keys.present)
+        return keep
+
+    # -- I/O -----------------------------------------------------------------------------------
+
+    def _copy(
+        self, dt: str, f: DataFile, span: Span, read_from: str, mask_of: RowMask
+    ) -> ServedFile:
+        """`read_from` without the rows `mask_of(table)` says go; served as-is when none go."""
+        table = self._read(read_from)
+        keep = mask_of(table)
+        if keep.all():
+            size = f.content_length if read_from == f.url else self._size(read_from)
+            return ServedFile(f.url, read_from, table.num_rows, size, *span)
+        kept = table.filter(pa.array(keep))
+        sink = io.BytesIO()
+        pq.write_table(kept, sink)
+        name = f.url.rstrip("/").rsplit("/", 1)[-1]
+        key = f"{COPIES_PREFIX}dt={dt}/{uuid.uuid4().hex[:12]}-{name}"
+        url = self.objects.put_bytes(key, sink.getvalue())
+        return ServedFile(f.url, url, kept.num_rows, len(sink.getvalue()), *span)
+
+    def _size(self, url: str) -> int:
+        return self.objects.size(self.objects.key_of(url)) or 0
+
+    def _read(self, url: str) -> pa.Table:
+        return pq.read_table(pa.BufferReader(self.objects.get_bytes(self.objects.key_of(url))))
+
+    def _read_keys(self, url: str) -> _KeysRead:
+        data = self.objects.get_bytes(self.objects.key_of(url))
+        with pq.ParquetFile(pa.BufferReader(data)) as file:
+            wanted = [c for c in (self.record_id, self.order_by) if c]
+            present = [c for c in wanted if c in file.schema_arrow.names]
+            table = file.read(columns=present)
+        return _KeysRead(table, hash_ids(self._ids(table)))
+
+    def _read_all(self, urls: list[str]) -> Iterator[_KeysRead]:
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            yield from pool.map(self._read_keys, urls)
+
+    def _ids(self, table: pa.Table) -> pa.Array:
+        if self.record_id in table.column_names:
+            return table.column(self.record_id).combine_chunks()
+        return pa.nulls(table.num_rows, pa.string())
+
+    def _order(self, table: pa.Table) -> pa.Array | None:
+        if self.order_type is None or self.order_by is None:
+            return None
+        if self.order_by not in table.column_names:
+            return pa.nulls(table.num_rows, self.order_type)
+        return table.column(self.order_by).combine_chunks().cast(self.order_type)
+
+    def _write_state(self, version_key: str, state: ServedState, index: KeyIndex) -> None:
+        sink = io.BytesIO()
+        pq.write_table(index.to_table(), sink)
+        self.objects.put_bytes(version_key + INDEX_NAME, sink.getvalue())
+        self.objects.put_bytes(version_key + STATE_NAME, state.to_json())
+
+
+def served_state(objects: ObjectStore, publication: Publication) -> ServedState | None:
+    """What `publication` serves under a dedupe policy (its `dedupe.json`, in the table's
+    `objects`); None for one recorded without a policy. Raises `ObjectStoreError`,
+    `ServedStateError`."""
+    key = objects.key_of(publication.location + STATE_NAME)
+    if objects.size(key) is None:
+        return None
+    return ServedState.from_json(objects.get_bytes(key), objects.url(key))
+
+
+@dataclass(frozen=True)
+class _KeysRead:
+    """One file's key (and order) columns as read, and the hashes of its keys."""
+
+    table: pa.Table
+    keyed_hashes: KeyHashes
+
+
+def _concat(parts: Sequence[KeyedRows], order_type: pa.DataType | None) -> KeyedRows:
+    if not parts:
+        none = np.zeros(0, np.uint64)
+        order = None if order_type is None else pa.array([], order_type)
+        return KeyedRows(none, none.copy(), np.zeros(0, np.int64), order)
+    order = None
+    if order_type is not None:
+        order = pa.concat_arrays([p.order for p in parts if p.order is not None])
+    return KeyedRows(
+        np.concatenate([p.h1 for p in parts]),
+        np.concatenate([p.h2 for p in parts]),
+        np.concatenate([p.row for p in parts]),
+        order,
+    )
+
+
+def _positions_kept(table: pa.Table, gone: set[int]) -> np.ndarray:
+    keep = np.ones(table.num_rows, bool)
+    keep[sorted(gone)] = False
+    return keep

@@ -1,0 +1,144 @@
+"""Every publication serves each key once under the stream's policy — live small objects
+included, across merges and the switch — and the checks vouch for what it left out."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.key_settings import FIRST, LATEST, NONE, DedupeSettings
+from resources.ledger.model import SmallObject
+from resources.publication import checks
+from resources.publication.publisher import PUBLISHED
+from resources.publication.reader import read_partition
+from tests.publication.conftest import DT, World
+from tests.support.merge_child import TABLE, commit_source, epoch_us
+
+Record = tuple[str, int]
+"""(event id, version): a record's id and the value it is ordered by under `latest`."""
+
+
+class KeyedWorld:
+    """The publisher's world with records of chosen ids and versions, each commit one object;
+    the account of what each policy must serve is kept here, apart from the store."""
+
+    def __init__(self, world: World, mode: str) -> None:
+        self.world = world
+        order_by = "amount" if mode == LATEST else None
+        world.config = replace(world.config, dedupe=DedupeSettings(mode, order_by))
+        self.mode = mode
+        self.commits: list[list[Record]] = []
+        self.rng = random.Random(5)
+
+    def commit(self, records: list[Record]) -> None:
+        n = len(self.commits)
+        start = epoch_us(DT)
+        table = pa.table(
+            {
+                "event_id": [r[0] for r in records],
+                "user_id": [f"user-{n}"] * len(records),
+                "amount": pa.array([float(r[1]) for r in records], pa.float64()),
+                "event_time": pa.array(
+                    [start + self.rng.randrange(86_400_000_000) for _ in records],
+                    pa.timestamp("us", tz="UTC"),
+                ),
+            }
+        )
+        path = self.world.lake.table_dir / f"dt={DT}" / f"keyed-{n:04d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+        small = SmallObject(TABLE, DT, f"file://{path}", path.stat().st_size, len(records))
+        commit_source(self.world.store, f"keyed/{n:04d}", [small], merge_after_s=600.0)
+        self.commits.append(records)
+
+    def expected(self) -> dict[str, tuple[int, int]]:
+        """id -> (version, commit) the policy serves (under `none`: every record)."""
+        chosen: dict[str, tuple[int, int]] = {}
+        for n, records in enumerate(self.commits):
+            for event_id, version in records:
+                held = chosen.get(event_id)
+                if held is None or (self.mode == LATEST and version >= held[0]):
+                    chosen[event_id] = (version, n)
+        return chosen
+
+    def served(self) -> list[tuple[str, int, str]]:
+        rows = read_partition(self.world.target, TABLE, DT)
+        return sorted(
+            zip(
+                rows.column("event_id").to_pylist(),
+                [int(a) for a in rows.column("amount").to_pylist()],
+                rows.column("user_id").to_pylist(),
+                strict=True,
+            )
+        )
+
+    def assert_serves_the_policy(self) -> None:
+        served = self.served()
+        want = sorted((i, v, f"user-{n}") for i, (v, n) in self.expected().items())
+        assert served == want
+        outcomes = checks.run_all(
+            self.world.config, self.world.store, self.world.objects, self.world.target
+        )
+        assert [o.summary for o in outcomes if not o.passed] == []
+
+
+@pytest.fixture(params=[FIRST, LATEST])
+def keyed(request: pytest.FixtureRequest, world: World) -> KeyedWorld:
+    return KeyedWorld(world, request.param)
+
+
+def test_re_sent_and_repeated_records_are_served_once_at_every_publication(
+    keyed: KeyedWorld,
+) -> None:
+    keyed.commit([("a", 1), ("b", 1), ("a", 3)])  # a key twice in one object
+    keyed.commit([("c", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+    keyed.commit([("a", 2), ("b", 5), ("d", 1)])  # re-sends of published keys
+    keyed.commit([("d", 1), ("e", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+    current = keyed.world.current()
+    committed = sum(len(c) for c in keyed.commits)
+    assert current.rows == len(keyed.expected()) < committed
+
+
+def test_merges_keep_one_row_per_key_and_the_switch_serves_the_policy(
+    keyed: KeyedWorld,
+) -> None:
+    keyed.commit([("a", 1), ("b", 2)])
+    keyed.commit([("a", 4), ("c", 1)])
+    keyed.world.publish()
+    keyed.world.merge()
+    keyed.world.close()
+    keyed.commit([("b", 9), ("c", 0)])  # delayed: after the close
+    keyed.world.merge()
+    outcome = keyed.world.publish()
+    assert outcome.outcome == PUBLISHED and outcome.switched_now
+    keyed.assert_serves_the_policy()
+    keyed.commit([("a", 7), ("z", 1)])
+    keyed.world.merge()
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+
+
+def test_none_keeps_every_record(world: World) -> None:
+    keyed = KeyedWorld(world, NONE)
+    keyed.commit([("a", 1), ("a", 2)])
+    keyed.commit([("a", 3)])
+    world.publish()
+    assert [r[0] for r in keyed.served()] == ["a", "a", "a"]
+
+
+def test_a_publication_that_lost_its_race_leaves_orphans_only(keyed: KeyedWorld) -> None:
+    keyed.commit([("a", 1)])
+    keyed.world.publish()
+    keyed.commit([("a", 2), ("b", 1)])
+    slow = keyed.world.publisher()
+    keyed.world.publish()  # the winner
+    assert slow.publish_one(DT).outcome != PUBLISHED
+    keyed.assert_serves_the_policy()
