@@ -1,0 +1,252 @@
+"""Records by key: what a dedupe policy adds to committing and publishing, and to merges.
+
+    .venv/bin/python bench/dedupe.py [--existing 1000000] [--objects 200] [--records 5000]
+        [--resend 0.2] [--merge-objects 400] [--repeats 2] [--work DIR]
+
+One table partition already holding `--existing` records (published, so its key index exists),
+then `--objects` new small objects of `--records` records each, a `--resend` share of them ids
+already in the date or repeated across the new objects (an at-least-once producer), written as
+ingestion writes them (`write_table_object`), each committed through the real fenced commit
+(SQLite store), then one publication (the manifests target: what the policy adds is the same
+for both formats). Timed, wall and CPU of this process: the writes + commits + publication,
+under `none` and under `first` (scope date) on the same records, alternately, `--repeats`
+times. The Spark read of the source objects is the same code under every policy (the policy
+acts at publication and merge), so it is left out: the ratio here is over the part a policy
+changes, a stricter ratio than over a whole ingestion.
+
+Then a merge of `--merge-objects` small objects (with re-sends) with and without the policy.
+Reported: medians, the ratios (targets: publication path <= 1.3x, merge <= 1.2x), the key
+index's bytes per key and the resolution's cost per new record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from resources.catalog.hive_target import HiveManifestsTarget  # noqa: E402
+from resources.catalog.local import LocalCatalog  # noqa: E402
+from resources.compaction.merge_writer import MergeWriter  # noqa: E402
+from resources.dedupe.served import INDEX_NAME  # noqa: E402
+from resources.ingestion.table_objects import dictionary_columns, write_table_object  # noqa: E402
+from resources.key_settings import FIRST, NONE, DedupeSettings  # noqa: E402
+from resources.ledger.model import SmallObject  # noqa: E402
+from resources.objects.factory import object_store_for  # noqa: E402
+from resources.publication.publisher import Publisher  # noqa: E402
+from resources.schema.columns import ColumnSpec  # noqa: E402
+from resources.stores.sqlite.store import SqliteLeaseStore  # noqa: E402
+from resources.streams import StreamConfig  # noqa: E402
+
+DT = "2026-03-01"
+START_US = 1_772_323_200_000_000  # 2026-03-01T00:00:00Z
+
+
+def config(table: Path, mode: str) -> StreamConfig:
+    return StreamConfig(
+        name="events",
+        source="file:///nowhere",
+        format="jsonl",
+        columns=(
+            ColumnSpec("event_id", "string"),
+            ColumnSpec("user_id", "string"),
+            ColumnSpec("amount", "double"),
+            ColumnSpec("event_time", "timestamp"),
+        ),
+        event_time="event_time",
+        table=f"file://{table}",
+        quarantine=f"file://{table}_q",
+        record_id="event_id",
+        dedupe=DedupeSettings(mode),
+    )
+
+
+def rows(ids: list[str], rng: random.Random) -> pa.Table:
+    return pa.table(
+        {
+            "event_id": ids,
+            "user_id": [f"u{rng.randrange(1000)}" for _ in ids],
+            "amount": [rng.random() * 100 for _ in ids],
+            "event_time": pa.array(
+                [START_US + rng.randrange(86_400_000_000) for _ in ids],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+
+
+class Table:
+    """One stream's table, store and publisher under one policy."""
+
+    def __init__(self, work: Path, mode: str) -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        self.work, self.mode = work, mode
+        self.config = config(work / "table", mode)
+        self.store = SqliteLeaseStore(work / "store.db")
+        self.objects = object_store_for(self.config.table)
+        self.target = HiveManifestsTarget(LocalCatalog(work / "catalog.json"))
+        self.n = 0
+
+    def commit(self, table: pa.Table) -> None:
+        path = self.work / "table" / f"dt={DT}" / f"small-{self.n:06d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = write_table_object(
+            table, path, self.config.column_names, dictionary_columns(self.config)
+        )
+        small = SmallObject("events", DT, f"file://{path}", size, table.num_rows)
+        sid = self.store.source_identifier("events")
+        key = f"src/{self.n:06d}"
+        self.store.create_partitions(sid, [key])
+        lease = self.store.acquire(sid, key, "bench", 600.0)
+        self.store.commit(lease.token, [small], merge_after_s={"events": 3600.0})
+        self.n += 1
+
+    def publish(self) -> Any:
+        publisher = Publisher(self.config, self.store, self.objects, self.target)
+        (outcome,) = publisher.publish([DT])
+        assert outcome.ok, outcome.describe()
+        return outcome
+
+
+def batches(args: argparse.Namespace, seed: int) -> tuple[list[pa.Table], list[pa.Table]]:
+    """The existing records (in objects of 100,000) and the new objects, re-sends mixed in."""
+    rng = random.Random(seed)
+    existing = [f"old-{i}" for i in range(args.existing)]
+    old = [rows(existing[i : i + 100_000], rng) for i in range(0, args.existing, 100_000)]
+    new, fresh = [], 0
+    for _ in range(args.objects):
+        ids = []
+        for _ in range(args.records):
+            if rng.random() < args.resend:
+                ids.append(existing[rng.randrange(len(existing))])
+            else:
+                ids.append(f"new-{fresh}")
+                fresh += 1
+        new.append(rows(ids, rng))
+    return old, new
+
+
+def clocked(fn: Any) -> tuple[float, float, Any]:
+    wall, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    result = fn()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    spent = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
+    return time.perf_counter() - wall, spent, result
+
+
+def publication_run(work: Path, mode: str, old: list, new: list) -> dict[str, Any]:
+    table = Table(work / mode, mode)
+    for t in old:
+        table.commit(t)
+    table.publish()  # the date as it was: published, its key index written
+
+    def ingest() -> Any:
+        for t in new:
+            table.commit(t)
+        return table.publish()
+
+    wall, cpu, outcome = clocked(ingest)
+    index = next((table.work / "table").glob(f"_manifests/dt={DT}/*/{INDEX_NAME}"), None)
+    pub = outcome.publication
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "rows": pub.rows,
+        "dropped": outcome.dropped,
+        "index_bytes": 0 if index is None else newest_index(table.work),
+    }
+
+
+def newest_index(work: Path) -> int:
+    indexes = sorted(
+        (work / "table").glob(f"_manifests/dt={DT}/*/{INDEX_NAME}"), key=lambda p: p.stat().st_mtime
+    )
+    return indexes[-1].stat().st_size
+
+
+def merge_run(work: Path, mode: str, new: list) -> tuple[float, float]:
+    table = Table(work / f"merge-{mode}", mode)
+    paths = []
+    for t in new:
+        table.commit(t)
+    paths = [o.url for o in table.store.ledger_objects("events", DT)]
+    writer = MergeWriter(lambda: None, table.config, arrow_max_bytes=1 << 40)  # never Spark
+    wall, cpu, _ = clocked(lambda: writer.write(paths, table.work / "merged.parquet"))
+    return wall, cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--existing", type=int, default=1_000_000)
+    parser.add_argument("--objects", type=int, default=200)
+    parser.add_argument("--records", type=int, default=5000)
+    parser.add_argument("--resend", type=float, default=0.2)
+    parser.add_argument("--merge-objects", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-dedupe-"))
+    old, new = batches(args, 7)
+    results: dict[str, list[dict[str, Any]]] = {NONE: [], FIRST: []}
+    merges: dict[str, list[tuple[float, float]]] = {NONE: [], FIRST: []}
+    merge_new = (new * (1 + args.merge_objects // max(1, len(new))))[: args.merge_objects]
+    for r in range(args.repeats):
+        for mode in (NONE, FIRST) if r % 2 == 0 else (FIRST, NONE):
+            results[mode].append(publication_run(work, mode, old, new))
+            merges[mode].append(merge_run(work, mode, merge_new))
+            print(f"repeat {r} {mode}: {results[mode][-1]}", flush=True)
+    report(args, results, merges)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def report(args: argparse.Namespace, results: dict, merges: dict) -> None:
+    new_records = args.objects * args.records
+    keys = args.existing + new_records - results[FIRST][-1]["dropped"]
+    print(
+        f"\n{args.existing:,} records in the date, {args.objects:,} new objects x "
+        f"{args.records:,} records ({args.resend:.0%} re-sent), {args.repeats} repeats"
+    )
+    print(
+        "| path | none wall s | first wall s | wall ratio | none CPU s | first CPU s | CPU ratio |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    none, first = results[NONE], results[FIRST]
+    nw, fw = med([x["wall"] for x in none]), med([x["wall"] for x in first])
+    nc, fc = med([x["cpu"] for x in none]), med([x["cpu"] for x in first])
+    print(f"| commit + publish | {nw:.2f} | {fw:.2f} | {fw / nw:.2f} | ", end="")
+    print(f"{nc:.2f} | {fc:.2f} | {fc / nc:.2f} |")
+    added = (fw - nw) / new_records * 1e6
+    nw, fw = med([m[0] for m in merges[NONE]]), med([m[0] for m in merges[FIRST]])
+    nc, fc = med([m[1] for m in merges[NONE]]), med([m[1] for m in merges[FIRST]])
+    print(
+        f"| merge of {args.merge_objects} objects | {nw:.2f} | {fw:.2f} | {fw / nw:.2f} | "
+        f"{nc:.2f} | {fc:.2f} | {fc / nc:.2f} |"
+    )
+    print(f"\nadded per new record under first: {added:.2f} µs (wall)")
+    index = results[FIRST][-1]["index_bytes"]
+    print(f"\nkey index: {keys:,} keys, {index:,} bytes: {index / keys:.1f} bytes a key")
+    print(
+        f"rows served under first: {results[FIRST][-1]['rows']:,} "
+        f"(left out {results[FIRST][-1]['dropped']:,}); under none {results[NONE][-1]['rows']:,}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
