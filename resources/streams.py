@@ -149,10 +149,7 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
     elif merge.sort_by not in names:
         raise StreamConfigError(name, "merge.sort_by", f"{merge.sort_by!r} is not a schema column")
     source = _url(raw.get("source"), base, name, "source")
-    cleanup_raw = raw.get("source_cleanup")
-    if isinstance(cleanup_raw, dict) and cleanup_raw.get("archive_to") is not None:
-        archive_to = _url(cleanup_raw["archive_to"], base, name, "source_cleanup.archive_to")
-        cleanup_raw = {**cleanup_raw, "archive_to": archive_to}
+    cleanup_raw = _cleanup_section(name, raw.get("source_cleanup"), base)
     try:
         rollups = parse_rollups(raw.get("rollups"), schema)
         discovery = parse_discovery(raw.get("discovery"), source)
@@ -183,6 +180,16 @@ def _stream(name: str, raw: Any, base: Path) -> StreamConfig:
         dedupe=dedupe,
         on_change=on_change,
     )
+
+
+def _cleanup_section(name: str, raw: Any, base: Path) -> Any:
+    """The `source_cleanup` section with its `archive_to` resolved against `base`."""
+    if isinstance(raw, dict) and raw.get("archive_to") is not None:
+        return {
+            **raw,
+            "archive_to": _url(raw["archive_to"], base, name, "source_cleanup.archive_to"),
+        }
+    return raw
 
 
 def _one_of(stream: str, field_name: str, value: Any, allowed: tuple[str, ...]) -> str:

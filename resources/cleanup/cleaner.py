@@ -80,7 +80,11 @@ class CleanupReport:
         if not self.dry_run:
             line += f" ({r.bytes} bytes; {r.gone} already gone)"
             if r.changed:
-                line += f"; {r.changed} kept: uploaded again since they were ingested"
+                line += (
+                    f"; {r.changed} kept: changed since they were ingested, never removed "
+                    f"({r.kept[0]}{' and more' if r.changed > 1 else ''}; leasehold changes "
+                    f"ls {self.stream})"
+                )
         if self.waiting is not None:
             line += f"; waiting at unit {self.waiting[0]!r}: {self.waiting[1]}"
         elif self.full:
@@ -216,14 +220,7 @@ class SourceCleaner:
             return replace(state, cursor=step.cursor or state.cursor)
         assert self.remover is not None
         removed = self.remover.remove(step.objects) if step.removes else Removed()
-        r = report.removed
-        report.removed = Removed(
-            r.archived + removed.archived,
-            r.deleted + removed.deleted,
-            r.gone + removed.gone,
-            r.changed + removed.changed,
-            r.bytes + removed.bytes,
-        )
+        report.removed += removed
         state = state.added(removed.archived, removed.deleted, removed.gone, removed.bytes)
         state = replace(state, cursor=step.cursor or state.cursor)
         self.store.update_global_state(token, state.to_json(), self.timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from resources.cli.changes import add_changes_parser
 from resources.cli.check import add_check_parser
 from resources.cli.cleanup import add_cleanup_parser
 from resources.cli.config import add_config_parser
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_gc_parser(add)
     add_cleanup_parser(add)
     add_redrive_parser(add)
+    add_changes_parser(add, common)
     add_rollup_parser(add, common)
     add_schema_parser(add)
     add_notifications_parser(add)

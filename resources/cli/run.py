@@ -105,6 +105,7 @@ def print_tables(
     """Each stream's table partitions as the run left them, its audit line, and how to query
     it."""
     from resources.catalog.settings import CatalogSettings
+    from resources.cli.changes import pending_changes, pending_line
     from resources.cli.story import audit_line, query_line, stream_table
 
     catalog = CatalogSettings.from_env()
@@ -115,6 +116,9 @@ def print_tables(
             print()
             print("\n".join(stream_table(name, report, store.table_partitions(name))))
             print(audit_line(name, report))
+            changed = pending_line(name, pending_changes(store, name))
+            if changed is not None:
+                print(changed)
             print(query_line(config, catalog))
     finally:
         store.close_store()

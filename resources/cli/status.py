@@ -9,8 +9,10 @@ import json
 import sys
 from collections.abc import Callable
 
+from resources.cli.changes import pending_changes, pending_line
 from resources.compaction.table_status import table_status_json, table_status_text
 from resources.coordination.cleanup_state import CleanupState, read_cleanup_state
+from resources.coordination.source_changes import SourceChange
 from resources.coordination.status import status_json, status_text
 from resources.coordination.supplier import EVENT_COUNTS, SUPPLIER_STATE
 from resources.errors import ConfigError
@@ -69,6 +71,16 @@ def _event_counts(store: CoordinationStore) -> list[tuple[str, dict[str, int]]]:
     ]
 
 
+def _changes(store: CoordinationStore) -> list[tuple[str, list[SourceChange]]]:
+    """(stream, its pending source changes) of each stream that has some."""
+    try:
+        streams = LakeSettings.from_env().streams()
+    except ConfigError:
+        return []  # `_tables` said why
+    found = [(name, pending_changes(store, name)) for name in sorted(streams)]
+    return [(name, pending) for name, pending in found if pending]
+
+
 def events_text(stream: str, counts: dict[str, int]) -> str:
     """One line: what became of the S3 events the stream received so far."""
     seen = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()) if n) or "none yet"
@@ -90,6 +102,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         tables = _tables(store)
         cleanups = _cleanups(store)
         events = _event_counts(store)
+        changes = _changes(store)
     finally:
         store.close_store()
     if args.json:
@@ -100,6 +113,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 {"stream": name, "mode": mode, **state.to_json()} for name, mode, state in cleanups
             ],
             "events": [{"stream": name, "counts": counts} for name, counts in events],
+            "pendingChanges": [
+                {"stream": name, "keys": [c.key for c in pending]} for name, pending in changes
+            ],
         }
         print(json.dumps(document, indent=2))
     else:
@@ -110,6 +126,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(cleanup_text(name, mode, state))
         for name, counts in events:
             print(events_text(name, counts))
+        for name, pending in changes:
+            print(pending_line(name, pending))
     return 0
 
 

@@ -4,7 +4,8 @@ Discovery by listing finds an object's unit by walking the lease items beside th
 order (`resources/ingestion/work_units.py`). Discovery by notifications cannot: events come in
 any order, a unit holds objects from anywhere in the key space, and a redelivered event must be
 recognised by its key alone. A claim is that index: one record per object (key, the unit holding
-it, its size), written after the unit's lease item exists and never expired by a TTL — so a claim
+it, its size and fingerprint — a claim written before fingerprints has none: sizes are
+compared), written after the unit's lease item exists and never expired by a TTL — so a claim
 always names a unit that holds the object (`resources/ingestion/claimed_units.py` keeps that
 true across crashes).
 """
@@ -26,6 +27,9 @@ class ObjectClaim:
     """The key of the work unit (lease item) holding it."""
     size: int
     """Its size when it was claimed (-1 where unknown)."""
+    etag: str = ""
+    """Its fingerprint when it was claimed (`resources/objects/fingerprint.py`); empty where
+    unknown (a claim written before fingerprints, or an event without one)."""
 
 
 class ObjectClaims(ABC):

@@ -275,6 +275,7 @@ class DiscoveryTick:
                 backstop_interval_s=config.discovery.backstop_interval_s,
                 unit_max_objects=config.partition.max_objects,
                 unit_max_bytes=config.partition.max_bytes,
+                on_change=config.on_change,
             ).discover(cursor.reconcile)
             seen = ", ".join(f"{n} {what}" for what, n in sorted(step.counts.items()) if n)
             return step.found, step.backstop, f"events: {seen or 'none'}; "
@@ -319,6 +320,7 @@ class DiscoveryTick:
             unit_max_objects=config.partition.max_objects,
             unit_max_bytes=config.partition.max_bytes,
             whole_source=whole,
+            on_change=config.on_change,
         ).step(cursor.reconcile, cursor.discovery)
         if whole and step.finished_pass:
             record_caught_up(

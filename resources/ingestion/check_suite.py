@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from resources.check_outcome import CheckOutcome, Severity
 from resources.coordination.health import lease_health_report
+from resources.coordination.source_changes import PENDING
 from resources.ingestion.checks import (
     ReadColumn,
     ServedUrls,
@@ -35,6 +36,8 @@ CHECKS: dict[str, str] = {
     "source_completeness": "Every object of the source has a lease item: one behind the "
     "discovery cursor without one fails (no run would ever ingest it before reconciliation "
     "finds it), one after the cursor only warns (the next tick discovers it).",
+    "changed_sources": "No source object rewritten in place after a unit took it waits "
+    "unhandled (on_change: ignore, not acknowledged): one that does only warns.",
 }
 """Check name -> description, in the order `run_all` runs them."""
 
@@ -175,6 +178,24 @@ def source_completeness(
     )
 
 
+def changed_sources(store: CoordinationStore, stream: str) -> CheckOutcome:
+    """Warns while a source change of the stream is `pending` (ignored and not acknowledged:
+    `leasehold changes ack`); one read of the stream's change records."""
+    pending = [
+        c for c in store.source_changes(store.source_identifier(stream)) if c.state == PENDING
+    ]
+    metadata: dict[str, object] = {"pending": len(pending)}
+    if not pending:
+        return CheckOutcome(
+            "changed_sources", True, "warn", "no changed source object waits", metadata
+        )
+    summary = (
+        f"{len(pending)} source objects changed since ingested, not read again (on_change: "
+        f"ignore; leasehold changes ack {stream} clears them){_first([c.key for c in pending])}"
+    )
+    return CheckOutcome("changed_sources", False, "warn", summary, metadata)
+
+
 def run_one(
     name: str,
     store: CoordinationStore,
@@ -198,6 +219,8 @@ def run_one(
     and those completed since (with the dead letters it found before)."""
     if name == "unique_record_ids" and config.record_id is None:
         return unique_record_ids(store, table, None, read_column)  # nothing to judge or remember
+    if name == "changed_sources":
+        return changed_sources(store, config.name)  # one read of a few records: no memory
     judges: dict[str, Callable[[CheckScope], CheckOutcome]] = {
         "rows_reconcile": lambda scope: rows_reconcile(store, config.name, table, scope),
         "lease_health": lambda scope: lease_health(

@@ -25,7 +25,7 @@ from typing import Any
 from resources.coordination.items import LeaseToken
 from resources.coordination.object_claims import ObjectClaim
 from resources.coordination.supplier import SUPPLIER_STATE
-from resources.ingestion.work_units import WorkUnit, plan_units, unit_of
+from resources.ingestion.work_units import Listed, WorkUnit, plan_units, unit_of
 from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,9 @@ class ClaimedUnits:
         """The claims of those of `keys` a unit holds."""
         return self.store.object_claims(self.sid, keys)
 
-    def create(self, objects: Iterable[tuple[str, int]]) -> list[WorkUnit]:
-        """Cut `objects` (key, size; none held, distinct) into units in key order and create
-        them, claimed, in rounds of at most `MAX_ROUND_UNITS`. Returns the units."""
+    def create(self, objects: Iterable[Listed]) -> list[WorkUnit]:
+        """Cut `objects` (key, size and maybe etag; none held, distinct) into units in key order
+        and create them, claimed, in rounds of at most `MAX_ROUND_UNITS`. Returns the units."""
         units = plan_units(sorted(objects), self.unit_max_objects, self.unit_max_bytes)
         for start in range(0, len(units), MAX_ROUND_UNITS):
             batch = units[start : start + MAX_ROUND_UNITS]
@@ -137,7 +137,7 @@ class ClaimedUnits:
 
     def _claim(self, unit: WorkUnit) -> None:
         self.store.claim_objects(
-            self.sid, [ObjectClaim(o.key, unit.key, o.size) for o in unit.objects]
+            self.sid, [ObjectClaim(o.key, unit.key, o.size, o.etag) for o in unit.objects]
         )
 
     def _save(self) -> None:

@@ -30,11 +30,13 @@ from resources.ingestion.work_units import UnitCoverage, plan_units
 
 @dataclass(frozen=True)
 class ListedObject:
-    """A source object as discovery listed it: key and size."""
+    """A source object as discovery listed it: key, size and fingerprint."""
 
     key: str
     """The object's key in its source (a work unit is keyed by its first object's)."""
     size: int
+    etag: str = ""
+    """Its fingerprint (`resources/objects/fingerprint.py`); empty where the lister gives none."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class Discovery:
             coverage = UnitCoverage(self.store, sid, after=sensor_cursor)
             free = set(coverage.uncovered([o.key for o in listed]))
             units = plan_units(
-                ((o.key, o.size) for o in listed if o.key in free),
+                ((o.key, o.size, o.etag) for o in listed if o.key in free),
                 self.unit_max_objects,
                 self.unit_max_bytes,
             )

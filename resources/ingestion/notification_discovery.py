@@ -8,9 +8,11 @@ Under the supplier lease (one node at a time), a tick
    key the latest event (S3's sequencer), and drops — counting each — events for another bucket
    or a key outside the stream's prefix, objects whose latest event is their removal (the queue
    gets `ObjectRemoved` events too), messages that are no S3 event (logged with their id), and
-   objects already held (a duplicate or redelivered event; one whose size changed is a re-upload
-   under an ingested key: logged, never ingested again). The event's size is the unit's (an
-   event without one costs a HEAD): no request per object to S3, so discovering 10⁶ objects
+   objects already held (a duplicate or redelivered event; one whose ETag differs from its
+   claim's — or, a fingerprint unknown, its size — was rewritten in place: recorded, then ignored
+   or ingested as a new version as the stream's `on_change` says, `source_changes.py`). The
+   event's size and ETag are the unit's (an event without them costs a HEAD): no request per
+   object to S3, so discovering 10⁶ objects
    costs 2·10⁵ SQS calls, not 10⁶ more. An object deleted after its event was handled (its
    removal event in a later tick) is in a unit already: its read finds it missing, retries and
    dead-letters it, visibly — the same as any source object deleted before it was read;
@@ -18,8 +20,9 @@ Under the supplier lease (one node at a time), a tick
    leaves them to be received again once their visibility times out, and the units made already
    hold their objects, so nothing is ingested twice;
 4. runs one bounded step of the backstop pass — the whole source listed, objects without a claim
-   made units — every `backstop_interval` (S3 delivers events at least once, but a queue can
-   lose them: purged, expired, or a notification configuration briefly missing).
+   made units, changed ones recorded — every `backstop_interval` (S3 delivers events at least
+   once, but a queue can lose them: purged, expired, or a notification configuration briefly
+   missing).
 A tick whose last receive found the queue empty records when it started as `caught_up_ms`.
 """
 
@@ -27,18 +30,21 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from resources.coordination.items import to_millis
+from resources.coordination.object_claims import ObjectClaim
 from resources.coordination.supplier import CAUGHT_UP_MS, EVENT_COUNTS, SUPPLIER_STATE
 from resources.ingestion.claimed_units import ClaimedUnits
-from resources.ingestion.discovery import DiscoveryResult, Lister
+from resources.ingestion.discovery import DiscoveryResult, ListedObject, Lister
 from resources.ingestion.reconciliation import ReconcileState, ReconcileStep
+from resources.ingestion.source_changes import ChangeHandler, claim_version, detect_change
+from resources.key_settings import IGNORE
 from resources.notifications.queue import EventQueue, QueueMessage
 from resources.notifications.s3_events import EventMessageError, ObjectEvent, parse_message
-from resources.objects.base import ObjectStore
+from resources.objects.base import ObjectInfo, ObjectStore
 from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
@@ -94,8 +100,10 @@ class NotificationDiscovery:
         backstop_interval_s: float = 86400.0,
         unit_max_objects: int = 1,
         unit_max_bytes: int = 2**62,
+        on_change: str = IGNORE,
     ) -> None:
         self.store = store
+        self.changes = ChangeHandler(store, stream, on_change, claims=True)
         self.stream = stream
         self.queue = queue
         self.source = source
@@ -148,37 +156,41 @@ class NotificationDiscovery:
             self.store.release_global_state(supplier.token, state)
 
     def _messages(self, units: ClaimedUnits, counts: Counter[str]) -> bool:
-        """Receive, make units, delete; True if the queue was drained."""
+        """Receive, make units (and record changes), delete; True if the queue was drained."""
         messages, drained = self.queue.receive(self.max_messages, self.visibility_s)
         counts["messages"] = len(messages)
         latest = self._latest_events(messages, counts)
         created = {key: e for key, e in latest.items() if e.created}
         counts["removed"] += len(latest) - len(created)
-        sizes = self._sizes([k for k, e in created.items() if e.size < 0])
-        counts["deleted since"] += sum(1 for size in sizes.values() if size is None)
-        present = {
-            k: e.size if e.size >= 0 else size
-            for k, e in created.items()
-            if (size := sizes.get(k, e.size)) is not None
-        }
-        held = units.held(list(present))
-        for key, claim in held.items():
-            if claim.size >= 0 and claim.size != present[key]:
-                counts["re-uploaded changed"] += 1
-                log.warning(
-                    "%s: %r was uploaded again with %d bytes (%d when ingested): an ingested "
-                    "key is never ingested again; put changed data under a new key",
-                    self.stream,
-                    key,
-                    present[key],
-                    claim.size,
-                )
-        counts["duplicates"] += len(held)
-        new = [(k, s) for k, s in present.items() if k not in held]
+        heads = self._heads([k for k, e in created.items() if e.size < 0 or not e.etag])
+        counts["deleted since"] += sum(1 for info in heads.values() if info is None)
+        present = [_seen(k, e, heads) for k, e in created.items() if heads.get(k, e) is not None]
+        held = units.held([o.key for o in present])
+        changed = self._changes(units, [o for o in present if o.key in held], held)
+        counts["changed"] += changed
+        counts["duplicates"] += len(held) - changed
+        new = [(o.key, o.size, o.etag) for o in present if o.key not in held]
         units.create(new)
         counts["objects"] += len(new)
         counts["refused deletes"] += self.queue.delete(messages)
         return drained
+
+    def _changes(
+        self,
+        units: ClaimedUnits,
+        seen: Sequence[ListedObject],
+        held: Mapping[str, ObjectClaim],
+    ) -> int:
+        """Record the held objects of `seen` whose fingerprint is not their claim's (and, under
+        `on_change: append`, make units of their new versions); returns how many changed."""
+        now = self.store.now_ms()
+        changes = [
+            change
+            for o in seen
+            if (change := detect_change(o, [claim_version(held[o.key])], now)) is not None
+        ]
+        units.created += self.changes.handle(changes)
+        return len(changes)
 
     def _latest_events(
         self, messages: Sequence[QueueMessage], counts: Counter[str]
@@ -210,13 +222,13 @@ class NotificationDiscovery:
                     latest[key] = replace(event, key=key)
         return latest
 
-    def _sizes(self, keys: list[str]) -> dict[str, int | None]:
-        """Each key's size now (a HEAD each, in parallel), for events that do not say it; None
-        where it is gone."""
+    def _heads(self, keys: list[str]) -> dict[str, ObjectInfo | None]:
+        """Each key's size and fingerprint now (a HEAD each, in parallel), for events that do
+        not say them; None where it is gone."""
         if not keys:
             return {}
         with ThreadPoolExecutor(min(HEAD_THREADS, len(keys))) as pool:
-            return dict(zip(keys, pool.map(self.source.store.size, keys), strict=True))
+            return dict(zip(keys, pool.map(self.source.store.info, keys), strict=True))
 
     def _backstop(self, units: ClaimedUnits, state: ReconcileState) -> ReconcileStep:
         """One page of the backstop pass when one is due or in progress."""
@@ -227,7 +239,8 @@ class NotificationDiscovery:
             state = ReconcileState(None, state.last_finished_ms, in_pass=True)
         page, _ = self.source.lister(state.after, self.max_messages)
         held = units.held([o.key for o in page])
-        made = units.create((o.key, o.size) for o in page if o.key not in held)
+        changed = self._changes(units, [o for o in page if o.key in held], held)
+        made = units.create((o.key, o.size, o.etag) for o in page if o.key not in held)
         created = [u.key for u in made]
         if made:
             log.info(
@@ -236,5 +249,14 @@ class NotificationDiscovery:
                 sum(len(u.objects) for u in made),
             )
         if len(page) < self.max_messages:
-            return ReconcileStep(created, len(page), ReconcileState(None, now), True)
-        return ReconcileStep(created, len(page), replace(state, after=page[-1].key))
+            return ReconcileStep(created, len(page), ReconcileState(None, now), True, changed)
+        return ReconcileStep(created, len(page), replace(state, after=page[-1].key), False, changed)
+
+
+def _seen(key: str, event: ObjectEvent, heads: Mapping[str, ObjectInfo | None]) -> ListedObject:
+    """The object an event names: its size and ETag from the event, or from the HEAD made
+    when the event lacks them."""
+    head = heads.get(key)
+    if head is None:
+        return ListedObject(key, event.size, event.etag)
+    return ListedObject(key, head.size, head.etag)

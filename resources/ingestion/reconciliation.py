@@ -7,7 +7,9 @@ from the beginning up to the cursor, at most `max_objects` keys per tick (resuma
 cursor is kept with discovery's), walks the lease items beside the listing in key order
 (`work_units.UnitCoverage`: one key-range read per page, no write for objects a unit holds)
 and cuts the objects no unit holds into work units of their own, as discovery would. A pass
-that reaches the cursor ends; the next one starts `interval_s` later.
+that reaches the cursor ends; the next one starts `interval_s` later. An object a unit holds
+whose fingerprint is none the units record was rewritten in place: it is recorded, and ignored
+or appended as the stream's `on_change` says (`source_changes.py`).
 
 The trade-off is listing cost against delay. A pass costs one LIST request per 1,000 objects
 (S3) plus one key-range read of the lease items per page: for a million objects in units of
@@ -24,9 +26,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from resources.coordination.items import to_millis
-from resources.coordination.lease_store import LeaseStore
-from resources.ingestion.discovery import Lister
+from resources.ingestion.discovery import ListedObject, Lister
+from resources.ingestion.source_changes import ChangeHandler, detect_change
 from resources.ingestion.work_units import UnitCoverage, plan_units
+from resources.key_settings import IGNORE
+from resources.stores.base import CoordinationStore
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class ReconcileStep:
     listed: int
     state: ReconcileState
     finished_pass: bool = False
+    changed: int = 0
+    """Held objects seen with another fingerprint than their units record (`source_changes`)."""
 
 
 class Reconciliation:
@@ -83,7 +89,7 @@ class Reconciliation:
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: CoordinationStore,
         stream: str,
         lister: Lister,
         *,
@@ -92,11 +98,13 @@ class Reconciliation:
         unit_max_objects: int = 1,
         unit_max_bytes: int = 2**62,
         whole_source: bool = False,
+        on_change: str = IGNORE,
     ) -> None:
         self.whole_source = whole_source
         """Keys not ordered (`discovery.ordered_keys: false`): the pass lists the whole source,
         not only what lies behind discovery's cursor (there is none), and is the discovery."""
         self.store = store
+        self.changes = ChangeHandler(store, stream, on_change)
         self.sid = store.source_identifier(stream)
         self.lister = lister
         self.interval_ms = to_millis(interval_s)
@@ -105,7 +113,9 @@ class Reconciliation:
         self.unit_max_bytes = unit_max_bytes
 
     def step(self, state: ReconcileState, discovery_cursor: str | None) -> ReconcileStep:
-        """One bounded step of the pass in progress (or of a new one, if it is due)."""
+        """One bounded step of the pass in progress (or of a new one, if it is due): units
+        made of objects no unit holds and of new versions (`on_change: append`), changes
+        recorded. Raises the store's and the lister's errors; the step is then redone."""
         now = self.store.now_ms()
         if not state.in_pass:
             if now < state.last_finished_ms + self.interval_ms:
@@ -119,26 +129,39 @@ class Reconciliation:
             upto = None if self.whole_source else discovery_cursor
             listed = [o for o in page if upto is None or o.key <= upto]
             done = len(page) < self.max_objects or len(listed) < len(page)
-        created: list[str] = []
         coverage = UnitCoverage(self.store, self.sid, state.after, state.covering)
-        if listed:
-            free = set(coverage.uncovered([o.key for o in listed]))
-            units = plan_units(
-                ((o.key, o.size) for o in listed if o.key in free),
-                self.unit_max_objects,
-                self.unit_max_bytes,
-            )
-            self.store.create_partitions(
-                self.sid,
-                [u.key for u in units],
-                progress_states=[u.progress_state() for u in units],
-            )
-            created = [u.key for u in units]
+        created, changed = self._units(listed, coverage, now)
         if done:
             finished = ReconcileState(None, now, started_ms=state.started_ms)
-            return ReconcileStep(created, len(listed), finished, True)
+            return ReconcileStep(created, len(listed), finished, True, changed)
         return ReconcileStep(
             created,
             len(listed),
             replace(state, after=listed[-1].key, covering=tuple(coverage.covering)),
+            changed=changed,
         )
+
+    def _units(
+        self, listed: list[ListedObject], coverage: UnitCoverage, now: int
+    ) -> tuple[list[str], int]:
+        """(the units made of this page's unheld objects and new versions, the changes seen)."""
+        if not listed:
+            return [], 0
+        free = set(coverage.uncovered([o.key for o in listed]))
+        units = plan_units(
+            ((o.key, o.size, o.etag) for o in listed if o.key in free),
+            self.unit_max_objects,
+            self.unit_max_bytes,
+        )
+        self.store.create_partitions(
+            self.sid,
+            [u.key for u in units],
+            progress_states=[u.progress_state() for u in units],
+        )
+        changes = [
+            change
+            for o in listed
+            if o.key not in free
+            and (change := detect_change(o, coverage.held.get(o.key, ()), now)) is not None
+        ]
+        return [u.key for u in units] + self.changes.handle(changes), len(changes)

@@ -18,7 +18,7 @@ def source_lister(source: ObjectStore) -> Lister:
     """List `source` in key order after a cursor; the new cursor is the last key listed."""
 
     def list_after(after: str | None, limit: int) -> tuple[list[ListedObject], str | None]:
-        listed = [ListedObject(o.key, o.size) for o in source.list_after(after, limit)]
+        listed = [ListedObject(o.key, o.size, o.etag) for o in source.list_after(after, limit)]
         return listed, listed[-1].key if listed else after
 
     return list_after

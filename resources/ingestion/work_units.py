@@ -6,10 +6,14 @@ partition per object cost a lease, a Dagster partition and two Dagster events pe
 Dagster's partitions do not scale past ~10⁵ per asset; a unit of many objects costs them once.
 
 A unit's key is its first object's key: readable in the UI, and `max_objects: 1` gives exactly
-one object per partition, keyed as before. Its objects are kept, with their sizes, in its lease
-item's progress state (`{"unit": [[key, size], ...]}`) from the moment it is created — the
-list is what a run reads and what `UnitCoverage` consults to know an object is taken — so the
-key list is bounded (`MAX_UNIT_KEY_BYTES`) to keep the item far below DynamoDB's 400 KB.
+one object per partition, keyed as before. Its objects are kept, with their sizes and
+fingerprints, in its lease item's progress state (`{"unit": [[key, size, etag], ...]}`) from
+the moment it is created — the list is what a run reads, what `UnitCoverage` consults to know
+an object is taken and what clean-up compares the object with before removing it — so the list
+is bounded (`MAX_UNIT_KEY_BYTES`, keys and fingerprints) to keep the item far below DynamoDB's
+400 KB. An item written before fingerprints lists `[key, size]`: its fingerprints are unknown
+(sizes are compared instead). A new version of an object rewritten in place
+(`on_change: append`) is a unit of its own, keyed `version_unit_key(key, etag)`.
 
 Pure: no store writes here, no Spark.
 """
@@ -42,6 +46,14 @@ class UnitObject:
     key: str
     size: int
     """Bytes, as listed; -1 where unknown (an item written before units had sizes)."""
+    etag: str = ""
+    """Its fingerprint as listed (`resources/objects/fingerprint.py`); empty where unknown (an
+    item written before units had fingerprints)."""
+
+    def entry(self) -> list[str | int]:
+        """How the unit's progress lists it: `[key, size, etag]`, `[key, size]` when the
+        fingerprint is unknown."""
+        return [self.key, self.size, self.etag] if self.etag else [self.key, self.size]
 
 
 @dataclass(frozen=True)
@@ -56,25 +68,52 @@ class WorkUnit:
         return sum(max(o.size, 0) for o in self.objects)
 
     def progress_state(self) -> str:
-        return json.dumps({UNIT: [[o.key, o.size] for o in self.objects]})
+        return json.dumps({UNIT: [o.entry() for o in self.objects]})
+
+
+Listed = tuple[str, int] | tuple[str, int, str]
+"""A listed object: (key, size) or (key, size, etag)."""
+
+VERSION_MARK = "@etag:"
+"""Between an object's key and its new fingerprint in the key of a unit holding a new version
+of it: no fingerprint contains it, so two versions' keys never collide, nor do they collide
+with an original unit's (keyed by its first object's key) unless an object is named exactly
+`<key>@etag:<fingerprint>`."""
+
+
+def version_unit_key(key: str, etag: str) -> str:
+    """The key of the unit holding the version `etag` of the object `key` (`on_change:
+    append`): the same for the same version, so creating it again is harmless."""
+    return f"{key}{VERSION_MARK}{etag}"
+
+
+@dataclass(frozen=True)
+class HeldVersion:
+    """A version of an object a unit holds: the unit's key and the object as it recorded it."""
+
+    unit: str
+    held: UnitObject
 
 
 def plan_units(
-    listed: Iterable[tuple[str, int]],
+    listed: Iterable[Listed],
     max_objects: int,
     max_bytes: int,
     max_key_bytes: int = MAX_UNIT_KEY_BYTES,
 ) -> list[WorkUnit]:
-    """Cut a listing (key, size in listing order) into units of consecutive objects.
+    """Cut a listing (key, size and maybe etag, in listing order) into units of consecutive
+    objects.
 
     A unit ends before the object that would take it past `max_objects`, `max_bytes` or
-    `max_key_bytes`; an object bigger than `max_bytes` is always a unit of its own."""
+    `max_key_bytes` (keys and fingerprints); an object bigger than `max_bytes` is always a unit
+    of its own."""
     units: list[WorkUnit] = []
     current: list[UnitObject] = []
     size = key_bytes = 0
-    for key, obj_size in listed:
-        obj = UnitObject(key, obj_size)
-        obj_key_bytes = len(key.encode())
+    for entry in listed:
+        obj = UnitObject(*entry)
+        key, obj_size = obj.key, obj.size
+        obj_key_bytes = len(key.encode()) + len(obj.etag)
         if current and (
             len(current) >= max_objects
             or size + max(obj_size, 0) > max_bytes
@@ -100,7 +139,10 @@ def unit_objects(key: str, progress: Any) -> tuple[UnitObject, ...]:
     listed = progress.get(UNIT) if isinstance(progress, dict) else None
     if not listed:
         return (UnitObject(key, -1),)
-    return tuple(UnitObject(str(k), int(s)) for k, s in listed)
+    return tuple(
+        UnitObject(str(entry[0]), int(entry[1]), str(entry[2]) if len(entry) > 2 else "")
+        for entry in listed
+    )
 
 
 def done_objects(progress: Any) -> set[str]:
@@ -135,6 +177,9 @@ class UnitCoverage:
         self.covering = list(covering)
         self.read: list[str] = []
         """The keys of the items the last page read in its key range."""
+        self.held: dict[str, list[HeldVersion]] = {}
+        """The last page's held objects by key, as the units read list them (several where a
+        unit holds a new version of an object: `version_unit_key`)."""
 
     def uncovered(self, keys: Sequence[str]) -> list[str]:
         """The keys of this page (in order, after the previous page's) no unit holds."""
@@ -152,8 +197,11 @@ class UnitCoverage:
             self.read.append(item.partition_key)
             held.add(item.partition_key)
             spans.append(unit_of(item))
+        self.held = {}
         for unit in spans:
             held.update(o.key for o in unit.objects)
+            for o in unit.objects:
+                self.held.setdefault(o.key, []).append(HeldVersion(unit.key, o))
         # Only a unit listing an object past this page can hold objects of the next one.
         self.covering = [u.key for u in spans if u.objects[-1].key > last]
         self.after = last

@@ -2,11 +2,11 @@
 
 Three shapes arrive on an SQS queue:
 - S3's own notification: `{"Records": [{"eventName": "ObjectCreated:Put", "s3": {"bucket":
-  {"name": ...}, "object": {"key": ..., "size": ..., "sequencer": ...}}}]}`; the key is
+  {"name": ...}, "object": {"key": ..., "size": ..., "eTag": ..., "sequencer": ...}}}]}`; the key is
   URL-encoded (a space as `+`), so it is decoded;
 - the same, wrapped by an SNS topic: `{"Type": "Notification", "Message": "<the JSON above>"}`;
 - EventBridge's: `{"source": "aws.s3", "detail-type": "Object Created", "detail": {"bucket":
-  {"name": ...}, "object": {"key": ..., "size": ...}}}`; its key is not encoded.
+  {"name": ...}, "object": {"key": ..., "size": ..., "etag": ...}}}`; its key is not encoded.
 S3's `s3:TestEvent` (sent when a configuration is saved) holds no object. Removal events
 (`ObjectRemoved:*`, EventBridge's "Object Deleted") are returned too, with `created` false.
 
@@ -39,6 +39,8 @@ class ObjectEvent:
     created: bool
     sequencer: str = ""
     """S3's per-key order of events (hex, compared after padding); empty when absent."""
+    etag: str = ""
+    """The object's ETag, without quotes; empty when the event does not say (removals)."""
 
     def later_than(self, other: ObjectEvent) -> bool:
         """Whether this event happened after `other` on the same key: by sequencer when both
@@ -83,6 +85,7 @@ def _record(record: dict[str, Any]) -> ObjectEvent:
             size=int(obj.get("size", -1)),
             created=str(record["eventName"]).startswith("ObjectCreated:"),
             sequencer=str(obj.get("sequencer", "")),
+            etag=str(obj.get("eTag", "")).strip('"'),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EventMessageError(f"an S3 record without {exc}") from None
@@ -101,6 +104,7 @@ def _eventbridge(value: dict[str, Any]) -> ObjectEvent:
             size=int(obj.get("size", -1)),
             created=kind == "Object Created",
             sequencer=str(obj.get("sequencer", "")),
+            etag=str(obj.get("etag", "")).strip('"'),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EventMessageError(f"an EventBridge S3 event without {exc}") from None

@@ -43,6 +43,9 @@ class ObjectInfo:
     """When the object was last written (local: its mtime; S3: `LastModified`, whole seconds):
     garbage collection deletes nothing younger than its safety delay, so a file written by an
     attempt that has not committed yet is never taken for an orphan."""
+    etag: str = ""
+    """Its fingerprint (`resources/objects/fingerprint.py`): S3's ETag without quotes, a local
+    file's `mtime-<ns>-<size>`; empty where unknown."""
 
 
 class ObjectStore(ABC):
@@ -153,6 +156,14 @@ class ObjectStore(ABC):
         """The object's length in bytes, None if it does not exist: how a check confirms an
         object the ledger names is there, in full, without reading it. Raises
         `ObjectStoreError` (S3: a HEAD failing otherwise than not found, after the retry)."""
+
+    def info(self, key: str) -> ObjectInfo | None:
+        """The object as a listing would give it now — size and fingerprint (`etag`) — None if
+        it does not exist: how clean-up makes sure an object is still the content that was
+        ingested. Here from `size` alone (the fingerprint unknown: sizes are compared);
+        backends give the fingerprint. Raises as `size` does."""
+        size = self.size(key)
+        return None if size is None else ObjectInfo(key, size, 0)
 
     def parquet_metadata(self, key: str) -> pq.FileMetaData:
         """A Parquet object's footer (row count, row groups, schema). Here by reading the

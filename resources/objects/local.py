@@ -22,6 +22,7 @@ from resources.objects.base import (
     ObjectStoreError,
     parquet_footer_length,
 )
+from resources.objects.fingerprint import file_etag
 
 
 class LocalObjectStore(ObjectStore):
@@ -97,7 +98,7 @@ class LocalObjectStore(ObjectStore):
                 st = (self.root / key).stat()
             except FileNotFoundError:
                 continue
-            yield ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
+            yield _info(key, st)
 
     def local_copy(self, key: str, scratch: Path) -> Path:
         path = self._path(key)
@@ -147,6 +148,15 @@ class LocalObjectStore(ObjectStore):
         path = self._path(key)
         return path.stat().st_size if path.is_file() else None
 
+    def info(self, key: str) -> ObjectInfo | None:
+        """One `stat`: size, mtime and the fingerprint `mtime-<ns>-<size>`."""
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return _info(key, st) if path.is_file() else None
+
     def parquet_metadata(self, key: str) -> pq.FileMetaData:
         """Only the footer is read: pyarrow seeks to the end of the file."""
         path = self._path(key)
@@ -159,3 +169,10 @@ class LocalObjectStore(ObjectStore):
             return pq.read_metadata(path)
         except (pa.ArrowException, OSError) as exc:
             raise ObjectStoreError(f"{self.url(key)}: unreadable Parquet footer: {exc}") from exc
+
+
+def _info(key: str, st: os.stat_result) -> ObjectInfo:
+    """A file's `ObjectInfo` from its `stat`: its fingerprint is its mtime (ns) and size."""
+    return ObjectInfo(
+        key, st.st_size, st.st_mtime_ns // 1_000_000, file_etag(st.st_mtime_ns, st.st_size)
+    )

@@ -25,6 +25,7 @@ from resources.objects.base import (
     parquet_footer,
     parquet_footer_length,
 )
+from resources.objects.fingerprint import bare_etag
 from resources.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -107,7 +108,8 @@ class S3ObjectStore(ObjectStore):
             page = self._call("list", "", partial(self.client.list_objects_v2, **kwargs))
             for obj in page.get("Contents", []):
                 modified = int(obj["LastModified"].timestamp() * 1000)
-                yield ObjectInfo(obj["Key"][len(base) :], obj["Size"], modified)
+                etag = bare_etag(obj.get("ETag"))
+                yield ObjectInfo(obj["Key"][len(base) :], obj["Size"], modified, etag)
             if not page.get("IsTruncated"):
                 return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
@@ -175,6 +177,11 @@ class S3ObjectStore(ObjectStore):
         return self.url(key)
 
     def size(self, key: str) -> int | None:
+        info = self.info(key)
+        return None if info is None else info.size
+
+    def info(self, key: str) -> ObjectInfo | None:
+        """One HEAD: `ContentLength`, `LastModified` and the `ETag` without quotes."""
         from botocore.exceptions import ClientError
 
         try:
@@ -185,7 +192,8 @@ class S3ObjectStore(ObjectStore):
             if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
                 return None
             raise ObjectStoreError(f"S3 head of {self.url(key)} failed: {exc}") from exc
-        return int(head["ContentLength"])
+        modified = int(head["LastModified"].timestamp() * 1000)
+        return ObjectInfo(key, int(head["ContentLength"]), modified, bare_etag(head.get("ETag")))
 
     def parquet_metadata(self, key: str) -> pq.FileMetaData:
         """Ranged reads of the tail only: one GET of the last `FOOTER_GUESS` bytes holds the

@@ -22,6 +22,7 @@ from resources.coordination.errors import StoreUnavailableError
 from resources.coordination.items import NOT_GIVEN, LeaseItem, LeaseToken
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.object_claims import ObjectClaims
+from resources.coordination.source_changes import SourceChanges
 from resources.coordination.transitions import Transition
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import (
@@ -149,7 +150,9 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-class CoordinationStore(LeaseStore, ObjectClaims, Ledger, RollupLedger, SchemaRegistry, ABC):
+class CoordinationStore(
+    LeaseStore, ObjectClaims, SourceChanges, Ledger, RollupLedger, SchemaRegistry, ABC
+):
     """One store holding the leases, object claims, the ledger, rollup state and schema
     versions on one connection, so that a commit can write the ledger and the lease item in
     one transaction: what a backend implements (`SqliteLeaseStore`, `DynamoDbLeaseStore`) and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -71,14 +72,17 @@ def ingest(
     key: str,
     objects: int = 2,
     dts: tuple[str, ...] = ("2026-01-01",),
+    fingerprints: bool = False,
 ) -> list[str]:
     """A unit of `objects` source objects, committed (one small object per date) and
-    COMPLETED; returns its keys."""
+    COMPLETED; returns its keys. Its objects are listed by size alone, as before fingerprints,
+    unless `fingerprints`."""
     keys = [f"{key}/{i}.jsonl" for i in range(objects)]
     for k in keys:
         source.put_bytes(k, b'{"x": 1}\n')
     sid = store.source_identifier(STREAM)
-    unit = WorkUnit(keys[0], tuple(UnitObject(k, 9) for k in keys))
+    etags = [(source.info(k) or pytest.fail(k)).etag if fingerprints else "" for k in keys]
+    unit = WorkUnit(keys[0], tuple(UnitObject(k, 9, e) for k, e in zip(keys, etags, strict=True)))
     store.create_partitions(sid, [unit.key], progress_states=[unit.progress_state()])
     item = store.acquire(sid, unit.key, "ingester", 60)
     small = [SmallObject(STREAM, dt, f"file:///t/{key}-{dt}.parquet", 100, 5) for dt in dts]
@@ -270,19 +274,34 @@ def test_completeness_says_how_many_objects_were_cleaned_up(
 
 
 @pytest.mark.parametrize("mode", [DELETE, ARCHIVE])
-def test_an_object_uploaded_again_with_other_bytes_is_kept(
+@pytest.mark.parametrize(
+    ("fingerprints", "body"),
+    [(False, b'{"x": 1, "y": "uploaded again"}\n'), (True, b'{"x": 2}\n')],
+    ids=["sizes-other-size", "etags-same-size"],
+)
+def test_an_object_rewritten_since_it_was_ingested_is_kept(
     store: CoordinationStore,
     clock: FakeClock,
     tmp_path: Path,
     source: ObjectStore,
     archive: ObjectStore,
     mode: str,
+    fingerprints: bool,
+    body: bytes,
 ) -> None:
-    keys = ingest(store, source, "a")
+    """A unit listed by sizes alone (before fingerprints) tells a rewrite of another size; one
+    listed with fingerprints tells one of as many bytes too."""
+    keys = ingest(store, source, "a", fingerprints=fingerprints)
     publish(store)
-    source.put_bytes(keys[1], b'{"x": 1, "y": "uploaded again"}\n')  # never ingested
+    path = tmp_path / "source" / keys[1]
+    mtime = path.stat().st_mtime_ns
+    source.put_bytes(keys[1], body)  # never ingested
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))
     clock.advance(DAY + 10)
     report = cleaner(store, tmp_path, source, archive, mode).run_pass()
-    assert present(source) == [keys[1]]
-    assert report.removed.changed == 1 and "uploaded again" in report.describe()
+    assert present(source) == [keys[1]] and path.read_bytes() == body
+    assert report.removed.changed == 1 and report.removed.kept == (keys[1],)
+    assert f"1 kept: changed since they were ingested, never removed ({keys[1]};" in (
+        report.describe()
+    )
     assert present(archive) == ([keys[0]] if mode == ARCHIVE else [])

@@ -4,8 +4,6 @@ backends; everything else refused one line each, exit 1; a bad command line exit
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,8 +14,8 @@ from resources.coordination.items import PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.stores import build_store
 from resources.stores.settings import settings_from_env
+from tests.support.cli_env import configure_store_env
 
-REPO = Path(__file__).resolve().parents[2]
 PROGRESS = {"unit": [["k1", 5], ["k2", 5]], "done": ["k1"]}
 
 
@@ -26,16 +24,7 @@ def configured(request, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Leas
     """The environment of a deployment with the repository's streams file, and its store
     holding two dead letters of `events` (one key with a `|`), a completed unit and a unit of
     another stream; closed again at the end."""
-    for name in list(os.environ):
-        if name.startswith("LEASEHOLD_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("LEASEHOLD_STREAMS", str(REPO / "streams.yaml"))
-    if request.param == "dynamodb":
-        server = request.getfixturevalue("aws_server")
-        monkeypatch.setenv("LEASEHOLD_STORE_BACKEND", "dynamodb")
-        monkeypatch.setenv("LEASEHOLD_DYNAMODB_ENDPOINT_URL", server.endpoint_url)
-        monkeypatch.setenv("LEASEHOLD_DYNAMODB_TABLE", f"leasehold-{uuid.uuid4().hex[:12]}")
+    configure_store_env(request, monkeypatch, tmp_path, request.param)
     store = build_store(settings_from_env())
     sid = store.source_identifier("events")
     keys = ["bucket|dead-b", "dead-a", "done"]

@@ -56,7 +56,7 @@ def test_the_main_job_tells_the_story_quietly_and_its_audit_adds_up(tmp_path: Pa
     assert "keys with spaces" in first.stdout and "gzipped" in first.stdout
     for stage in ("discovery and ingestion", "closing and merges", "publication", "checks"):
         assert re.search(rf"^events > {stage}: .+ \([\d.]+ s\)$", first.stdout, re.M), output
-    assert "checks: all 15 passed" in first.stdout
+    assert "checks: all 16 passed" in first.stdout
     # Spark's own log went to the default file instead.
     assert "NativeCodeLoader" in (tmp_path / "data" / "logs" / "spark.log").read_text()
 
@@ -92,7 +92,7 @@ def test_the_main_job_on_dagsters_own_event_log_then_on_leaseholds_again(tmp_pat
 
     first = leasehold(tmp_path, "run", "--sample-objects", "20", LEASEHOLD_EVENT_LOG="dagster")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "checks: all 15 passed" in first.stdout, first.stdout
+    assert "checks: all 16 passed" in first.stdout, first.stdout
     (audit,) = [m for m in map(AUDIT.match, first.stdout.splitlines()) if m]
     assert audit.group(5, 6) == ("0", "0"), first.stdout  # duplicates, losses
     assert yaml.safe_load((home / "dagster.yaml").read_text())["storage"] == {

@@ -3,10 +3,15 @@ apart from the lease items (no status, no TTL, no lease reader sees them)."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import pytest
 
+from resources.coordination.items import ATTR
 from resources.coordination.object_claims import ObjectClaim
 from resources.stores.base import CoordinationStore
+from resources.stores.sqlite.store import SqliteLeaseStore
 from tests.support.fakes import FakeClock, StoreFactory
 from tests.support.ttl_sweep import sweep_expired
 
@@ -43,3 +48,35 @@ def test_claims_outlive_the_ttl(make_store: StoreFactory, clock: FakeClock) -> N
     clock.advance(3600)
     assert sweep_expired(store) == 1  # the lease item, not the claim
     assert store.object_claims(sid, ["k"]) == {"k": ObjectClaim("k", "k", 3)}
+
+
+def test_a_claim_keeps_its_fingerprint_and_one_without_reads_as_unknown(
+    store: CoordinationStore,
+) -> None:
+    sid = store.source_identifier("events")
+    store.claim_objects(sid, [ObjectClaim("k", "k", 3, "abc123"), ObjectClaim("old", "old", 4)])
+    found = store.object_claims(sid, ["k", "old"])
+    assert found == {"k": ObjectClaim("k", "k", 3, "abc123"), "old": ObjectClaim("old", "old", 4)}
+    assert found["old"].etag == ""  # unknown: sizes are compared
+
+
+def test_a_sqlite_file_whose_claims_predate_fingerprints_reads_and_upgrades(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    store = SqliteLeaseStore(path)
+    sid = store.source_identifier("events")
+    db = sqlite3.connect(path)
+    db.execute(  # the table as it was before fingerprints
+        f"CREATE TABLE object_claims ({ATTR['sid']} TEXT NOT NULL, {ATTR['key']} TEXT NOT NULL, "
+        f"unit TEXT NOT NULL, size INTEGER NOT NULL, PRIMARY KEY ({ATTR['sid']}, {ATTR['key']}))"
+    )
+    db.execute("INSERT INTO object_claims VALUES (?, 'a', 'a', 7)", (sid,))
+    db.commit()
+    db.close()
+    assert store.object_claims(sid, ["a"]) == {"a": ObjectClaim("a", "a", 7)}
+    store.claim_objects(sid, [ObjectClaim("b", "b", 1, "e1")])
+    assert store.object_claims(sid, ["a", "b"]) == {
+        "a": ObjectClaim("a", "a", 7),
+        "b": ObjectClaim("b", "b", 1, "e1"),
+    }

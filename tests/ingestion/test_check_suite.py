@@ -4,6 +4,7 @@ verdicts and severities; the full pipeline through `leasehold check` is in tests
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from resources.coordination import health
 from resources.coordination.backoff import ReopenBackoff
 from resources.coordination.items import ItemType, LeaseItem
 from resources.coordination.lease_store import LeaseStore
+from resources.coordination.source_changes import ACKNOWLEDGED, SourceChange
 from resources.ingestion import check_suite
 from resources.ingestion.checks import find_unleased_objects
 from resources.ingestion.discovery import Discovery
@@ -22,6 +24,7 @@ from resources.ingestion.unit_progress import add_counts
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.model import SmallObject
 from resources.objects.local import LocalObjectStore
+from resources.stores.base import CoordinationStore
 from resources.streams import ColumnSpec, StreamConfig
 
 STREAM = "events"
@@ -122,14 +125,14 @@ def test_run_all_runs_every_registered_check_writing_only_its_memory(
         unassigned_retry_after_s=1800,
     )
     assert [o.name for o in outcomes] == list(check_suite.CHECKS)
-    assert [o.verdict for o in outcomes] == ["PASS"] * 4
+    assert [o.verdict for o in outcomes] == ["PASS"] * len(check_suite.CHECKS)
     assert outcomes[1].summary == "skipped: the stream has no record_id"
     store.flush_metrics()
     assert (unit_items(store), store.read_metrics()[store.source_identifier(STREAM)]) == before
     memory = [
         i.partition_key for i in store.iter_items(store.source_identifier(STREAM, ItemType.GLOBAL))
     ]
-    # No record_id: unique_record_ids has nothing to remember.
+    # No record_id: unique_record_ids has nothing to remember; changed_sources remembers nothing.
     assert memory == [
         "check/events/lease_health",
         "check/events/rows_reconcile",
@@ -396,3 +399,22 @@ def test_a_file_the_ledger_names_that_is_gone_fails_the_id_check_instead_of_cras
     assert "dt=2026-01-02: FileNotFoundError" in outcome.summary
     assert outcome.metadata["unreadable_partitions"] == 1
     assert outcome.metadata["table_partitions_checked"] == 1
+
+
+def test_changed_sources_warns_while_a_change_is_pending_and_passes_once_acknowledged(
+    store: CoordinationStore,
+) -> None:
+    sid = store.source_identifier(STREAM)
+    assert check_suite.changed_sources(store, STREAM).verdict == "PASS"
+    (change,) = store.record_changes(sid, [SourceChange("a.jsonl", "e2", 3, "e1", 3, "a", 1)])
+    outcome = check_suite.changed_sources(store, STREAM)
+    assert outcome.verdict == "WARN" and outcome.summary.endswith(": a.jsonl")
+    assert f"leasehold changes ack {STREAM}" in outcome.summary
+    store.set_change_state(sid, change, ACKNOWLEDGED)
+    assert check_suite.changed_sources(store, STREAM).verdict == "PASS"
+
+
+def test_every_ingestion_check_is_in_the_check_list_of_the_docs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "concepts" / "checks.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", page, flags=re.M))
+    assert set(check_suite.CHECKS) <= listed

@@ -19,11 +19,13 @@ from resources.objects.s3 import S3ObjectStore
 _sequence = iter(range(1, 10**9))
 
 
-def s3_record(bucket: str, key: str, size: int, created: bool = True) -> dict[str, Any]:
-    """One record of S3's own event JSON (key URL-encoded, as S3 sends it)."""
+def s3_record(
+    bucket: str, key: str, size: int, created: bool = True, etag: str = "0" * 32
+) -> dict[str, Any]:
+    """One record of S3's own event JSON (key URL-encoded, as S3 sends it; the ETag bare)."""
     obj: dict[str, Any] = {"key": quote_plus(key), "sequencer": f"{next(_sequence):016X}"}
     if created:
-        obj.update(size=size, eTag="0" * 32)
+        obj.update(size=size, eTag=etag)
     return {
         "eventVersion": "2.1",
         "eventSource": "aws:s3",
@@ -80,8 +82,8 @@ class NotifiedBucket:
     def put(self, key: str, body: bytes = b'{"id": "x"}\n') -> dict[str, Any]:
         """Upload `key` (under the prefix); its S3 record, not sent."""
         full = f"{self.prefix}/{key}" if self.prefix else key
-        self.s3.put_object(Bucket=self.bucket, Key=full, Body=body)
-        return s3_record(self.bucket, full, len(body))
+        etag = self.s3.put_object(Bucket=self.bucket, Key=full, Body=body)["ETag"].strip('"')
+        return s3_record(self.bucket, full, len(body), etag=etag)
 
     def send(self, *bodies: str) -> None:
         for start in range(0, len(bodies), 10):

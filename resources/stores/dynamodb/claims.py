@@ -1,6 +1,7 @@
 """The DynamoDB store's object claims (`resources/coordination/object_claims.py`): one item per
-claimed source object under `<source identifier>|claims`, key the object's key, with `unit` and
-`size` and no TTL attribute (a claim must outlive the lease item's TTL, as a commit record
+claimed source object under `<source identifier>|claims`, key the object's key, with `unit`,
+`size`, `etag` (absent when unknown, as on claims written before fingerprints) and no TTL
+attribute (a claim must outlive the lease item's TTL, as a commit record
 does). No `sourcePartitionStatus`, so no status index entry and no lease reader sees it."""
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ class DynamoDbClaims:
         """`BatchWriteItem` puts, 25 a call."""
         sid = claims_sid(source_identifier)
         items = [
-            {**codec.key(sid, c.key), "unit": codec.s(c.unit), "size": codec.n(c.size)}
+            {
+                **codec.key(sid, c.key),
+                "unit": codec.s(c.unit),
+                "size": codec.n(c.size),
+                **({"etag": codec.s(c.etag)} if c.etag else {}),
+            }
             for c in claims
         ]
         self.dynamodb.batch_put("claim_objects", items)
@@ -41,7 +47,7 @@ class DynamoDbClaims:
         raws = self.dynamodb.batch_get("object_claims", [codec.key(sid, k) for k in unique])
         return {
             (key := raw[ATTR["key"]]["S"]): ObjectClaim(
-                key, raw["unit"]["S"], int(raw["size"]["N"])
+                key, raw["unit"]["S"], int(raw["size"]["N"]), raw.get("etag", {}).get("S", "")
             )
             for raw in raws
         }

@@ -31,6 +31,7 @@ from resources.coordination.transitions import Transition
 from resources.retry import RetryPolicy
 from resources.stores.base import CoordinationStore
 from resources.stores.dynamodb import codec
+from resources.stores.dynamodb.changes import DynamoDbChanges
 from resources.stores.dynamodb.claims import DynamoDbClaims
 from resources.stores.dynamodb.client import DynamoDbClient, cancellation_reasons, error_code
 from resources.stores.dynamodb.ledger import DynamoDbLedger
@@ -41,7 +42,7 @@ from resources.stores.settings import StoreSettings
 METRICS_SID = "__leasehold__|metrics"
 
 
-class DynamoDbLeaseStore(DynamoDbLedger, DynamoDbClaims, CoordinationStore):
+class DynamoDbLeaseStore(DynamoDbLedger, DynamoDbClaims, DynamoDbChanges, CoordinationStore):
     """The coordination store on one DynamoDB table: leases, ledger, rollup state and schema
     versions."""
 

@@ -1,5 +1,7 @@
 """The SQLite store's object claims (`resources/coordination/object_claims.py`): one row per
-claimed source object in `object_claims`, written in one transaction per call."""
+claimed source object in `object_claims`, written in one transaction per call. A file whose
+table predates fingerprints gets its `etag` column at the first write; until then its claims
+read with none (unknown)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,14 @@ T = TypeVar("T")
 
 CREATE = f"""CREATE TABLE IF NOT EXISTS object_claims (
     {ATTR["sid"]} TEXT NOT NULL, {ATTR["key"]} TEXT NOT NULL, unit TEXT NOT NULL,
-    size INTEGER NOT NULL, PRIMARY KEY ({ATTR["sid"]}, {ATTR["key"]})
+    size INTEGER NOT NULL, etag TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY ({ATTR["sid"]}, {ATTR["key"]})
 ) WITHOUT ROWID"""
+
+
+def has_etag(db: sqlite3.Connection) -> bool:
+    """Whether the file's `object_claims` has its `etag` column (absent before fingerprints)."""
+    return any(row[1] == "etag" for row in db.execute("PRAGMA table_info(object_claims)"))
 
 
 class SqliteClaims:
@@ -36,13 +44,15 @@ class SqliteClaims:
         """One transaction; the table is created if the file predates claims."""
         if not claims:
             return
-        rows = [(source_identifier, c.key, c.unit, c.size) for c in claims]
+        rows = [(source_identifier, c.key, c.unit, c.size, c.etag) for c in claims]
 
         def write(db: sqlite3.Connection) -> None:
             db.execute(CREATE)
+            if not has_etag(db):
+                db.execute("ALTER TABLE object_claims ADD COLUMN etag TEXT NOT NULL DEFAULT ''")
             db.executemany(
                 f"INSERT OR REPLACE INTO object_claims ({ATTR['sid']}, {ATTR['key']}, unit, "
-                "size) VALUES (?, ?, ?, ?)",
+                "size, etag) VALUES (?, ?, ?, ?, ?)",
                 rows,
             )
 
@@ -56,11 +66,12 @@ class SqliteClaims:
         db = self._connection()
         for start in range(0, len(unique), KEYS_PER_LOOKUP):
             batch = unique[start : start + KEYS_PER_LOOKUP]
-            sql = (
-                f"SELECT {ATTR['key']}, unit, size FROM object_claims WHERE {ATTR['sid']} = ? "
-                f"AND {ATTR['key']} IN ({', '.join('?' * len(batch))})"
-            )
             try:
+                etag = "etag" if has_etag(db) else "''"
+                sql = (
+                    f"SELECT {ATTR['key']}, unit, size, {etag} FROM object_claims WHERE "
+                    f"{ATTR['sid']} = ? AND {ATTR['key']} IN ({', '.join('?' * len(batch))})"
+                )
                 rows = db.execute(sql, (source_identifier, *batch)).fetchall()
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):
@@ -68,5 +79,5 @@ class SqliteClaims:
                 raise self._store_error("object_claims", exc) from exc
             except sqlite3.Error as exc:
                 raise self._store_error("object_claims", exc) from exc
-            found.update((k, ObjectClaim(k, u, int(s))) for k, u, s in rows)
+            found.update((k, ObjectClaim(k, u, int(s), str(e))) for k, u, s, e in rows)
         return found

@@ -32,13 +32,14 @@ from resources.retry import RetryPolicy, call_with_retries
 from resources.stores.base import CoordinationStore
 from resources.stores.opening import Opening
 from resources.stores.sqlite import schema
+from resources.stores.sqlite.changes import SqliteChanges
 from resources.stores.sqlite.claims import SqliteClaims
 from resources.stores.sqlite.ledger import SqliteLedger
 
 T = TypeVar("T")
 
 
-class SqliteLeaseStore(SqliteLedger, SqliteClaims, CoordinationStore):
+class SqliteLeaseStore(SqliteLedger, SqliteClaims, SqliteChanges, CoordinationStore):
     """The coordination store in one SQLite file (the embedded default): leases, ledger, rollup
     state and schema versions."""
 
