@@ -5,6 +5,11 @@ latest also a nested `device`, and new waves landing during the kills carry both
 killed at least five times, so kills land amid schema versions being recorded and reads being
 redone with them.
 
+Its producer also re-sends (issue 45): a fifth of the records are sent again in objects of their
+own, some with a greater `amount`, some with a smaller one, some unchanged, and the stream keeps
+the latest by `amount` (`dedupe: {mode: latest, order_by: amount}`): every snapshot sampled
+serves each key once, and the current one the record with the greatest `amount`.
+
 The crash tests (`tests/ingestion/test_ingestion_crash.py`) stop one run at a chosen step. Here
 the whole command — discovery tick, range and retry runs, checks, in one process with its own
 Spark — is SIGKILLed at random moments while it ingests, and the next invocation is started
@@ -128,6 +133,14 @@ def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
         dynamodb_endpoint_url=endpoint,
     )
     drift(proj.sources)
+    resend(proj.sources, random.Random(3))
+    text = proj.streams_path.read_text()
+    proj.streams_path.write_text(
+        text.replace(
+            "    record_id: event_id\n",
+            "    record_id: event_id\n    dedupe: {mode: latest, order_by: amount}\n",
+        )
+    )
     yield proj
     proj.stop_children()
 
@@ -244,6 +257,33 @@ def drift(sources: Path) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
+RESENT_SHARE = 0.2
+
+
+def resend(sources: Path, rng: random.Random) -> None:
+    """An at-least-once producer: a fifth of the well-formed records sent again, in objects of
+    their own beside the originals (their keys sort among them), a third each with a greater
+    `amount`, a smaller one, or unchanged."""
+    again: dict[Path, list[str]] = {}
+    for path in sorted(sources.rglob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if rng.random() >= RESENT_SHARE:
+                continue
+            record["amount"] = record["amount"] + rng.choice([100.0, -100.0, 0.0])
+            again.setdefault(path.with_name("again-" + path.name), []).append(json.dumps(record))
+    for path, lines in again.items():
+        path.write_text("\n".join(lines) + "\n")
+
+
+def distinct(ids: Counter[str]) -> Counter[str]:
+    """Each id once: what a table under a dedupe policy serves."""
+    return Counter(set(ids))
+
+
 def wave_writer(sources: Path) -> Callable[[], None]:
     """New objects after every earlier key, carrying both new fields."""
     waves = iter(range(1, 1_000))
@@ -270,21 +310,25 @@ def wave_writer(sources: Path) -> Callable[[], None]:
     return write_wave
 
 
-def expected_rows(sources: Path) -> dict[str, tuple[str | None, dict | None]]:
-    """event_id -> (country, device) as the source objects hold them."""
-    rows = {}
+def expected_rows(sources: Path) -> dict[str, tuple[str | None, dict | None, float]]:
+    """event_id -> (country, device, amount) of the record the policy keeps: the greatest
+    `amount` among the source objects' records of that id (equal amounts are equal records)."""
+    rows: dict[str, tuple[str | None, dict | None, float]] = {}
     for path in sources.rglob("*.jsonl"):
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            rows[record["event_id"]] = (record.get("country"), record.get("device"))
+            held = rows.get(record["event_id"])
+            if held is None or record["amount"] > held[2]:
+                row = (record.get("country"), record.get("device"), record["amount"])
+                rows[record["event_id"]] = row
     return rows
 
 
 def published(project: CliProject) -> list[tuple]:
-    """(event_id, country, device) of every published row: `leasehold table ls` for the
+    """(event_id, country, device, amount) of every published row: `leasehold table ls` for the
     partitions, `leasehold table files` for each manifest's files, DuckDB over them by name."""
     code, output = project.run("table", "ls", STREAM, "--json")
     assert code == 0, output
@@ -297,7 +341,7 @@ def published(project: CliProject) -> list[tuple]:
             for e in json.loads(output[output.index("{") :])["files"]
         ]
     return duckdb.sql(
-        f"select event_id, country, device from read_parquet({files}, union_by_name=true)"
+        f"select event_id, country, device, amount from read_parquet({files}, union_by_name=true)"
     ).fetchall()
 
 
@@ -383,6 +427,8 @@ def assert_history(
             assert files == published[dt][seq], f"{where}: files differ from its manifest"
             ids = ids_at(target, sid, dt)
             assert ids == Counter(pq_ids(published[dt][seq])), f"{where}: rows differ"
+            twice = [i for i, n in ids.items() if n > 1]
+            assert not twice, f"{where}: {len(twice)} keys served twice, e.g. {twice[:3]}"
             total += ids
         assert polars_ids(target, sid) == total, f"{context}\nsnapshot {i}: polars differs"
 
@@ -432,14 +478,16 @@ def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None
         dead = {i.partition_key: i.dead_letter_reason for i in items if i.dead_letter_reason}
         assert dead == {}, f"{context}\ndead-lettered: {dead}"
 
-        # No record lost, none twice: the table against the source files.
+        # No record lost, none twice: the committed rows against the source files (each
+        # source record once, re-sends included: the policy acts at publication).
         config = load_streams(project.streams_path)[STREAM]
-        expected = source_ids(project.sources)
+        sent = source_ids(project.sources)
+        expected = distinct(sent)
         seen = Counter(row["event_id"] for row in read_objects(store, STREAM, config.table))
-        lost, twice = expected - seen, {i: n for i, n in seen.items() if n > 1}
-        extra = set(seen) - set(expected)
+        lost, twice = sent - seen, seen - sent
+        extra = set(seen) - set(sent)
         assert not lost and not twice and not extra, (
-            f"{context}\n{len(lost)} lost (e.g. {sorted(lost)[:5]}), {len(twice)} twice "
+            f"{context}\n{len(lost)} lost (e.g. {sorted(lost)[:5]}), {len(twice)} more than sent "
             f"(e.g. {sorted(twice)[:5]}), {len(extra)} not in the sources"
         )
         # Quarantined rows are exactly the malformed lines, each once.
@@ -472,7 +520,7 @@ def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None
     wrong = [
         r
         for r in rows
-        if (r[1], None if r[2] is None else json.loads(r[2])) != expected_values[r[0]]
+        if (r[1], None if r[2] is None else json.loads(r[2]), r[3]) != expected_values[r[0]]
     ]
     assert not wrong, f"{context}\n{len(wrong)} rows differ from their source, e.g. {wrong[:3]}"
 
@@ -511,7 +559,7 @@ def test_leasehold_run_converges_after_random_kills(project: CliProject) -> None
     code, output = project.run("run")
     assert code == 0, f"{context}\nthe run after one more wave failed:\n{project.tail()}"
     checked = time.monotonic()
-    after = source_ids(project.sources)
+    after = distinct(source_ids(project.sources))
     assert len(after) > len(expected), "the last wave added records"
     assert assert_current(target, after, context) != before, context
     assert ids_at(target, before) == expected, f"{context}\nthe older snapshot changed"
