@@ -68,7 +68,8 @@ class KeyedRows:
 
 @dataclass(frozen=True)
 class KeyIndex:
-    """One entry per key, sorted by (h1, h2): the winning row of ids `1..upper`."""
+    """One entry per key, sorted by h1 (keys sharing an h1 in any order): the winning row of
+    ids `1..upper`."""
 
     entries: KeyedRows
     upper: int
@@ -124,49 +125,124 @@ class Resolution:
 def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolution:
     """`index` (ids `1..index.upper`) with `new` (rows of ids above it, up to `upper`): per key
     the first row committed (`latest` False) or the greatest order value, ties to the later
-    row (`latest` True). Pure."""
+    row (`latest` True). Sorts the new rows only, then merges them into the sorted index
+    (binary searches and one insertion). Pure."""
     if upper < index.upper:
         raise KeyIndexError(f"resolving up to {upper}, below the index's {index.upper}")
     old = index.entries
-    h1 = np.concatenate([old.h1, new.h1])
-    h2 = np.concatenate([old.h2, new.h2])
-    row = np.concatenate([old.row, new.row])
-    order = None
+    if latest and (old.order is None or new.order is None):
+        raise KeyIndexError("a latest policy needs order values for every row")
+    won, lost_new = _one_per_key(new, latest)
+    w = _take(new, won)
+    at = _find(old, w.h1, w.h2)
+    matched = at >= 0
+    beats = np.zeros(len(w), bool)
+    if latest and matched.any():
+        assert old.order is not None and w.order is not None
+        new_order = w.order.filter(pa.array(matched)).cast(old.order.type)
+        beats[matched] = _beats(new_order, old.order.take(pa.array(at[matched])))
+    replaced = at[matched & beats]  # index positions whose winner is now a new row
+    lost = _concat_rows(
+        [
+            _take(new, lost_new),
+            _take(w, np.nonzero(matched & ~beats)[0]),
+            _take(old, replaced),
+        ]
+    )
+    return Resolution(KeyIndex(_merged(old, w, at, matched, beats), upper), lost)
+
+
+def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(winners, losers): positions in `rows`, the winners sorted by hash: per key the first
+    row (`rows.row` smallest) or the greatest order, ties to the greater row id."""
+    h1, h2, row = rows.h1, rows.h2, rows.row
     if latest:
-        if old.order is None or new.order is None:
-            raise KeyIndexError("a latest policy needs order values for every row")
-        order = pa.concat_arrays([old.order, new.order.cast(old.order.type)])
-        rank = pc.rank(order, sort_keys="descending", tiebreaker="min").to_numpy()
-        by = np.lexsort((-row, rank, h2, h1))
+        assert rows.order is not None
+        rank = pc.rank(rows.order, sort_keys="descending", tiebreaker="min").to_numpy()
+        by = np.lexsort((-row, rank, h1))
+    elif len(row) < 2 or bool(np.all(row[1:] > row[:-1])):
+        by = np.argsort(h1, kind="stable")  # rows in commit order: ties keep it
     else:
-        by = np.lexsort((row, h2, h1))
+        by = np.lexsort((row, h1))
     s1, s2 = h1[by], h2[by]
+    if bool(np.any((s1[1:] == s1[:-1]) & (s2[1:] != s2[:-1]))):
+        # Two keys share h1 (1 in 10¹² at 10⁷ keys): group by the whole hash instead.
+        by = np.lexsort((-row, rank, h2, h1)) if latest else np.lexsort((row, h2, h1))
+        s1, s2 = h1[by], h2[by]
     first = np.ones(len(by), bool)
     first[1:] = (s1[1:] != s1[:-1]) | (s2[1:] != s2[:-1])
-    won, lost = by[first], by[~first]
-    pick = (lambda at: order.take(pa.array(at))) if order is not None else (lambda at: None)
-    entries = KeyedRows(h1[won], h2[won], row[won], pick(won))
-    return Resolution(KeyIndex(entries, upper), KeyedRows(h1[lost], h2[lost], row[lost], None))
+    return by[first], by[~first]
+
+
+def _find(entries: KeyedRows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    """Per (h1, h2), its position in `entries` (sorted by h1), -1 where it holds no such key."""
+    out = np.full(len(h1), -1, np.int64)
+    if not len(entries) or not len(h1):
+        return out
+    at = np.searchsorted(entries.h1, h1, side="left")
+    clipped = np.minimum(at, len(entries) - 1)
+    same_h1 = entries.h1[clipped] == h1
+    found = same_h1 & (entries.h2[clipped] == h2)
+    out[found] = clipped[found]
+    for i in np.nonzero(same_h1 & ~found)[0]:  # h1 shared by two keys: walk its run
+        j = int(at[i])
+        while j < len(entries) and entries.h1[j] == h1[i]:
+            if entries.h2[j] == h2[i]:
+                out[i] = j
+                break
+            j += 1
+    return out
+
+
+def _beats(new: pa.Array, old: pa.Array) -> np.ndarray:
+    """Per pair, whether the new row wins under `latest`: a greater or equal order (equal: the
+    later commit, which the new row is), or any order against a null one."""
+    at_least = pc.fill_null(pc.greater_equal(new, old), False)
+    wins: np.ndarray = pc.or_(pc.is_null(old), at_least).to_numpy(zero_copy_only=False)
+    return wins
+
+
+def _merged(
+    old: KeyedRows, w: KeyedRows, at: np.ndarray, matched: np.ndarray, beats: np.ndarray
+) -> KeyedRows:
+    """The index after: `old` with the positions a new row beat taking that row, and the new
+    keys inserted where they sort (by h1)."""
+    m = len(old)
+    source = np.arange(m, dtype=np.int64)  # where each entry comes from: old i, or m + j of w
+    source[at[matched & beats]] = m + np.nonzero(matched & beats)[0]
+    fresh = np.nonzero(~matched)[0]
+    where = np.searchsorted(old.h1, w.h1[fresh], side="left")
+    source = np.insert(source, where, m + fresh)
+    both = _concat_rows([old, w])
+    return _take(both, source)
+
+
+def _take(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
+    order = None if rows.order is None else rows.order.take(pa.array(at, pa.int64()))
+    return KeyedRows(rows.h1[at], rows.h2[at], rows.row[at], order)
+
+
+def _concat_rows(parts: list[KeyedRows]) -> KeyedRows:
+    orders = [p.order for p in parts]
+    order = None
+    if all(o is not None for o in orders) and orders:
+        kind = orders[0].type  # type: ignore[union-attr]
+        order = pa.concat_arrays([o.cast(kind) for o in orders if o is not None])
+    return KeyedRows(
+        np.concatenate([p.h1 for p in parts]),
+        np.concatenate([p.h2 for p in parts]),
+        np.concatenate([p.row for p in parts]),
+        order,
+    )
 
 
 def winners_of(index: KeyIndex, keys: KeyHashes) -> np.ndarray:
     """Per row of `keys`, the winning row id of its key in `index`; -1 for a null id or a key
     the index does not hold. Pure."""
-    e = index.entries
+    at = _find(index.entries, keys.h1, keys.h2)
+    found = keys.present & (at >= 0)
     out = np.full(len(keys), -1, np.int64)
-    if not len(e) or not len(keys):
-        return out
-    at = np.searchsorted(e.h1, keys.h1, side="left")
-    at_clipped = np.minimum(at, len(e) - 1)
-    found = keys.present & (e.h1[at_clipped] == keys.h1)
-    # Equal h1 with another h2 (1 in 10¹¹ for 10⁷ keys): look along the run of that h1.
-    for i in np.nonzero(found & (e.h2[at_clipped] != keys.h2))[0]:
-        j = at[i]
-        while j < len(e) and e.h1[j] == keys.h1[i] and e.h2[j] != keys.h2[i]:
-            j += 1
-        at_clipped[i] = j if j < len(e) and e.h1[j] == keys.h1[i] else 0
-        found[i] = j < len(e) and e.h1[j] == keys.h1[i]
-    out[found] = e.row[at_clipped[found]]
+    out[found] = index.entries.row[at[found]]
     return out
 
 

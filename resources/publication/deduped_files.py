@@ -256,7 +256,8 @@ class DedupedFiles:
 
     def _write_state(self, version_key: str, state: ServedState, index: KeyIndex) -> None:
         sink = io.BytesIO()
-        pq.write_table(index.to_table(), sink)
+        # Hashes are random: compressing or dictionary-encoding them only costs time.
+        pq.write_table(index.to_table(), sink, compression="none", use_dictionary=False)
         self.objects.put_bytes(version_key + INDEX_NAME, sink.getvalue())
         self.objects.put_bytes(version_key + STATE_NAME, state.to_json())
 
