@@ -68,7 +68,7 @@ from resources.ingestion.outcomes import (
     PartitionOutcome,
 )
 from resources.ingestion.partition_keys import from_partition_key
-from resources.publication.manifest import served_urls
+from resources.publication.deduped_files import served_and_sources
 
 
 def main_job_cursor_key(stream: str) -> str:
@@ -284,7 +284,7 @@ def run_ingestion_check(
         table=lake.table_name(stream),
         lister=lake.lister(stream),
         read_column=objects.read_column,
-        served_urls=partial(served_urls, objects),
+        served_urls=partial(served_and_sources, objects),
         ownership_timeout_s=coordination.ownership_timeout_seconds,
         unassigned_retry_after_s=coordination.unassigned_retry_after_seconds,
     )

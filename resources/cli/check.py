@@ -78,7 +78,7 @@ def stream_checks(
     from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
     from resources.publication import checks as publication_checks
-    from resources.publication.manifest import served_urls
+    from resources.publication.deduped_files import served_and_sources
 
     objects = _object_stores(lake)
     outcomes = run_all(
@@ -90,7 +90,7 @@ def stream_checks(
         ownership_timeout_s=timing.ownership_timeout_seconds,
         unassigned_retry_after_s=timing.unassigned_retry_after_seconds,
         full=full,
-        served_urls=partial(served_urls, objects(config.table)),
+        served_urls=partial(served_and_sources, objects(config.table)),
     )
     outcomes += compaction_checks.run_all(
         store,

@@ -101,6 +101,13 @@ def unique_record_ids(
             f"{ids} {record_id} values appear more than once in {len(report.duplicates)}"
             f"{served} table partitions{broke}{_first(found)}"
         )
+    if report.missing:
+        ids = sum(len(v) for v in report.missing.values())
+        found = [f"dt={dt}: {v[:5]}" for dt, v in report.missing.items()]
+        problems.append(
+            f"{ids} {record_id} values its ledger files hold are served by no row in "
+            f"{len(report.missing)} table partitions{_first(found)}"
+        )
     if report.unreadable:
         found = [f"dt={dt}: {why}" for dt, why in report.unreadable.items()]
         problems.append(

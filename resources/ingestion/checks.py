@@ -8,6 +8,7 @@ them all.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.object_claims import ObjectClaims
 from resources.coordination.supplier import SUPPLIER_STATE
+from resources.dedupe.served import ServedStateError
 from resources.errors import ComponentUnreachableError
 from resources.ingestion.discovery import Lister
 from resources.ingestion.source_listing import listing_pages
@@ -34,6 +36,8 @@ from resources.ledger.model import TablePartition
 from resources.ledger.publication import current_data_files
 from resources.objects.base import ObjectStoreError
 from resources.stores.base import CoordinationStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -161,14 +165,19 @@ class DuplicateReport:
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
     """dt -> why a file the ledger names for it could not be read (missing, not Parquet)."""
+    missing: dict[str, list[str]] = field(default_factory=dict)
+    """Under a dedupe policy: dt -> ids its publication's ledger files hold that it serves in
+    no row (a key the policy must serve once, served never)."""
 
     def metadata(self) -> dict[str, Any]:
         details = [f"dt={dt}: {ids[:10]}" for dt, ids in self.duplicates.items()]
         details += [f"dt={dt}: unreadable: {why}" for dt, why in self.unreadable.items()]
+        details += [f"dt={dt}: not served: {ids[:10]}" for dt, ids in self.missing.items()]
         return {
             "table_partitions_checked": self.partitions_checked,
             "rows_checked": self.rows_checked,
             "duplicated_ids": sum(len(v) for v in self.duplicates.values()),
+            "ids_not_served": sum(len(v) for v in self.missing.values()),
             "unreadable_partitions": len(self.unreadable),
             "details": "\n".join(details) or "none",
         }
@@ -177,9 +186,10 @@ class DuplicateReport:
 ReadColumn = Callable[[list[str], str], pa.ChunkedArray]
 """(object URLs, column) -> the column's values across those objects, by name: nulls for the
 rows of an object that lacks the column (`ObjectStore.read_column`)."""
-ServedUrls = Callable[[str | None], list[str] | None]
-"""(a publication's version directory, or None) -> the data files it serves
-(`resources.publication.manifest.served_urls`): what readers read under a dedupe policy."""
+ServedUrls = Callable[[str | None], tuple[list[str], list[str]]]
+"""(a publication's version directory, or None) -> the data files it serves and the ledger's
+files they were made from (`resources.publication.deduped_files.served_and_sources`): what
+readers read under a dedupe policy, and every key they must find there."""
 
 
 def find_duplicate_ids(
@@ -203,13 +213,17 @@ def find_duplicate_ids(
     for tp in scope.changed(store.table_partitions(table)):
         dt = tp.dt
         try:
-            ids = read_column(_judged_urls(store, table, tp, served_urls), record_id)
+            urls, sources = _judged_urls(store, table, tp, served_urls)
+            ids = read_column(urls, record_id)
         except ComponentUnreachableError:
             raise  # the store did not answer: no verdict
-        except (ObjectStoreError, OSError, pa.ArrowException) as exc:
+        except (ObjectStoreError, OSError, pa.ArrowException, ServedStateError) as exc:
             # A file the ledger names is gone or damaged: the partition cannot be vouched for.
             report.unreadable[dt] = f"{type(exc).__name__}: {exc}"
             continue
+        lost = _not_served(ids, sources, record_id, read_column, dt)
+        if lost:
+            report.missing[dt] = lost
         report.partitions_checked += 1
         report.rows_checked += len(ids)
         # A row without an id (an object written before the record id column was added reads
@@ -226,18 +240,37 @@ def find_duplicate_ids(
     return report
 
 
+def _not_served(
+    ids: pa.ChunkedArray, sources: list[str], record_id: str, read_column: ReadColumn, dt: str
+) -> list[str]:
+    """The ids the ledger files `sources` hold that `ids` (what is served) lacks. A source
+    gone since (a merged object a later merge replaced, collected after the safety delay)
+    leaves the partition unjudged here: its served files were read whole."""
+    if not sources:
+        return []
+    try:
+        committed = read_column(sources, record_id)
+    except (ObjectStoreError, OSError, pa.ArrowException) as exc:
+        log.info("dt=%s: its publication's ledger files cannot be read (%s): not judged", dt, exc)
+        return []
+    served = {str(i) for i in ids.drop_null().to_pylist()}
+    return sorted({str(i) for i in committed.drop_null().to_pylist()} - served)
+
+
 def _judged_urls(
     store: Ledger, table: str, tp: TablePartition, served_urls: ServedUrls | None
-) -> list[str]:
-    """The files `find_duplicate_ids` reads for `tp`: what its current publication serves
-    (given `served_urls`), else every committed row once."""
+) -> tuple[list[str], list[str]]:
+    """The files `find_duplicate_ids` reads for `tp`, and those whose ids must all be among
+    theirs: what its current publication serves and the ledger files it was made from (given
+    `served_urls`), else every committed row once (and nothing more to compare)."""
     if served_urls is not None:
         publications = store.publications(table, tp.dt) if tp.publication_seq else []
-        return served_urls(publications[-1].location if publications else None) or []
+        return served_urls(publications[-1].location if publications else None)
     objects = store.ledger_objects(table, tp.dt)
     # Chain after objects: a merge committed in between covers ids this read holds, so every
     # committed row read is still named exactly once.
-    return [f.url for f in current_data_files(objects, whole_chain(store, table, tp.dt))]
+    files = current_data_files(objects, whole_chain(store, table, tp.dt))
+    return [f.url for f in files], []
 
 
 def whole_chain(store: Ledger, table: str, dt: str, attempts: int = 5) -> list[MergeRange]:

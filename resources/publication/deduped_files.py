@@ -49,6 +49,7 @@ from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import DataFile, Publication
 from resources.objects.base import ObjectStore
+from resources.publication.manifest import read_spectrum
 from resources.schema.arrow import arrow_type
 from resources.streams import StreamConfig
 
@@ -270,6 +271,21 @@ def served_state(objects: ObjectStore, publication: Publication) -> ServedState 
     if objects.size(key) is None:
         return None
     return ServedState.from_json(objects.get_bytes(key), objects.url(key))
+
+
+def served_and_sources(objects: ObjectStore, location: str | None) -> tuple[list[str], list[str]]:
+    """The data files the publication whose version directory is `location` serves (its
+    manifest) and the ledger files they were made from (its `dedupe.json`; none for a
+    publication recorded without a policy); nothing for no publication. Raises
+    `ObjectStoreError`, `ServedStateError`."""
+    if location is None:
+        return [], []
+    urls = [e.url for e in read_spectrum(objects, location)]
+    key = objects.key_of(location + STATE_NAME)
+    if objects.size(key) is None:
+        return urls, []
+    state = ServedState.from_json(objects.get_bytes(key), objects.url(key))
+    return urls, [f.source for f in state.files]
 
 
 @dataclass(frozen=True)

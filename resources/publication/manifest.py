@@ -98,9 +98,3 @@ def read_spectrum(objects: ObjectStore, version_url: str) -> list[ManifestEntry]
     """A recorded version's entries, from its Spectrum manifest."""
     key = objects.key_of(version_url + SPECTRUM_NAME)
     return parse_spectrum_json(objects.get_bytes(key), objects.url(key))
-
-
-def served_urls(objects: ObjectStore, location: str | None) -> list[str] | None:
-    """The data files the publication whose version directory is `location` serves (its
-    Spectrum manifest's entries); None for no publication. Raises `ObjectStoreError`."""
-    return None if location is None else [e.url for e in read_spectrum(objects, location)]
