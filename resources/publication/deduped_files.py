@@ -100,14 +100,14 @@ class DedupedFiles:
         small: Sequence[RegisteredObject],
         files: Sequence[DataFile],
         spans: dict[str, Span],
+        upper: int,
         version_key: str,
     ) -> tuple[list[DataFile], ServedState]:
-        """The files to serve instead of `files` (the ledger's, covering ids `1..upper` with
-        `spans[url]` = the ids each covers), and the state written under `version_key` with the
-        new key index. `small` is the partition's small objects (the ledger's). Raises the
-        object store's errors and `KeyIndexError`/`ServedStateError` (the publication fails and
-        is retried)."""
-        upper = max((hi for _, hi in spans.values()), default=0)
+        """The files to serve instead of `files` (the ledger's, covering ids `1..upper`;
+        `spans[url]` = the ids a ledger file covers), and the state written under
+        `version_key` with the new key index. `small` is the partition's small objects (the
+        ledger's). Raises the object store's errors and `KeyIndexError`/`ServedStateError`
+        (the publication fails and is retried)."""
         state, index = self.state(base)
         new = self._new_rows(state, index, small, files, spans, upper)
         resolution = resolve(index, new, upper, self.latest)

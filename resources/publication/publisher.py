@@ -49,7 +49,7 @@ from resources.ledger.publication import (
     publication_due,
 )
 from resources.objects.base import ObjectStore
-from resources.publication.deduped_files import DedupedFiles, served_state
+from resources.publication.deduped_files import DedupedFiles, Span, served_state
 from resources.publication.manifest import (
     new_version_key,
     read_spectrum,
@@ -262,12 +262,12 @@ class Publisher:
         kind = publication_due(tp)
         if kind is None:
             return self._repair(tp)
-        upper, files = self._files(tp, kind)
+        upper, files, spans = self._files(tp, kind)
         written_at_ms = self.clock_ms()
         version_key = new_version_key(dt, kind, upper)
         dropped = 0
         if self.deduped is not None:
-            files, dropped = self._deduped(self.deduped, tp, kind, files, version_key)
+            files, dropped = self._deduped(self.deduped, tp, upper, files, spans, version_key)
         version_url = write_version(self.objects, version_key, files)
         self.on_step("written", dt)
         proposed = Publication(
@@ -305,17 +305,21 @@ class Publisher:
         )
         return PublicationOutcome(dt, kind, message, publication, switched_now, location)
 
-    def _files(self, tp: TablePartition, kind: PublicationKind) -> tuple[int, list[DataFile]]:
-        """(upper, files) of the publication due: every id `1..upper` exactly once."""
+    def _files(
+        self, tp: TablePartition, kind: PublicationKind
+    ) -> tuple[int, list[DataFile], dict[str, Span]]:
+        """(upper, files, spans) of the publication due: every id `1..upper` exactly once, and
+        the ids each file covers (`(lower, upper]`), from the same ledger read."""
         if kind == LIVE:
             upper = live_upper(tp)
-            files = live_files(self.store.ledger_objects(self.table, tp.dt), upper)
+            objects = self.store.ledger_objects(self.table, tp.dt)
+            files = live_files(objects, upper)
             if len(files) != upper:
                 raise PublicationError(
                     f"the ledger lists {len(files)} small objects with ids 1..{upper}, "
                     f"expected {upper}"
                 )
-            return upper, files
+            return upper, files, {o.url: (o.object_id - 1, o.object_id) for o in objects}
         ranges = self.store.merge_ranges(self.table, tp.dt)
         # Ids only grow: the partition read after the chain holds every id the chain covers,
         # so a chain "past the committed ids" of that read is really broken.
@@ -331,31 +335,28 @@ class Publisher:
                 f"the merge chain ends at {upper}, below the partition's merged_upper "
                 f"{tp.merged_upper} or its last live id {tp.last_live_object_id}"
             )
-        return upper, merged_files(ranges)
+        spans = {r.url: (r.lower or 0, r.upper) for r in ranges if r.url is not None}
+        return upper, merged_files(ranges), spans
 
     def _deduped(
         self,
         deduped: DedupedFiles,
         tp: TablePartition,
-        kind: PublicationKind,
+        upper: int,
         files: list[DataFile],
+        spans: dict[str, Span],
         version_key: str,
     ) -> tuple[list[DataFile], int]:
-        """`files` as the dedupe policy serves them (copies without the rows that lost) and
-        the rows left out, the state and key index written under `version_key`. Raises what
-        `DedupedFiles.serve` raises."""
-        small = self.store.ledger_objects(self.table, tp.dt)
-        if kind == LIVE:
-            spans = {o.url: (o.object_id - 1, o.object_id) for o in small}
-        else:
-            spans = {
-                r.url: (r.lower or 0, r.upper)
-                for r in self.store.merge_ranges(self.table, tp.dt)
-                if not r.is_sentinel and r.url is not None
-            }
+        """`files` (ids `1..upper`, each covering its `spans` entry) as the dedupe policy
+        serves them (copies without the rows that lost) and the rows left out, the state and
+        key index written under `version_key`. Raises what `DedupedFiles.serve` raises."""
+        small = self.store.ledger_objects(self.table, tp.dt)  # read after `files`: a superset
+        # The newest publication below this one starts the resolution (a racing publisher may
+        # have recorded a newer one since `tp` was read: this one will be refused as stale).
         publications = self.store.publications(self.table, tp.dt) if tp.publication_seq else []
-        base = publications[-1] if publications else None
-        served, state = deduped.serve(tp.dt, base, small, files, spans, version_key)
+        below = [p for p in publications if p.upper <= upper]
+        base = below[-1] if below else None
+        served, state = deduped.serve(tp.dt, base, small, files, spans, upper, version_key)
         return served, state.dropped_rows
 
     def _repair(self, tp: TablePartition) -> _Pending | PublicationOutcome:
