@@ -117,7 +117,7 @@ def test_a_dead_letter_fixed_and_redriven_is_ingested_once(tmp_path: Path) -> No
     idle = leasehold(tmp_path, "run")
     assert idle.returncode == 0, idle.stderr
     assert "nothing new: every source object listed is already ingested" in idle.stdout
-    assert "checks: 13 of 14 passed, 1 warned: lease_health" in idle.stdout
+    assert "checks: 14 of 15 passed, 1 warned: lease_health" in idle.stdout
     assert idle.stderr.splitlines() == [
         "leasehold: check warned: lease_health (details: leasehold check)"
     ]
