@@ -43,6 +43,7 @@ from resources.ingestion.stream_inference import (
     sniff_delimiter,
     stream_name,
 )
+from resources.key_settings import DATE, FIRST
 from resources.schema.modes import ADD
 from resources.settings import default_data_dir
 from resources.streams import (
@@ -238,6 +239,8 @@ def infer_entry(
         event_time=event.name,
         timezone=args.timezone,
         **({"record_id": record_id.name} if record_id is not None else {}),
+        # With a record id, the policy written out: each key once, the first committed.
+        **({"dedupe": {"mode": FIRST, "scope": DATE}} if record_id is not None else {}),
         table=args.table or relative_url(table, base),
         quarantine=args.quarantine or relative_url(table + "_quarantine", base),
     )

@@ -150,6 +150,8 @@ def test_init_then_run_each_stream_publishes_exactly_the_good_records(
     assert set(streams) == {"clicks_uni", "orders"}
     click = streams["clicks_uni"]
     assert (click.format, click.event_time, click.record_id) == ("jsonl", "ts", "click_id")
+    assert (click.dedupe.mode, click.dedupe.scope) == ("first", "date")  # proposed, written out
+    assert "dedupe:" in (tmp_path / "streams.yaml").read_text()
     assert {c.name: c.type for c in click.columns} == {
         "click_id": "string",
         "user": "string",
@@ -280,7 +282,7 @@ def test_unparseable_objects_and_missing_event_time_say_what_to_do(
     code, out, err = run(capsys, "init", str(two), "--event-time", "end", "--record-id", "none")
     assert code == 0, err
     stream = load_streams(tmp_path / "streams.yaml")["two"]
-    assert (stream.event_time, stream.record_id) == ("end", None)
+    assert (stream.event_time, stream.record_id, stream.dedupe.mode) == ("end", None, "none")
     assert "leasehold run --stream two" in out
 
     code, _, err = run(capsys, "init", str(two), "--event-time", "end")
