@@ -52,6 +52,12 @@ DEFAULT_TABLE_FORMAT = "iceberg"
 (docs/concepts/table-formats.md)."""
 CSV_FIELDS = ("header", "delimiter", "quote", "escape")
 DEFAULT_PATH = "streams.yaml"
+STREAM_FIELDS = (
+    "source", "format", "schema", "event_time", "timezone", "record_id", "table", "quarantine",
+    "csv", "merge", "partition", "rollups", "schema_evolution", "table_format", "discovery",
+    "source_cleanup", "dedupe", "on_change",
+)  # fmt: skip
+"""A stream's fields in streams.yaml; its header documents each (a test keeps them equal)."""
 RESERVED_PREFIX = "__leasehold"
 """Names leasehold keeps for itself (what a CSV record carries as staged for Spark,
 `resources/ingestion/csv_records.py`): no schema column may start with it."""
@@ -205,14 +211,10 @@ def _known_fields(name: str, raw: Any) -> None:
         raise StreamConfigError(name, "name", "letters, digits and '_', not starting with a digit")
     if not isinstance(raw, dict):
         raise StreamConfigError(name, "-", "must be a mapping of fields")
-    known = {
-        "source", "format", "schema", "event_time", "timezone", "record_id", "table",
-        "quarantine", "csv", "merge", "partition", "rollups", "schema_evolution", "table_format",
-        "discovery", "source_cleanup", "dedupe", "on_change",
-    }  # fmt: skip
     for key in raw:
-        if key not in known:
-            raise StreamConfigError(name, key, f"unknown field; known: {', '.join(sorted(known))}")
+        if key not in STREAM_FIELDS:
+            known = ", ".join(sorted(STREAM_FIELDS))
+            raise StreamConfigError(name, key, f"unknown field; known: {known}")
 
 
 def _schema(name: str, schema: Any) -> tuple[dict[str, Any], list[ColumnSpec]]:
