@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from resources.dedupe.key_index import (
     POSITION_MASK,
+    ROW_BITS,
     KeyedRows,
     KeyIndex,
     object_of,
@@ -111,11 +112,19 @@ class DedupedFiles:
         state, index = self.state(base)
         new = self._new_rows(state, index, small, files, spans, upper)
         resolution = resolve(index, new, upper, self.latest)
-        lost = resolution.lost
+        lost = _by_row(resolution.lost)
         small_urls = {o.url for o in small}
+        before = state.by_source() if state is not None else {}
         served = [
             self._served(
-                dt, f, spans[f.url], f.url in small_urls, state, index.upper, resolution.index, lost
+                dt,
+                f,
+                spans[f.url],
+                f.url in small_urls,
+                before.get(f.url),
+                index.upper,
+                resolution.index,
+                _within(lost, spans[f.url]),
             )
             for f in files
         ]
@@ -162,37 +171,34 @@ class DedupedFiles:
         f: DataFile,
         span: Span,
         is_small: bool,
-        state: ServedState | None,
+        prev: ServedFile | None,
         base: int,
         index: KeyIndex,
         lost: KeyedRows,
     ) -> ServedFile:
-        lo, hi = span
-        prev = state.by_source().get(f.url) if state is not None else None
-        objs = object_of(lost.row)
-        here = (objs > lo) & (objs <= hi)
-        if prev is not None and not here.any():
+        """What to serve for the ledger file `f` (ids `span`), given what the publication
+        before served for it (`prev`) and its rows that lost now (`lost`)."""
+        if prev is not None and not len(lost):
             return prev
-        if prev is None and is_small and hi > base:
+        if prev is None and is_small and span[1] > base:
             # A new small object: the rows of it that lost, by position.
-            gone = set((lost.row[here] & POSITION_MASK).tolist())
-            if not gone:
-                return ServedFile(f.url, f.url, f.row_count, f.content_length, lo, hi)
+            if not len(lost):
+                return ServedFile(f.url, f.url, f.row_count, f.content_length, *span)
+            gone = lost.row & POSITION_MASK
             return self._copy(dt, f, span, f.url, lambda t: _positions_kept(t, gone))
         if prev is not None:
             # Rows of it beaten now (latest): their keys go, from what it served.
-            gone_h1, gone_h2 = lost.h1[here], lost.h2[here]
-            return self._copy(dt, f, span, prev.url, lambda t: self._keys_kept(t, gone_h1, gone_h2))
+            return self._copy(dt, f, span, prev.url, lambda t: self._keys_kept(t, lost))
         return self._copy(dt, f, span, f.url, lambda t: self._winners_kept(t, span, index))
 
     # -- row masks ---------------------------------------------------------------------------
 
-    def _keys_kept(self, table: pa.Table, gone_h1: np.ndarray, gone_h2: np.ndarray) -> np.ndarray:
-        """The rows whose key is none of the (h1, h2) pairs that lost."""
+    def _keys_kept(self, table: pa.Table, lost: KeyedRows) -> np.ndarray:
+        """The rows whose key is none of the keys of `lost`."""
         keys = hash_ids(self._ids(table))
         keep = np.ones(table.num_rows, bool)
-        gone = set(zip(gone_h1.tolist(), gone_h2.tolist(), strict=True))
-        for i in np.nonzero(keys.present & np.isin(keys.h1, gone_h1))[0]:
+        gone = set(zip(lost.h1.tolist(), lost.h2.tolist(), strict=True))
+        for i in np.nonzero(keys.present & np.isin(keys.h1, lost.h1))[0]:
             keep[i] = (int(keys.h1[i]), int(keys.h2[i])) not in gone
         return keep
 
@@ -312,7 +318,19 @@ def _concat(parts: Sequence[KeyedRows], order_type: pa.DataType | None) -> Keyed
     )
 
 
-def _positions_kept(table: pa.Table, gone: set[int]) -> np.ndarray:
+def _positions_kept(table: pa.Table, gone: np.ndarray) -> np.ndarray:
     keep = np.ones(table.num_rows, bool)
-    keep[sorted(gone)] = False
+    keep[gone] = False
     return keep
+
+
+def _by_row(rows: KeyedRows) -> KeyedRows:
+    """`rows` sorted by row id (so a file's rows are one slice: `_within`)."""
+    at = np.argsort(rows.row, kind="stable")
+    return KeyedRows(rows.h1[at], rows.h2[at], rows.row[at], None)
+
+
+def _within(rows: KeyedRows, span: Span) -> KeyedRows:
+    """The rows of `rows` (sorted by row id) whose small object id lies in `span`."""
+    lo, hi = np.searchsorted(rows.row, [(span[0] + 1) << ROW_BITS, (span[1] + 1) << ROW_BITS])
+    return KeyedRows(rows.h1[lo:hi], rows.h2[lo:hi], rows.row[lo:hi], None)
