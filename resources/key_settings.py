@@ -73,7 +73,14 @@ def parse_keys(
 ) -> tuple[DedupeSettings, str]:
     """A stream's `dedupe` section and `on_change` field (`raw` is the stream's mapping).
     Raises `ConfigError` naming the field."""
-    return parse_dedupe(raw.get("dedupe"), record_id, names), parse_on_change(raw.get("on_change"))
+    dedupe = parse_dedupe(raw.get("dedupe"), record_id, names)
+    if dedupe.mode == LATEST and raw.get("rollups"):
+        raise ConfigError(
+            "dedupe.mode",
+            "latest with rollups is not built: a later record would have to take an earlier "
+            "one's values out of aggregates (first and none keep rollups exact)",
+        )
+    return dedupe, parse_on_change(raw.get("on_change"))
 
 
 def parse_dedupe(raw: Any, record_id: str | None, names: list[str]) -> DedupeSettings:

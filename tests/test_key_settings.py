@@ -63,3 +63,13 @@ def test_an_invalid_field_is_named(
         load_streams(path)
     assert raised.value.field == field and words in str(raised.value), str(raised.value)
     assert "'events'" in str(raised.value)
+
+
+def test_latest_with_rollups_is_refused_naming_why(tmp_path: Path) -> None:
+    extra = (
+        "    dedupe: {mode: latest, order_by: v}\n"
+        "    rollups: {per_v: {group_by: [v], aggregates: {n: count}}}\n"
+    )
+    with pytest.raises(StreamConfigError) as raised:
+        load_streams(streams(tmp_path, extra))
+    assert raised.value.field == "dedupe.mode" and "rollups is not built" in str(raised.value)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from resources.aggregation.first_records import FirstRecords
 from resources.aggregation.partials import EngineFor, Partials
 from resources.aggregation.rollup_table import RollupTable
 from resources.coordination.errors import (
@@ -43,7 +44,9 @@ from resources.coordination.errors import (
 )
 from resources.coordination.items import ItemType
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
+from resources.dedupe.key_index import KeyIndex
 from resources.errors import LeaseholdError
+from resources.ledger.model import RegisteredObject
 from resources.objects.base import ObjectStore
 from resources.rollup.batches import Batch, StrictOrder, plan_batches
 from resources.rollup.cursor import RollupCursor, rollup_id
@@ -109,9 +112,12 @@ class RollupRunner:
         max_batches: int = 50,
         on_step: Callable[[str, str], None] | None = None,
         publish_to: RollupTable | None = None,
+        first_records: FirstRecords | None = None,
     ) -> None:
         """`publish_to`: where the state is published for readers after each date's batches (None:
-        not published, as in the chaos tests, whose verdict is the state itself)."""
+        not published, as in the chaos tests, whose verdict is the state itself).
+        `first_records`: the stream keeps each key's first record (`dedupe: first`): batches
+        count those only, up to what its publications cover."""
         self.store = store
         self.objects = objects
         self.table = table
@@ -124,6 +130,7 @@ class RollupRunner:
         self.max_batches = max_batches
         self.on_step = on_step or (lambda step, dt: None)
         self.publish_to = publish_to
+        self.first_records = first_records
         self.rollup = rollup_id(table, spec)
         self.job_sid = store.source_identifier(self.rollup, ItemType.ROLLUP_JOB)
 
@@ -167,7 +174,7 @@ class RollupRunner:
     def _held(self, lease: Lease, dt: str, outcome: RollupOutcome, scratch: Path) -> RollupOutcome:
         cursor = RollupCursor.of(lease.progress)
         outcome.upto = cursor.upto
-        objects = self.store.ledger_objects(self.table, dt, after=cursor.upto)
+        objects, index = self._unrolled(dt, cursor.upto)
         ids = [o.object_id for o in objects]
         batches: list[Batch] = []
         start, earlier = cursor.upto, cursor.earlier
@@ -188,7 +195,9 @@ class RollupRunner:
             return outcome
         files = {
             b.txid: [
-                self._local(o.url, scratch) for o in objects if b.after < o.object_id <= b.upto
+                self._counted(o.url, o.object_id, index, scratch)
+                for o in objects
+                if b.after < o.object_id <= b.upto
             ]
             for b in batches
         }
@@ -258,6 +267,24 @@ class RollupRunner:
         lease.save_progress(RollupCursor(batch.upto).state())
         self.on_step("committed", batch.dt)
         return written
+
+    def _unrolled(self, dt: str, after: int) -> tuple[list[RegisteredObject], KeyIndex | None]:
+        """The small objects above `after` the rollup may take now, and the key index that
+        says which of their rows count (None: all): under `first_records`, only ids the
+        current publication covers."""
+        objects = self.store.ledger_objects(self.table, dt, after=after)
+        if self.first_records is None:
+            return list(objects), None
+        index = self.first_records.index(dt)
+        return [o for o in objects if o.object_id <= index.upper], index
+
+    def _counted(self, url: str, object_id: int, index: KeyIndex | None, scratch: Path) -> str:
+        """The local path of small object `object_id`, holding the rows the rollup counts:
+        all of them, or each key's first record (`first_records`, by `index`)."""
+        path = self._local(url, scratch)
+        if self.first_records is None or index is None:
+            return path
+        return self.first_records.kept(path, object_id, index, scratch)
 
     def _local(self, url: str, scratch: Path) -> str:
         """A path the engines read: local objects in place, others copied to `scratch`."""

@@ -18,6 +18,7 @@ import time
 from dagster import InitResourceContext
 from pydantic import PrivateAttr
 
+from resources.aggregation.first_records import FirstRecords
 from resources.aggregation.partials import SizedPartials
 from resources.aggregation.rollup_table import RollupTable, rollup_table_name
 from resources.aggregation.runner import RollupRunner
@@ -29,6 +30,7 @@ from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
+from resources.key_settings import FIRST
 from resources.publication.garbage import GarbageCollector
 from resources.publication.publisher import Publisher
 from resources.publication.settings import PublicationSettings
@@ -103,6 +105,11 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
         added read it as nulls."""
         config = followed_config(coordination.store, lake.stream(stream))
         engines = SizedPartials(spark.session, config.columns)
+        first_records = None
+        if config.dedupe.mode == FIRST:
+            objects = lake.object_store(config.table)
+            table_name = lake.table_name(stream)
+            first_records = FirstRecords(config, coordination.store, objects, table_name)
         runners = []
         for spec in config.rollups:
             table = RollupTable(
@@ -125,6 +132,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
                     timing=coordination.timing(),
                     work_dir=lake.scratch_dir(),
                     publish_to=table,
+                    first_records=first_records,
                 )
             )
         return runners

@@ -11,7 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from resources.aggregation.first_records import FirstRecords
+from resources.aggregation.partials import ArrowPartials
+from resources.aggregation.runner import RollupRunner
 from resources.check_outcome import CheckOutcome
+from resources.coordination.lease import LeaseTiming
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import FIRST, LATEST, NONE, DedupeSettings
 from resources.ledger.model import SmallObject
@@ -20,6 +24,8 @@ from resources.publication.deduped_files import served_and_sources
 from resources.publication.manifest import read_spectrum
 from resources.publication.publisher import PUBLISHED
 from resources.publication.reader import read_partition
+from resources.rollup.cursor import rollup_id
+from resources.rollup.spec import parse_rollups
 from tests.publication.conftest import DT, World
 from tests.support.merge_child import TABLE, commit_source, epoch_us
 
@@ -174,3 +180,49 @@ def test_unique_record_ids_fails_a_key_served_twice_or_never(keyed: KeyedWorld) 
     pq.write_table(pa.concat_tables([rows, rows]), path)
     outcome = unique_ids(keyed.world)
     assert not outcome.passed and "appear more than once" in outcome.summary, outcome.summary
+
+
+def test_a_rollup_under_first_counts_each_key_once_and_follows_the_publications(
+    world: World,
+) -> None:
+    keyed = KeyedWorld(world, FIRST)
+    spec = parse_rollups(
+        {"per_user": {"group_by": ["user_id"], "aggregates": {"n": "count", "s": "sum(amount)"}}},
+        {c.name: c.type for c in world.config.columns},
+    )[0]
+    runner = RollupRunner(
+        world.store,
+        world.objects,
+        TABLE,
+        spec,
+        lambda input_bytes: ArrowPartials(world.config.columns),
+        owner="test",
+        timing=LeaseTiming(ownership_timeout_s=60, renew_interval_s=15),
+        work_dir=world.lake.table_dir.parent / "scratch",
+        first_records=FirstRecords(world.config, world.store, world.objects, TABLE),
+    )
+
+    def state() -> dict[str, tuple[int, float]]:
+        states = world.store.rollup_states(rollup_id(TABLE, spec), DT)
+        return {k: (int(s.value[0] or 0), float(s.value[1] or 0)) for k, s in states.items()}
+
+    def served_totals() -> dict[str, tuple[int, float]]:
+        rows = read_partition(world.target, TABLE, DT)
+        totals: dict[str, tuple[int, float]] = {}
+        for user, amount in zip(
+            rows.column("user_id").to_pylist(), rows.column("amount").to_pylist(), strict=True
+        ):
+            n, s = totals.get(f'["{user}"]', (0, 0.0))
+            totals[f'["{user}"]'] = (n + 1, s + amount)
+        return totals
+
+    keyed.commit([("a", 1), ("b", 2), ("a", 3)])
+    runner.run([DT])
+    assert state() == {}  # nothing published yet: nothing rolled up
+    world.publish()
+    keyed.commit([("a", 4), ("c", 5)])  # committed, not published yet: not counted yet
+    runner.run([DT])
+    assert state() == served_totals() == {'["user-0"]': (2, 3.0)}
+    world.publish()
+    runner.run([DT])
+    assert state() == served_totals() == {'["user-0"]': (2, 3.0), '["user-1"]': (1, 5.0)}
