@@ -223,11 +223,10 @@ def _take(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
 
 
 def _concat_rows(parts: list[KeyedRows]) -> KeyedRows:
-    orders = [p.order for p in parts]
+    orders = [p.order for p in parts if p.order is not None]
     order = None
-    if all(o is not None for o in orders) and orders:
-        kind = orders[0].type  # type: ignore[union-attr]
-        order = pa.concat_arrays([o.cast(kind) for o in orders if o is not None])
+    if orders and len(orders) == len(parts):
+        order = pa.concat_arrays([o.cast(orders[0].type) for o in orders])
     return KeyedRows(
         np.concatenate([p.h1 for p in parts]),
         np.concatenate([p.h2 for p in parts]),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pandas.util import hash_array  # type: ignore[import-untyped]
+from pandas.util import hash_array  # type: ignore[import-untyped]  # pandas ships no stubs
 
 HASH_NAME = "siphash24x2:leasehold-keys-1/leasehold-keys-2"
 _KEY_1 = "leasehold-keys-1"

@@ -49,7 +49,7 @@ from resources.dedupe.served import INDEX_NAME, STATE_NAME, ServedFile, ServedSt
 from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import DataFile, Publication
-from resources.objects.base import ObjectStore
+from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.publication.manifest import read_spectrum
 from resources.schema.arrow import arrow_type
 from resources.streams import StreamConfig
@@ -149,15 +149,26 @@ class DedupedFiles:
         upper: int,
     ) -> KeyedRows:
         """The keyed rows of ids above the index: the small objects committed since (their
-        files are kept until a publication covering them is current). With no state yet on a
-        partition already served from merged objects, those merged objects (each row named by
-        its range's end: ranges are in commit order, and a merge kept one row per key)."""
-        small_urls = {o.url for o in small}
-        if state is None and any(f.url not in small_urls for f in files):
-            named = [(f.url, spans[f.url][1]) for f in files]
-        else:
-            named = [(o.url, o.object_id) for o in small if index.upper < o.object_id <= upper]
-        named.sort(key=lambda n: n[1])
+        files are kept until a publication covering them is current), so a row id names a
+        small object's row (what rollups count by). Only when a partition is first published
+        under a policy after its small objects were collected (the policy turned on for a
+        table already switched to merged objects): its merged objects, each row named by its
+        range's end (ranges are in commit order, and a merge kept one row per key)."""
+        named = [(o.url, o.object_id) for o in small if index.upper < o.object_id <= upper]
+        try:
+            return self._keyed(named)
+        except (ObjectStoreError, FileNotFoundError):  # S3's missing key, a local one
+            if state is not None or all(f.url in {o.url for o in small} for f in files):
+                raise
+        log.warning(
+            "%s: small objects of 1..%d are gone: the key index starts from the merged objects",
+            self.config.name, upper,
+        )  # fmt: skip
+        return self._keyed([(f.url, spans[f.url][1]) for f in files])
+
+    def _keyed(self, named: list[tuple[str, int]]) -> KeyedRows:
+        """The keyed rows of the files `named` (URL, the object id their rows are named by)."""
+        named = sorted(named, key=lambda n: n[1])
         read = list(self._read_all([url for url, _ in named]))
         parts = [
             KeyedRows.of(r.keyed_hashes, row_ids(object_id, r.table.num_rows), self._order(r.table))

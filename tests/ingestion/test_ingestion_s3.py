@@ -122,4 +122,5 @@ def test_s3_end_to_end_exactly_once(s3_env: PipelineEnv, tmp_path: Path) -> None
         "unique_record_ids": True,
         "lease_health": True,
         "source_completeness": True,
+        "changed_sources": True,
     }
