@@ -158,14 +158,13 @@ def publication_run(work: Path, mode: str, old: list, new: list) -> dict[str, An
         return table.publish()
 
     wall, cpu, outcome = clocked(ingest)
-    index = next((table.work / "table").glob(f"_manifests/dt={DT}/*/{INDEX_NAME}"), None)
     pub = outcome.publication
     return {
         "wall": wall,
         "cpu": cpu,
         "rows": pub.rows,
         "dropped": outcome.dropped,
-        "index_bytes": 0 if index is None else newest_index(table.work),
+        "index_bytes": newest_index(table.work) if mode == FIRST else 0,
     }
 
 
@@ -178,7 +177,6 @@ def newest_index(work: Path) -> int:
 
 def merge_run(work: Path, mode: str, new: list) -> tuple[float, float]:
     table = Table(work / f"merge-{mode}", mode)
-    paths = []
     for t in new:
         table.commit(t)
     paths = [o.url for o in table.store.ledger_objects("events", DT)]
