@@ -38,6 +38,9 @@ class ItemType(str, enum.Enum):
     ROLLUP_JOB = "rollupJob"
     """A rollup of a table partition (key = dt): its lease fences the state's writers, and its
     progress says which batch the state is at."""
+    KEYS_JOB = "keysJob"
+    """A table's key index under `dedupe.scope: table` (key = the table): its lease serialises
+    the table's publications, fencing each record."""
 
 
 # Data Prepper's attribute names, plus ours. One place, so both backends agree.
