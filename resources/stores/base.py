@@ -8,7 +8,8 @@ commit is the same shape: the job lease's give-up transition, its metrics and re
 here, and so is what it writes (`merge_writes`: the range, the sentinel, the partition's new
 bounds and due time); the backend's `_commit_merge` writes them and the lease together. A
 publication's bookkeeping is here too (`stamped_publication`, `forget_bound`): each backend
-only writes the record and the partition's new current version as one transaction.
+only writes the record and the partition's new current version as one transaction
+(`_record_publication`), with the lease's renewal when fenced (`record_fenced_publication`).
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ class CoordinationStore(
     versions on one connection, so that a commit can write the ledger and the lease item in
     one transaction: what a backend implements (`SqliteLeaseStore`, `DynamoDbLeaseStore`) and
     what every layer above is given. The fenced operations that span the parts are here, on the
-    backends' transactions (`_commit`, `_commit_merge`, `_write_rollup_keys`).
+    backends' transactions (`_commit`, `_commit_merge`, `_record_publication`,
+    `_write_rollup_keys`).
 
     Errors are those of its parts: every call may raise the store errors
     (`StoreUnavailableError` within the bounded retry, `StoreRefusedError` for good), a
@@ -265,6 +267,47 @@ class CoordinationStore(
         if result is None:
             raise self._refused(token, change, current)
         return result
+
+    @abstractmethod
+    def _record_publication(
+        self,
+        publication: Publication,
+        token: LeaseToken | None,
+        lease_change: Transition | None,
+    ) -> tuple[Publication | None, LeaseItem | None]:
+        """In ONE transaction: `stamped_publication` on the partition as stored (raising,
+        nothing written), the partition's new current publication and the history record; and,
+        when `lease_change` is given (with its `token`), only if its guard holds, applying it
+        too. `(the record as stored, None)`, or `(None, the lease item as stored)` when the
+        guard refused: then nothing was written. The guard is decided before the publication,
+        so a fenced publisher is told it lost its lease, whatever the partition holds."""
+
+    def record_publication(self, publication: Publication) -> Publication:
+        """`Ledger.record_publication`: unfenced, one transaction of `_record_publication`."""
+        stored, _ = self._record_publication(publication, None, None)
+        assert stored is not None  # unfenced: nothing to refuse it but the raised errors
+        return stored
+
+    def record_fenced_publication(
+        self, token: LeaseToken, publication: Publication, *, timeout_s: float = 60.0
+    ) -> Publication:
+        """Record `publication` as `record_publication` does and, in the same transaction,
+        renew `token`'s lease (a table's `ItemType.KEYS_JOB` item) by `timeout_s`: a publisher
+        whose lease was taken over can never make its publication current. Returns the record
+        as stored (`seq` and `published_at_ms` the ledger's). Raises `PartitionNotOwnedError`
+        when `token` no longer holds the lease, whatever the partition holds; then
+        `StalePublicationError` when the partition already has this version or a newer one
+        (the lease not renewed), a `LeaseholdError` for a publication the ledger cannot hold
+        (`check_publication`), and the store errors. Nothing is written when it raises."""
+        change = self.renewal(token, timeout_s, NOT_GIVEN)
+        try:
+            stored, current = self._record_publication(publication, token, change)
+        except StoreUnavailableError:
+            self.metrics.incr(token.source_identifier, m.update_errors(change.action))
+            raise
+        if stored is None:
+            raise self._refused(token, change, current)
+        return stored
 
     def write_rollup_batch(
         self,

@@ -1,12 +1,14 @@
 """The DynamoDB ledger's publications: recording one (the partition's current publication and
-the history record as one transaction), the history read and forgotten."""
+the history record as one transaction, with the lease's update when fenced), the history read
+and forgotten."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from resources.coordination.errors import StoreUnavailableError
-from resources.coordination.items import ATTR
+from resources.coordination.items import ATTR, LeaseItem, LeaseToken
+from resources.coordination.transitions import Transition
 from resources.errors import LeaseholdError
 from resources.ledger.publication import Publication
 from resources.stores.base import forget_bound, stamped_publication
@@ -22,27 +24,48 @@ from resources.stores.dynamodb.ledger_items import (
 class DynamoDbPublications(LedgerAccess):
     """Publication records."""
 
-    def record_publication(self, publication: Publication) -> Publication:
+    def _record_publication(
+        self,
+        publication: Publication,
+        token: LeaseToken | None,
+        lease_change: Transition | None,
+    ) -> tuple[Publication | None, LeaseItem | None]:
         """Read the partition (strongly consistent), `stamped_publication` on it, then one
         `TransactWriteItems`: the partition's current publication, conditional on the
         `publicationSeq` as read (so of two racing publishers only one can move it), and the
-        history record, conditional on being new. A cancelled one means another publisher got
-        there first: read again — the check refuses ours if the partition now has our version
-        or a newer one, else the next attempt records it with the next `seq`."""
+        history record, conditional on being new; fenced, the lease's update too (its guard as
+        the condition, `_fenced_transact`). A failed guard is the lease lost, whatever else
+        failed; any other cancellation means another publisher got there first: read again —
+        the check refuses ours if the partition now has our version or a newer one, else the
+        next attempt records it with the next `seq`. A fenced publication the check refuses is
+        told first if its lease is lost, as a transaction deciding the guard first would."""
         table, dt = publication.table, publication.dt
         for _ in range(self.retry.max_attempts * 2):
             raw = self._get_raw("record_publication", self._partition_key(table, dt))
-            stored = stamped_publication(
-                None if raw is None else partition_from(table, raw), publication, self.now_ms()
-            )
+            try:
+                stored = stamped_publication(
+                    None if raw is None else partition_from(table, raw), publication, self.now_ms()
+                )
+            except LeaseholdError:
+                if token is not None and lease_change is not None:
+                    current = self.get(token.source_identifier, token.partition_key)
+                    if not lease_change.guard.holds(current):
+                        return None, current  # fenced first: a zombie is told it lost its lease
+                raise
             assert raw is not None  # stamped_publication refuses a missing partition
             writes = [
                 {"Update": self._published_partition_update(raw, stored)},
                 {"Put": self._publication_put(stored)},
             ]
-            reasons = self._transact("record_publication", writes)
+            if token is None or lease_change is None:
+                reasons = self._transact("record_publication", writes)
+            else:
+                outcome = self._fenced_transact(token, lease_change, writes)
+                if outcome.lost:
+                    return None, outcome.current
+                reasons = outcome.reasons
             if reasons is None:
-                return stored
+                return stored, None
             if reasons[0] != "ConditionalCheckFailed" and reasons[1] == "ConditionalCheckFailed":
                 # The row was as read, yet its next record exists: nothing else writes one.
                 raise LeaseholdError(

@@ -3,7 +3,8 @@
 Part of `SqliteLeaseStore` (a mixin on its connections): a commit is one `BEGIN IMMEDIATE`
 transaction that checks the lease's guard, registers the objects and applies the lease change;
 a merge commit is one too, over the merge job's lease, the chain and the partition row, and
-so is recording a publication, over the partition row and its history.
+so is recording a publication, over the partition row and its history (and the lease that
+fences it, when it is).
 """
 
 from __future__ import annotations
@@ -300,13 +301,24 @@ class SqliteLedger:
             ),
         )
 
-    def record_publication(self, publication: Publication) -> Publication:
+    def _record_publication(
+        self,
+        publication: Publication,
+        token: LeaseToken | None,
+        lease_change: Transition | None,
+    ) -> tuple[Publication | None, LeaseItem | None]:
         """One `BEGIN IMMEDIATE` transaction: the partition as stored is checked and updated
         under the write lock, so of two racing publishers of one version the second reads the
-        first's row and is refused."""
+        first's row and is refused. Fenced, the lease's guard is checked first and the lease
+        changed in the same transaction."""
         table, dt = publication.table, publication.dt
 
-        def record(db: sqlite3.Connection) -> Publication:
+        def record(db: sqlite3.Connection) -> tuple[Publication | None, LeaseItem | None]:
+            if lease_change is not None:
+                assert token is not None  # a lease change is always given with its token
+                current = self._fetch(db, token.source_identifier, token.partition_key)
+                if not lease_change.guard.holds(current):
+                    return None, current
             stored = stamped_publication(
                 self._table_partition(db, table, dt), publication, self.now_ms()
             )
@@ -338,7 +350,10 @@ class SqliteLedger:
                     stored.published_at_ms,
                 ),
             )
-            return stored
+            if lease_change is not None:
+                assert token is not None
+                self._apply_in(db, token.source_identifier, token.partition_key, lease_change)
+            return stored, None
 
         return self._run("record_publication", record)
 
