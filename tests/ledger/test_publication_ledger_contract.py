@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from resources.coordination.errors import PartitionNotOwnedError
+from resources.coordination.items import ItemType, LeaseItem
 from resources.errors import LeaseholdError
 from resources.ledger.publication import (
     LIVE,
@@ -231,3 +233,85 @@ def test_ingestion_and_merge_commits_keep_the_publication(store: CoordinationSto
     again = store.record_publication(publication(4, switched=True))
     assert store.publications(TABLE, DT)[-2:] == [switched, again]
     assert published_state(store) == (4, True, 4, 3)
+
+
+KEYS_TIMEOUT = 30.0
+
+
+def keys_job(store: CoordinationStore, owner: str) -> LeaseItem:
+    """The table's key index lease (`ItemType.KEYS_JOB`, key = the table), acquired by `owner`."""
+    sid = store.source_identifier(TABLE, ItemType.KEYS_JOB)
+    store.create_partitions(sid, [TABLE])
+    return store.acquire(sid, TABLE, owner, KEYS_TIMEOUT)
+
+
+def lease_now(store: CoordinationStore, lease: LeaseItem) -> LeaseItem:
+    item = store.get(lease.source_identifier, lease.partition_key)
+    assert item is not None
+    return item
+
+
+def test_a_fenced_record_under_a_held_lease_records_and_renews_it(
+    store: CoordinationStore, clock: FakeClock
+) -> None:
+    ingest(store, obj("a"), obj("b"))
+    lease = keys_job(store, "publisher")
+    clock.advance(KEYS_TIMEOUT - 1)
+    now = store.now_ms()
+    recorded = store.record_fenced_publication(lease.token, publication(2), timeout_s=KEYS_TIMEOUT)
+    assert recorded == replace(publication(2), seq=1, published_at_ms=now)
+    assert store.publications(TABLE, DT) == [recorded]
+    assert published_state(store) == (0, False, 2, 1)
+    renewed = lease_now(store, lease)
+    assert renewed.ownership_timeout_ms == now + int(KEYS_TIMEOUT * 1000)
+    assert renewed.ownership_timeout_ms > lease.ownership_timeout_ms  # type: ignore[operator]
+    assert (renewed.owner, renewed.epoch) == ("publisher", lease.epoch)
+    clock.advance(KEYS_TIMEOUT - 1)  # past the first timeout, not past the renewed one
+    ingest(store, obj("c"))
+    assert store.record_fenced_publication(lease.token, publication(3)).seq == 2
+
+
+def test_a_zombie_publisher_records_nothing(store: CoordinationStore, clock: FakeClock) -> None:
+    ingest(store, obj("a"), obj("b"), obj("c"))
+    zombie = keys_job(store, "zombie")
+    store.record_fenced_publication(zombie.token, publication(1), timeout_s=KEYS_TIMEOUT)
+    clock.advance(KEYS_TIMEOUT + 1)
+    successor = keys_job(store, "successor")
+    before = (store.table_partition(TABLE, DT), store.publications(TABLE, DT))
+    # A newer version, or one the check would refuse: either way it is told its lease is lost.
+    for attempt in (publication(3), publication(1, token="again")):
+        with pytest.raises(PartitionNotOwnedError):
+            store.record_fenced_publication(zombie.token, attempt, timeout_s=KEYS_TIMEOUT)
+    assert (store.table_partition(TABLE, DT), store.publications(TABLE, DT)) == before
+    assert lease_now(store, successor) == successor
+    assert store.record_fenced_publication(successor.token, publication(3)).seq == 2
+
+
+def test_a_lease_given_up_and_taken_fences_its_old_token(store: CoordinationStore) -> None:
+    ingest(store, obj("a"))
+    first = keys_job(store, "first")
+    store.give_up(first.token)
+    taken = store.acquire(first.source_identifier, TABLE, "second", KEYS_TIMEOUT)
+    before = store.table_partition(TABLE, DT)
+    with pytest.raises(PartitionNotOwnedError):
+        store.record_fenced_publication(first.token, publication(1))
+    assert store.table_partition(TABLE, DT) == before and before.publication_seq == 0
+    assert store.publications(TABLE, DT) == []
+    assert lease_now(store, taken) == taken
+
+
+def test_a_stale_fenced_record_is_refused_and_does_not_renew(
+    store: CoordinationStore, clock: FakeClock
+) -> None:
+    ingest(store, obj("a"), obj("b"))
+    lease = keys_job(store, "publisher")
+    store.record_fenced_publication(lease.token, publication(2), timeout_s=KEYS_TIMEOUT)
+    held = lease_now(store, lease)
+    before = (store.table_partition(TABLE, DT), store.publications(TABLE, DT))
+    clock.advance(5)
+    for stale in (publication(2, token="again"), publication(1)):
+        with pytest.raises(StalePublicationError) as refused:
+            store.record_fenced_publication(lease.token, stale, timeout_s=KEYS_TIMEOUT)
+        assert refused.value.current == (False, 2)
+    assert (store.table_partition(TABLE, DT), store.publications(TABLE, DT)) == before
+    assert lease_now(store, lease) == held
