@@ -60,12 +60,7 @@ from resources.dagster_resources.publication_tick import (
 from resources.dagster_resources.runs import DUE_ONLY_TAG, GC_TAG
 from resources.publication import checks as suite
 from resources.publication.garbage import GcReport
-from resources.publication.publisher import (
-    CATALOG_REPAIRED,
-    FAILED,
-    PUBLISHED,
-    PublicationOutcome,
-)
+from resources.publication.outcome import CATALOG_REPAIRED, FAILED, PUBLISHED, PublicationOutcome
 
 FAILED_PUBLICATIONS = "failed_publications"
 

@@ -11,7 +11,8 @@
 `first` keeps the record committed first (ledger order: the dense ids commits assign); `latest`
 keeps the greatest `order_by` (Hudi's precombine field); `none` keeps every record and lets the
 `unique_record_ids` check flag duplicates. `scope: date` resolves a key within one table
-partition. Every published snapshot serves each key once under the policy
+partition; `scope: table` (with `first`) across the table's dates: a key is served by the date
+that published it first. Every published snapshot serves each key once under the policy
 (`resources/dedupe/`). Errors are `ConfigError`s naming the field; the caller adds the stream.
 """
 
@@ -35,9 +36,6 @@ and rollups never retract (docs/concepts/keys-and-changes.md)."""
 DATE = "date"
 TABLE = "table"
 SCOPES = (DATE, TABLE)
-SUPPORTED_SCOPES = (DATE,)
-"""`table` is declared and refused until its key -> date index is built: a stream asking for it
-fails at load rather than silently resolving per date."""
 
 IGNORE = "ignore"
 APPEND = "append"
@@ -105,10 +103,11 @@ def parse_dedupe(raw: Any, record_id: str | None, names: list[str]) -> DedupeSet
             raise ConfigError("dedupe.order_by", f"only latest orders records, not {mode!r}")
         if order_by not in names:
             raise ConfigError("dedupe.order_by", f"{order_by!r} is not a schema column")
-    if scope not in SUPPORTED_SCOPES:
+    if scope == TABLE and mode == LATEST:
         raise ConfigError(
             "dedupe.scope",
-            f"{scope!r} is not built yet: keys resolve within a date (scope: date)",
+            "table with latest is not built: a later record on another date would take its "
+            "key from a date that has nothing new to publish (table works with first)",
         )
     return DedupeSettings(mode=mode, order_by=order_by, scope=scope)
 

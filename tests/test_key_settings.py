@@ -50,6 +50,12 @@ def test_latest_by_a_column(tmp_path: Path) -> None:
         ("    dedupe: {mode: first, order_by: v}\n", True, "dedupe.order_by", "only latest"),
         ("    dedupe: {mode: first}\n", False, "dedupe.mode", "needs the stream's record_id"),
         ("    dedupe: {scope: week}\n", True, "dedupe.scope", "not one of date, table"),
+        (
+            "    dedupe: {mode: latest, order_by: v, scope: table}\n",
+            True,
+            "dedupe.scope",
+            "table with latest is not built",
+        ),
         ("    dedupe: {keep: 1}\n", True, "dedupe.keep", "unknown field"),
         ("    dedupe: first\n", True, "dedupe", "must be a mapping"),
         ("    on_change: overwrite\n", True, "on_change", "not one of ignore, replace, append"),

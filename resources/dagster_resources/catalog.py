@@ -77,6 +77,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
             coordination.store,
             lake.object_store(config.table),
             self.target(config.table_format, lake),
+            keys_timing=coordination.timing(),
         )
 
     def garbage_collector(

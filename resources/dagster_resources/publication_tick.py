@@ -31,7 +31,7 @@ from resources.dagster_resources.asset_metadata import with_row_count
 from resources.dagster_resources.range_tick import RangeTick, recorded_value
 from resources.dagster_resources.runs import PUBLISH_TAG
 from resources.publication.manifest import SPECTRUM_NAME, served_location
-from resources.publication.publisher import PUBLISHED, PublicationOutcome
+from resources.publication.outcome import PUBLISHED, PublicationOutcome
 
 log = logging.getLogger(__name__)
 

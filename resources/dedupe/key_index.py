@@ -176,18 +176,26 @@ def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[np.ndarray, np.ndarray]
 
 def _find(entries: KeyedRows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     """Per (h1, h2), its position in `entries` (sorted by h1), -1 where it holds no such key."""
+    return find_keys(entries.h1, entries.h2, h1, h2)
+
+
+def find_keys(
+    sorted_h1: np.ndarray, sorted_h2: np.ndarray, h1: np.ndarray, h2: np.ndarray
+) -> np.ndarray:
+    """Per (h1, h2), its position among the keys (`sorted_h1`, `sorted_h2`), sorted by h1;
+    -1 where they hold no such key. Pure."""
     out = np.full(len(h1), -1, np.int64)
-    if not len(entries) or not len(h1):
+    if not len(sorted_h1) or not len(h1):
         return out
-    at = np.searchsorted(entries.h1, h1, side="left")
-    clipped = np.minimum(at, len(entries) - 1)
-    same_h1 = entries.h1[clipped] == h1
-    found = same_h1 & (entries.h2[clipped] == h2)
+    at = np.searchsorted(sorted_h1, h1, side="left")
+    clipped = np.minimum(at, len(sorted_h1) - 1)
+    same_h1 = sorted_h1[clipped] == h1
+    found = same_h1 & (sorted_h2[clipped] == h2)
     out[found] = clipped[found]
     for i in np.nonzero(same_h1 & ~found)[0]:  # h1 shared by two keys: walk its run
         j = int(at[i])
-        while j < len(entries) and entries.h1[j] == h1[i]:
-            if entries.h2[j] == h2[i]:
+        while j < len(sorted_h1) and sorted_h1[j] == h1[i]:
+            if sorted_h2[j] == h2[i]:
                 out[i] = j
                 break
             j += 1

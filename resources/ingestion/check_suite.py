@@ -23,6 +23,7 @@ from resources.ingestion.checks import (
     reconcile_rows,
 )
 from resources.ingestion.discovery import Lister
+from resources.key_settings import TABLE
 from resources.ledger.check_scope import CheckScope, with_memory
 from resources.ledger.ledger import Ledger
 from resources.stores.base import CoordinationStore
@@ -78,10 +79,11 @@ def unique_record_ids(
     read_column: ReadColumn,
     scope: CheckScope | None = None,
     served_urls: ServedUrls | None = None,
+    across_dates: bool = False,
 ) -> CheckOutcome:
     """No id twice in a table partition: over every committed row (no dedupe policy), or over
     what the current publications serve (`served_urls`, a policy: a duplicate there means the
-    mechanism broke)."""
+    mechanism broke); `across_dates` (`dedupe.scope: table`): nor in two partitions."""
     if record_id is None:
         return CheckOutcome(
             "unique_record_ids",
@@ -90,7 +92,9 @@ def unique_record_ids(
             "skipped: the stream has no record_id",
             {"skipped": "no record_id configured"},
         )
-    report = find_duplicate_ids(store, table, record_id, read_column, scope, served_urls)
+    report = find_duplicate_ids(
+        store, table, record_id, read_column, scope, served_urls, across_dates
+    )
     problems = []
     served = " served" if served_urls is not None else ""
     if report.duplicates:
@@ -240,6 +244,7 @@ def run_one(
             read_column,
             scope,
             served_urls if config.dedupe.active else None,
+            config.dedupe.active and config.dedupe.scope == TABLE,
         ),
         "source_completeness": lambda scope: source_completeness(
             store, config.name, lister, scope, config.discovery.notifications

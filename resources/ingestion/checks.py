@@ -199,6 +199,7 @@ def find_duplicate_ids(
     read_column: ReadColumn,
     scope: CheckScope | None = None,
     served_urls: ServedUrls | None = None,
+    across_dates: bool = False,
 ) -> DuplicateReport:
     """No record id twice in a table partition, over exactly the files that hold its committed
     rows once each (`current_data_files`: the merged objects and the small objects above the
@@ -207,9 +208,12 @@ def find_duplicate_ids(
     may span schema versions: `read_column` reads the id by name, and a null id (a file
     written before the column was added) is counted as a row but is no id. Given
     `served_urls` (a stream under a dedupe policy, whose committed rows may repeat an id by
-    design), the files its current publication serves instead: what readers read."""
-    scope = scope or CheckScope.everything()
+    design), the files its current publication serves instead: what readers read.
+    `across_dates` (`dedupe.scope: table`): also no id served by two partitions, and each
+    ledger file's id served by some partition; every partition is read, whatever `scope`."""
+    scope = CheckScope.everything() if across_dates else scope or CheckScope.everything()
     report = DuplicateReport()
+    table_wide = _TableWide() if across_dates else None
     for tp in scope.changed(store.table_partitions(table)):
         dt = tp.dt
         try:
@@ -221,9 +225,12 @@ def find_duplicate_ids(
             # A file the ledger names is gone or damaged: the partition cannot be vouched for.
             report.unreadable[dt] = f"{type(exc).__name__}: {exc}"
             continue
-        lost = _not_served(ids, sources, record_id, read_column, dt)
-        if lost:
-            report.missing[dt] = lost
+        if table_wide is not None:
+            table_wide.add(dt, ids, _committed_ids(sources, record_id, read_column, dt))
+        else:
+            lost = _not_served(ids, sources, record_id, read_column, dt)
+            if lost:
+                report.missing[dt] = lost
         report.partitions_checked += 1
         report.rows_checked += len(ids)
         # A row without an id (an object written before the record id column was added reads
@@ -237,24 +244,60 @@ def find_duplicate_ids(
         ]
         if repeated:
             report.duplicates[dt] = sorted(repeated)
+    if table_wide is not None:
+        table_wide.judge(report)
     return report
+
+
+@dataclass
+class _TableWide:
+    """`scope: table`'s judgement: each partition's served ids and its ledger files' ids."""
+
+    served: dict[str, set[str]] = field(default_factory=dict)
+    committed: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, dt: str, served: pa.ChunkedArray, committed: set[str]) -> None:
+        self.served[dt] = {str(i) for i in served.drop_null().to_pylist()}
+        self.committed[dt] = committed
+
+    def judge(self, report: DuplicateReport) -> None:
+        """Into `report`: per partition, the ids another partition serves too, and the ids
+        its ledger files hold that no partition serves."""
+        seen: dict[str, str] = {}
+        for dt, ids in sorted(self.served.items()):
+            for i in ids:
+                other = seen.setdefault(i, dt)
+                if other != dt:
+                    report.duplicates.setdefault(dt, []).append(f"{i} (also dt={other})")
+        everywhere = set(seen)
+        for dt, ids in sorted(self.committed.items()):
+            lost = sorted(ids - everywhere)
+            if lost:
+                report.missing[dt] = lost
 
 
 def _not_served(
     ids: pa.ChunkedArray, sources: list[str], record_id: str, read_column: ReadColumn, dt: str
 ) -> list[str]:
-    """The ids the ledger files `sources` hold that `ids` (what is served) lacks. A source
-    gone since (a merged object a later merge replaced, collected after the safety delay)
-    leaves the partition unjudged here: its served files were read whole."""
+    """The ids the ledger files `sources` hold that `ids` (what is served) lacks."""
+    committed = _committed_ids(sources, record_id, read_column, dt)
+    return sorted(committed - {str(i) for i in ids.drop_null().to_pylist()})
+
+
+def _committed_ids(
+    sources: list[str], record_id: str, read_column: ReadColumn, dt: str
+) -> set[str]:
+    """The ids the ledger files `sources` hold. A source gone since (a merged object a later
+    merge replaced, collected after the safety delay) leaves the partition unjudged here
+    (none): its served files were read whole."""
     if not sources:
-        return []
+        return set()
     try:
         committed = read_column(sources, record_id)
     except (ObjectStoreError, OSError, pa.ArrowException) as exc:
         log.info("dt=%s: its publication's ledger files cannot be read (%s): not judged", dt, exc)
-        return []
-    served = {str(i) for i in ids.drop_null().to_pylist()}
-    return sorted({str(i) for i in committed.drop_null().to_pylist()} - served)
+        return set()
+    return {str(i) for i in committed.drop_null().to_pylist()}
 
 
 def _judged_urls(

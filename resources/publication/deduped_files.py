@@ -109,33 +109,60 @@ class DedupedFiles:
         `version_key` with the new key index. `small` is the partition's small objects (the
         ledger's). Raises the object store's errors and `KeyIndexError`/`ServedStateError`
         (the publication fails and is retried)."""
+        return self.finish(self.prepare(dt, base, small, files, spans, upper), version_key)
+
+    def prepare(
+        self,
+        dt: str,
+        base: Publication | None,
+        small: Sequence[RegisteredObject],
+        files: Sequence[DataFile],
+        spans: dict[str, Span],
+        upper: int,
+    ) -> PendingDate:
+        """`serve`'s reads: the state and key index `base` left, and the keyed rows committed
+        since (with when each was committed). Raises what `serve` raises."""
         state, index = self.state(base)
         new = self._new_rows(state, index, small, files, spans, upper)
-        resolution = resolve(index, new, upper, self.latest)
-        lost = _by_row(resolution.lost)
-        small_urls = {o.url for o in small}
-        before = state.by_source() if state is not None else {}
+        return PendingDate(dt, state, index, new, _committed_at(small, new), small, files,
+                           spans, upper)  # fmt: skip
+
+    def finish(
+        self, p: PendingDate, version_key: str, foreign: np.ndarray | None = None
+    ) -> tuple[list[DataFile], ServedState]:
+        """`serve`'s resolution and writes for `p`; `foreign` (a mask over `p.new`, under
+        `scope: table`) marks the rows that lost to another date before the date's own
+        resolution. Raises what `serve` raises."""
+        new, lost_elsewhere = p.new, _take_rows(p.new, np.zeros(0, np.int64))
+        if foreign is not None and foreign.any():
+            lost_elsewhere = _take_rows(p.new, np.nonzero(foreign)[0])
+            new = _take_rows(p.new, np.nonzero(~foreign)[0])
+        resolution = resolve(p.index, new, p.upper, self.latest)
+        lost = _by_row(_concat([resolution.lost, lost_elsewhere], self.order_type))
+        small_urls = {o.url for o in p.small}
+        before = p.state.by_source() if p.state is not None else {}
         served = [
             self._served(
-                dt,
+                p.dt,
                 f,
-                spans[f.url],
+                p.spans[f.url],
                 f.url in small_urls,
                 before.get(f.url),
-                index.upper,
+                p.index.upper,
                 resolution.index,
-                _within(lost, spans[f.url]),
+                _within(lost, p.spans[f.url]),
             )
-            for f in files
+            for f in p.files
         ]
-        committed = sum(o.row_count for o in small if o.object_id <= upper)
-        result = ServedState(upper, tuple(served), committed)
+        committed = sum(o.row_count for o in p.small if o.object_id <= p.upper)
+        result = ServedState(p.upper, tuple(served), committed)
         self._write_state(version_key, result, resolution.index)
         copies = sum(1 for f in served if f.copied)
         if copies or result.dropped_rows:
             log.info(
-                "%s dt=%s: %d rows lost to another record of their key (%s); %d files copied",
-                self.config.name, dt, result.dropped_rows, self.config.dedupe.mode, copies,
+                "%s dt=%s: %d rows lost to another record of their key (%s%s); %d files copied",
+                self.config.name, p.dt, result.dropped_rows, self.config.dedupe.mode,
+                f", {len(lost_elsewhere)} to other dates" if len(lost_elsewhere) else "", copies,
             )  # fmt: skip
         return [DataFile(f.url, f.bytes, f.rows) for f in served], result
 
@@ -306,6 +333,22 @@ def served_and_sources(objects: ObjectStore, location: str | None) -> tuple[list
 
 
 @dataclass(frozen=True)
+class PendingDate:
+    """A date between `DedupedFiles.prepare` and `finish`: what its resolution starts from."""
+
+    dt: str
+    state: ServedState | None
+    index: KeyIndex
+    new: KeyedRows
+    committed_at_ms: np.ndarray
+    """Per row of `new`, when its small object was committed (0: not known)."""
+    small: Sequence[RegisteredObject]
+    files: Sequence[DataFile]
+    spans: dict[str, Span]
+    upper: int
+
+
+@dataclass(frozen=True)
 class _KeysRead:
     """One file's key (and order) columns as read, and the hashes of its keys."""
 
@@ -327,6 +370,24 @@ def _concat(parts: Sequence[KeyedRows], order_type: pa.DataType | None) -> Keyed
         np.concatenate([p.row for p in parts]),
         order,
     )
+
+
+def _committed_at(small: Sequence[RegisteredObject], rows: KeyedRows) -> np.ndarray:
+    """Per row of `rows`, its small object's commit time (0 where unknown)."""
+    known = sorted((o.object_id, o.committed_at_ms or 0) for o in small)
+    ids = np.array([i for i, _ in known], np.int64)
+    when = np.array([w for _, w in known] + [0], np.int64)
+    objects = object_of(rows.row)
+    at = np.searchsorted(ids, objects)
+    hit = at < len(ids)
+    hit[hit] = ids[at[hit]] == objects[hit]
+    out: np.ndarray = np.where(hit, when[np.minimum(at, len(ids))], 0)
+    return out
+
+
+def _take_rows(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
+    order = None if rows.order is None else rows.order.take(pa.array(at, pa.int64()))
+    return KeyedRows(rows.h1[at], rows.h2[at], rows.row[at], order)
 
 
 def _positions_kept(table: pa.Table, gone: np.ndarray) -> np.ndarray:

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import TypeVar
 
 from resources.catalog.base import HIVE_TYPES, Column, TableDefinition
 from resources.catalog.target import PartitionFile, PartitionSwitch, PublicationTarget
+from resources.coordination.items import LeaseToken
+from resources.coordination.lease import LeaseTiming
 from resources.errors import LeaseholdError
+from resources.key_settings import TABLE
 from resources.ledger.merge import chain_problems
-from resources.ledger.model import TablePartition
+from resources.ledger.model import RegisteredObject, TablePartition
 from resources.ledger.publication import (
     LIVE,
     MERGED,
@@ -56,16 +59,22 @@ from resources.publication.manifest import (
     served_location,
     write_version,
 )
+from resources.publication.outcome import (
+    CATALOG_REPAIRED,
+    FAILED,
+    PUBLISHED,
+    UP_TO_DATE,
+    PendingSwitch,
+    PublicationOutcome,
+    PublicationPlan,
+)
+from resources.publication.table_keys import TableKeysPublication
 from resources.stores.base import CoordinationStore
 from resources.stores.stream_schema import followed_config
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
-
-PUBLISHED = "published"
-UP_TO_DATE = "up_to_date"
-CATALOG_REPAIRED = "catalog_repaired"
-FAILED = "failed"
+_T = TypeVar("_T")
 
 MAX_CATCH_UPS = 3
 """Corrections of partitions moved back by a racing writer (a Hive catalog on Glue), per run."""
@@ -73,73 +82,9 @@ SUMMARY_KEY = "leasehold.publications"
 """The switch summary's key: the ledger's publications it switches, `dt:seq`, comma-separated."""
 
 
-@dataclass(frozen=True)
-class PublicationOutcome:
-    """What publishing one partition did: the outcome, why, and the publication recorded."""
-
-    dt: str
-    outcome: str
-    """PUBLISHED, UP_TO_DATE, CATALOG_REPAIRED or FAILED (retried by the next run)."""
-    message: str
-    publication: Publication | None
-    """The publication now current: the one recorded (PUBLISHED), the one the table was
-    switched back to (CATALOG_REPAIRED); None otherwise."""
-    switched_now: bool
-    """This publication switched the partition from live to merged objects."""
-    location: str = ""
-    """Where the target serves `publication` (`served_location`: a manifest version's
-    `symlink/` directory, or an Iceberg table's root); empty without a publication."""
-    dropped: int = 0
-    """Rows committed for the ids it covers that it does not serve: records that lost to
-    another record of their key under the stream's dedupe policy."""
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome != FAILED
-
-    def metadata(self) -> dict[str, Any]:
-        """What the published-table asset records per table partition."""
-        p = self.publication
-        return {
-            "outcome": self.outcome,
-            "message": self.message,
-            "seq": p.seq if p else 0,
-            "manifest_version": p.manifest_version if p else -1,
-            "switched": p.switched if p else False,
-            "switched_now": self.switched_now,
-            "upper": p.upper if p else 0,
-            "files": p.files if p else 0,
-            "rows": p.rows if p else 0,
-            "bytes": p.bytes if p else 0,
-            "location": self.location if p else "",
-            "dropped_by_key": self.dropped,
-        }
-
-    def describe(self) -> str:
-        p = self.publication
-        if p is None or self.outcome not in (PUBLISHED, CATALOG_REPAIRED):
-            return f"dt={self.dt}: {self.outcome}" + (f": {self.message}" if self.message else "")
-        kind = "merged" if p.switched else "live"
-        switched = " (switched)" if self.switched_now else ""
-        verb = "published" if self.outcome == PUBLISHED else "catalog repaired to"
-        return (
-            f"dt={self.dt}: {verb} seq {p.seq}, {kind} up to id {p.upper}{switched}: "
-            f"{p.files} files, {p.rows} rows, {p.bytes} bytes"
-        )
-
-
 class PublicationError(LeaseholdError):
     """This partition cannot be published now (the ledger read is inconsistent or
     incomplete); the next run tries again."""
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """A partition of this run waiting for the switch: its outcome once switched, and the
-    switch to its publication."""
-
-    outcome: PublicationOutcome
-    switch: PartitionSwitch
 
 
 class Publisher:
@@ -157,11 +102,13 @@ class Publisher:
         *,
         clock_ms: Callable[[], int] | None = None,
         on_step: Callable[[str, str], None] | None = None,
+        keys_timing: LeaseTiming | None = None,
     ) -> None:
         """`objects` is the table's object store (`config.table`): manifests are written under
         its `_manifests/`. `target` serves the table (`config.table_format`). `clock_ms`
         stamps the proposed publication (the ledger sets the recorded `published_at_ms`);
-        default the store's clock."""
+        default the store's clock. `keys_timing`: the keys lease's timing under
+        `dedupe.scope: table` (default `LeaseTiming()`)."""
         self.config = config
         self.table = config.name
         self.store = store
@@ -174,6 +121,13 @@ class Publisher:
         self.deduped = DedupedFiles(config, objects) if config.dedupe.active else None
         """Turns the ledger's files into what the stream's dedupe policy serves (None: the
         stream keeps every record)."""
+        self.table_keys = (
+            TableKeysPublication(self, self.deduped, keys_timing or LeaseTiming())
+            if self.deduped is not None and config.dedupe.scope == TABLE
+            else None
+        )
+        """Prepares and records the due dates together under the table's keys lease
+        (`dedupe.scope: table`); None: each date on its own."""
         self._cataloged_version: int | None = None
         """The schema version whose columns this publisher last gave the table (None: it has
         not ensured the table yet)."""
@@ -220,12 +174,15 @@ class Publisher:
         `FAILED` (recorded in the ledger: the next run switches them). Never raises for a
         partition's or the switch's failure; raises only what is neither a `LeaseholdError`
         nor an `OSError` (a bug)."""
-        prepared = [self._guarded(dt, self._prepare) for dt in dts]
-        pending = [p for p in prepared if isinstance(p, _Pending)]
+        if self.table_keys is not None:
+            prepared = self.table_keys.prepare(dts)
+        else:
+            prepared = [self.guarded(dt, self._prepare) for dt in dts]
+        pending = [p for p in prepared if isinstance(p, PendingSwitch)]
         switched = self._switch_all(pending)
         outcomes = []
         for item in prepared:
-            outcome = item.outcome if isinstance(item, _Pending) else item
+            outcome = item.outcome if isinstance(item, PendingSwitch) else item
             outcome = switched.get(outcome.dt, outcome)
             if outcome.outcome in (PUBLISHED, CATALOG_REPAIRED):
                 log.info("%s %s", self.table, outcome.describe())
@@ -237,25 +194,38 @@ class Publisher:
         (outcome,) = self.publish([dt])
         return outcome
 
-    def _guarded(
-        self, dt: str, step: Callable[[str], _Pending | PublicationOutcome]
-    ) -> _Pending | PublicationOutcome:
+    def guarded(self, dt: str, step: Callable[[str], _T]) -> _T | PublicationOutcome:
         """`step(dt)`, or `FAILED` with why when it raises a `LeaseholdError` or an `OSError`
         (store, object store and catalog errors after their bounded retries, a ledger read
         this attempt cannot trust): nothing current moved; the next run retries."""
         try:
             return step(dt)
         except (LeaseholdError, OSError) as exc:
-            return self._failed(dt, exc)
+            return self.failed(dt, exc)
 
-    def _failed(self, dt: str, exc: BaseException) -> PublicationOutcome:
+    def failed(self, dt: str, exc: BaseException) -> PublicationOutcome:
         message = f"{type(exc).__name__}: {exc}"
         log.error("%s dt=%s: publication failed: %s", self.table, dt, message)
         return PublicationOutcome(dt, FAILED, message, None, False)
 
-    def _prepare(self, dt: str) -> _Pending | PublicationOutcome:
+    def _prepare(self, dt: str) -> PendingSwitch | PublicationOutcome:
         """Steps 1-3 of `dt`: the publication recorded (or the current one to repair to),
         waiting for the switch; `UP_TO_DATE` when there is nothing to switch."""
+        plan = self.plan(dt)
+        if not isinstance(plan, PublicationPlan):
+            return plan
+        dropped = 0
+        if self.deduped is not None:
+            files, state = self.deduped.serve(
+                dt, self.dedupe_base(plan), self.small_objects(plan), plan.files, plan.spans,
+                plan.upper, plan.version_key,
+            )  # fmt: skip
+            plan, dropped = replace(plan, files=files), state.dropped_rows
+        return self.record(plan, dropped)
+
+    def plan(self, dt: str) -> PublicationPlan | PendingSwitch | PublicationOutcome:
+        """Step 1 of `dt`: what its due publication covers; the repair (or `UP_TO_DATE`) when
+        none is due. Raises `PublicationError`, the store and catalog errors."""
         tp = self.store.table_partition(self.table, dt)
         if tp is None:
             raise PublicationError("no such table partition in the ledger")
@@ -263,28 +233,43 @@ class Publisher:
         if kind is None:
             return self._repair(tp)
         upper, files, spans = self._files(tp, kind)
-        written_at_ms = self.clock_ms()
         version_key = new_version_key(dt, kind, upper)
-        dropped = 0
-        if self.deduped is not None:
-            files, dropped = self._deduped(self.deduped, tp, upper, files, spans, version_key)
-        version_url = write_version(self.objects, version_key, files)
+        return PublicationPlan(tp, kind, upper, files, spans, version_key, self.clock_ms())
+
+    def record(
+        self,
+        plan: PublicationPlan,
+        dropped: int,
+        fence: LeaseToken | None = None,
+        fence_timeout_s: float = 60.0,
+    ) -> PendingSwitch | PublicationOutcome:
+        """Steps 2-3 of `plan` (its `files` as served): the manifests written, the publication
+        recorded (fenced by `fence` when given, renewing it by `fence_timeout_s`:
+        `PartitionNotOwnedError` if it no longer holds), waiting for the switch; `UP_TO_DATE`
+        when a racing publisher got there first. Raises the store and object store errors."""
+        dt, files = plan.tp.dt, plan.files
+        version_url = write_version(self.objects, plan.version_key, files)
         self.on_step("written", dt)
         proposed = Publication(
             table=self.table,
             dt=dt,
             seq=0,
-            switched=kind == MERGED,
-            upper=upper,
+            switched=plan.kind == MERGED,
+            upper=plan.upper,
             location=version_url,
             files=len(files),
             rows=sum(f.row_count for f in files),
             bytes=sum(f.content_length for f in files),
             published_at_ms=self.clock_ms(),
-            written_at_ms=written_at_ms,
+            written_at_ms=plan.written_at_ms,
         )
         try:
-            recorded = self.store.record_publication(proposed)
+            if fence is None:
+                recorded = self.store.record_publication(proposed)
+            else:
+                recorded = self.store.record_fenced_publication(
+                    fence, proposed, timeout_s=fence_timeout_s
+                )
         except StalePublicationError as exc:
             log.info(
                 "%s dt=%s: %s; %s is an orphan for garbage collection",
@@ -292,10 +277,10 @@ class Publisher:
             )  # fmt: skip
             return PublicationOutcome(dt, UP_TO_DATE, f"{exc} (another publisher)", None, False)
         self.on_step("recorded", dt)
-        switched_now = recorded.switched and not tp.switched
+        switched_now = recorded.switched and not plan.tp.switched
         outcome = replace(self._outcome(dt, PUBLISHED, "", recorded, switched_now), dropped=dropped)
         files_now = tuple(_partition_file(f) for f in files)
-        return _Pending(outcome, PartitionSwitch(dt, recorded.seq, version_url, files_now))
+        return PendingSwitch(outcome, PartitionSwitch(dt, recorded.seq, version_url, files_now))
 
     def _outcome(
         self, dt: str, kind: str, message: str, publication: Publication, switched_now: bool
@@ -338,28 +323,19 @@ class Publisher:
         spans = {r.url: (r.lower or 0, r.upper) for r in ranges if r.url is not None}
         return upper, merged_files(ranges), spans
 
-    def _deduped(
-        self,
-        deduped: DedupedFiles,
-        tp: TablePartition,
-        upper: int,
-        files: list[DataFile],
-        spans: dict[str, Span],
-        version_key: str,
-    ) -> tuple[list[DataFile], int]:
-        """`files` (ids `1..upper`, each covering its `spans` entry) as the dedupe policy
-        serves them (copies without the rows that lost) and the rows left out, the state and
-        key index written under `version_key`. Raises what `DedupedFiles.serve` raises."""
-        small = self.store.ledger_objects(self.table, tp.dt)  # read after `files`: a superset
-        # The newest publication below this one starts the resolution (a racing publisher may
-        # have recorded a newer one since `tp` was read: this one will be refused as stale).
-        publications = self.store.publications(self.table, tp.dt) if tp.publication_seq else []
-        below = [p for p in publications if p.upper <= upper]
-        base = below[-1] if below else None
-        served, state = deduped.serve(tp.dt, base, small, files, spans, upper, version_key)
-        return served, state.dropped_rows
+    def small_objects(self, plan: PublicationPlan) -> list[RegisteredObject]:
+        """The partition's small objects, read after `plan`'s files: a superset of them."""
+        return self.store.ledger_objects(self.table, plan.tp.dt)
 
-    def _repair(self, tp: TablePartition) -> _Pending | PublicationOutcome:
+    def dedupe_base(self, plan: PublicationPlan) -> Publication | None:
+        """The newest publication below `plan`'s, where its key resolution starts (a racing
+        publisher may have recorded a newer one since: this one will be refused as stale)."""
+        tp = plan.tp
+        publications = self.store.publications(self.table, tp.dt) if tp.publication_seq else []
+        below = [p for p in publications if p.upper <= plan.upper]
+        return below[-1] if below else None
+
+    def _repair(self, tp: TablePartition) -> PendingSwitch | PublicationOutcome:
         """Nothing to publish: the ledger's current publication, to switch to, if the served
         partition lags it (a publisher crashed after recording); else `UP_TO_DATE`."""
         served = self._served_seq(tp.dt)
@@ -372,7 +348,7 @@ class Publisher:
             self.table, tp.dt, was, current.seq,
         )  # fmt: skip
         outcome = self._outcome(tp.dt, CATALOG_REPAIRED, f"the table had {was}", current, False)
-        return _Pending(outcome, PartitionSwitch(tp.dt, current.seq, current.location, files))
+        return PendingSwitch(outcome, PartitionSwitch(tp.dt, current.seq, current.location, files))
 
     def _current(self, dt: str) -> tuple[Publication, tuple[PartitionFile, ...]]:
         """The ledger's current publication of `dt` and its files: its manifest's entries,
@@ -406,7 +382,7 @@ class Publisher:
 
     # -- the switch ----------------------------------------------------------------------------
 
-    def _switch_all(self, pending: Sequence[_Pending]) -> dict[str, PublicationOutcome]:
+    def _switch_all(self, pending: Sequence[PendingSwitch]) -> dict[str, PublicationOutcome]:
         """Step 4 for every partition of `pending`: the table's columns first, then ONE
         switch; then each partition a racing writer moved back put forward again
         (`_catch_up`). Returns dt -> outcome of the partitions that changed from what
@@ -421,7 +397,7 @@ class Publisher:
                 self.on_step("cataloged", p.outcome.dt)
             return self._catch_up([p.outcome.dt for p in pending])
         except (LeaseholdError, OSError) as exc:
-            return {p.outcome.dt: self._failed(p.outcome.dt, exc) for p in pending}
+            return {p.outcome.dt: self.failed(p.outcome.dt, exc) for p in pending}
 
     def _ensure_columns(self) -> None:
         """Give the table the columns of the stream's latest schema version before any file
@@ -472,7 +448,7 @@ class Publisher:
             f"the table partition still lags the ledger after {MAX_CATCH_UPS} corrections "
             "(another writer keeps moving it back); the next run repairs it"
         )
-        return {dt: self._failed(dt, error) for dt in lagging}
+        return {dt: self.failed(dt, error) for dt in lagging}
 
     def _still_lags(self, dt: str) -> bool:
         tp = self.store.table_partition(self.table, dt)

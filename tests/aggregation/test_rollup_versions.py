@@ -20,7 +20,8 @@ from resources.aggregation.runner import ROLLED_UP, RollupRunner
 from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.ledger.model import SmallObject
-from resources.publication.publisher import PUBLISHED, Publisher
+from resources.publication.outcome import PUBLISHED
+from resources.publication.publisher import Publisher
 from resources.rollup.cursor import rollup_id
 from resources.rollup.spec import parse_rollups
 from resources.schema.columns import ColumnSpec

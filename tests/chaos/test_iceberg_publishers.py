@@ -27,7 +27,7 @@ import pytest
 from resources.catalog.iceberg.target import IcebergTarget
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import ICEBERG
-from resources.publication.publisher import CATALOG_REPAIRED, PUBLISHED
+from resources.publication.outcome import CATALOG_REPAIRED, PUBLISHED
 from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings
 from tests.chaos.test_publication_race import Account, World, commit, upto

@@ -46,13 +46,8 @@ from resources.publication.manifest import (
     catalog_location,
     parse_symlink_text,
 )
-from resources.publication.publisher import (
-    CATALOG_REPAIRED,
-    FAILED,
-    PUBLISHED,
-    PublicationOutcome,
-    Publisher,
-)
+from resources.publication.outcome import CATALOG_REPAIRED, FAILED, PUBLISHED, PublicationOutcome
+from resources.publication.publisher import Publisher
 from resources.publication.reader import read_partition
 from resources.stores.base import CoordinationStore
 from resources.stores.settings import StoreSettings

@@ -26,7 +26,8 @@ from resources.ledger.merge import MergedObject, merged_object_name
 from resources.ledger.model import SmallObject
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
-from resources.publication.publisher import CATALOG_REPAIRED, PUBLISHED, Publisher
+from resources.publication.outcome import CATALOG_REPAIRED, PUBLISHED
+from resources.publication.publisher import Publisher
 from resources.stores import CoordinationStore, build_store
 from resources.stores.settings import StoreSettings
 from resources.streams import LakeSettings, StreamConfig

@@ -43,7 +43,8 @@ from resources.ingestion.sample_data import write_sample_sources
 from resources.objects.factory import object_store_for
 from resources.publication.checks import CHECKS
 from resources.publication.manifest import parse_spectrum_json
-from resources.publication.publisher import FAILED, PublicationOutcome, Publisher
+from resources.publication.outcome import FAILED, PublicationOutcome
+from resources.publication.publisher import Publisher
 from tests.dagster.test_discovery_sensor import queue
 from tests.dagster.test_merge_sensor import DATES, env, ingest, merge_tick, run_merge
 from tests.support.pipeline_env import STREAM, PipelineEnv

@@ -19,7 +19,8 @@ from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
 from resources.compaction.merge_writer import MergeWriter
 from resources.ledger.publication import Publication
 from resources.objects.base import ObjectStore
-from resources.publication.publisher import PublicationOutcome, Publisher
+from resources.publication.outcome import PublicationOutcome
+from resources.publication.publisher import Publisher
 from resources.publication.reader import read_partition
 from resources.stores.base import CoordinationStore
 from resources.stores.stream_schema import followed_config

@@ -22,7 +22,7 @@ from resources.ledger.model import SmallObject
 from resources.publication import checks
 from resources.publication.deduped_files import served_and_sources
 from resources.publication.manifest import read_spectrum
-from resources.publication.publisher import PUBLISHED
+from resources.publication.outcome import PUBLISHED
 from resources.publication.reader import read_partition
 from resources.rollup.cursor import rollup_id
 from resources.rollup.spec import parse_rollups

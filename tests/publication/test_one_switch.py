@@ -16,13 +16,8 @@ from resources.catalog.hive_target import HiveManifestsTarget, symlink_location
 from resources.catalog.target import PartitionSwitch, PublicationTarget
 from resources.publication import checks
 from resources.publication.manifest import read_spectrum
-from resources.publication.publisher import (
-    CATALOG_REPAIRED,
-    FAILED,
-    PUBLISHED,
-    SUMMARY_KEY,
-    Publisher,
-)
+from resources.publication.outcome import CATALOG_REPAIRED, FAILED, PUBLISHED
+from resources.publication.publisher import SUMMARY_KEY, Publisher
 from tests.publication.conftest import DT, World
 from tests.support.merge_child import TABLE
 

@@ -18,7 +18,8 @@ from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.objects.factory import object_store_for
 from resources.publication import checks
-from resources.publication.publisher import PUBLISHED, Publisher
+from resources.publication.outcome import PUBLISHED
+from resources.publication.publisher import Publisher
 from resources.publication.reader import partition_files, read_partition
 from resources.stores.base import CoordinationStore
 from tests.support.merge_child import TABLE, Lake, commit_source, event_ids, write_small

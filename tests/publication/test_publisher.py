@@ -21,13 +21,8 @@ from resources.ledger.model import SmallObject
 from resources.publication import checks
 from resources.publication import publisher as publisher_module
 from resources.publication.manifest import catalog_location, read_spectrum
-from resources.publication.publisher import (
-    CATALOG_REPAIRED,
-    FAILED,
-    PUBLISHED,
-    UP_TO_DATE,
-    Publisher,
-)
+from resources.publication.outcome import CATALOG_REPAIRED, FAILED, PUBLISHED, UP_TO_DATE
+from resources.publication.publisher import Publisher
 from resources.publication.reader import (
     PartitionNotPublishedError,
     TableNotPublishedError,

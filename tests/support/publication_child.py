@@ -44,7 +44,8 @@ from resources.catalog.glue import GlueCatalog
 from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.catalog.target import PublicationTarget
-from resources.publication.publisher import PublicationOutcome, Publisher
+from resources.publication.outcome import PublicationOutcome
+from resources.publication.publisher import Publisher
 from resources.publication.reader import (
     PartitionNotPublishedError,
     TableNotPublishedError,

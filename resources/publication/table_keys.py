@@ -1,0 +1,186 @@
+"""`TableKeysPublication`: a `dedupe.scope: table` stream's publications, under the table's keys
+lease (docs/concepts/keys-and-changes.md).
+
+Under `scope: table` a key is served by one date of the table, the one that published it first
+(`resources.dedupe.table_scope`). Deciding that needs every date's key index as it stands, so
+a table's publications are serialised: a run holds the lease on the table's keys job item
+(`ItemType.KEYS_JOB`, key = the table), renewed in the background, and each publication record
+is fenced by it (`CoordinationStore.record_fenced_publication`): a run whose lease was taken
+over (a paused process, a partition) records nothing. Steps, per run:
+1. Acquire the lease, waiting while another run holds it (at most `wait_s`).
+2. Plan each due date (`Publisher.plan`), read its key state and the rows committed since
+   (`DedupedFiles.prepare`); read the key index of every other published date.
+3. Which new rows lose to another date (`lost_to_other_dates`), then per date its own
+   resolution, copies and state (`DedupedFiles.finish`), and the fenced record.
+4. Hand the lease back. The switch follows, outside the lease: any mix of the dates' recorded
+   publications serves each key once, since each was resolved against all recorded before it.
+A run that dies holding the lease delays the table's next publication by the ownership timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from resources.coordination.errors import PartitionUnavailableError
+from resources.coordination.items import ItemType, LeaseItem, LeaseToken
+from resources.coordination.lease import Lease, LeaseTiming, new_owner_id
+from resources.dedupe.key_index import KeyedRows, KeyIndex
+from resources.dedupe.table_scope import DateKeys, lost_to_other_dates
+from resources.errors import LeaseholdError
+from resources.ledger.model import RegisteredObject
+from resources.ledger.publication import Publication
+from resources.publication.deduped_files import DedupedFiles, PendingDate
+from resources.publication.outcome import PendingSwitch, PublicationOutcome, PublicationPlan
+from resources.stores.base import CoordinationStore
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+POLL_S = 0.5
+"""How often a run waiting for the keys lease tries again."""
+
+
+class PublisherSteps(Protocol):
+    """What this needs of the `Publisher`: its steps, run per date under the lease."""
+
+    store: CoordinationStore
+    table: str
+
+    def guarded(
+        self, dt: str, step: Callable[[str], _T]
+    ) -> _T | PublicationOutcome: ...  # pragma: no cover
+
+    def failed(self, dt: str, exc: BaseException) -> PublicationOutcome: ...  # pragma: no cover
+
+    def plan(
+        self, dt: str
+    ) -> PublicationPlan | PendingSwitch | PublicationOutcome: ...  # pragma: no cover
+
+    def dedupe_base(self, plan: PublicationPlan) -> Publication | None: ...  # pragma: no cover
+
+    def small_objects(
+        self, plan: PublicationPlan
+    ) -> list[RegisteredObject]: ...  # pragma: no cover
+
+    def record(
+        self,
+        plan: PublicationPlan,
+        dropped: int,
+        fence: LeaseToken | None = None,
+        fence_timeout_s: float = 60.0,
+    ) -> PendingSwitch | PublicationOutcome: ...  # pragma: no cover
+
+
+class KeysLeaseBusyError(LeaseholdError):
+    """Another run held the table's keys lease for as long as this one would wait."""
+
+
+class TableKeysPublication:
+    """Prepares and records a `scope: table` stream's due publications under its keys lease."""
+
+    def __init__(
+        self, publisher: PublisherSteps, deduped: DedupedFiles, timing: LeaseTiming
+    ) -> None:
+        """`timing`: the lease's ownership timeout and renewal period; a run waits for the
+        lease at most twice the timeout (a dead holder's lease expires in one)."""
+        self.publisher = publisher
+        self.deduped = deduped
+        self.timing = timing
+        self.wait_s = 2 * timing.ownership_timeout_s
+        store, table = publisher.store, publisher.table
+        self.sid = store.source_identifier(table, ItemType.KEYS_JOB)
+
+    def prepare(self, dts: Sequence[str]) -> list[PendingSwitch | PublicationOutcome]:
+        """Steps 1-4 for `dts`: per dt, in order, its recorded publication waiting for the
+        switch, or its outcome (`UP_TO_DATE`, a repair, `FAILED` — every dt `FAILED` when
+        the lease could not be had). Raises only what is neither a `LeaseholdError` nor an
+        `OSError`."""
+        p = self.publisher
+        try:
+            item = self._acquire()
+        except (LeaseholdError, OSError) as exc:
+            return [p.failed(dt, exc) for dt in dts]
+        with Lease(p.store, item, self.timing) as lease:
+            return self._under(lease, dts)
+
+    def _acquire(self) -> LeaseItem:
+        store, table = self.publisher.store, self.publisher.table
+        store.create_partitions(self.sid, [table])
+        owner, deadline = new_owner_id(), time.monotonic() + self.wait_s
+        while True:
+            try:
+                return store.acquire(self.sid, table, owner, self.timing.ownership_timeout_s)
+            except PartitionUnavailableError as exc:
+                if time.monotonic() >= deadline:
+                    raise KeysLeaseBusyError(
+                        f"the table's keys lease stayed held by {exc.current.owner} for "
+                        f"{self.wait_s:.0f} s: another run is publishing it (the next run "
+                        "publishes what is due)"
+                    ) from exc
+            time.sleep(POLL_S)
+
+    def _under(self, lease: Lease, dts: Sequence[str]) -> list[PendingSwitch | PublicationOutcome]:
+        p = self.publisher
+        results: dict[str, PendingSwitch | PublicationOutcome] = {}
+        plans: dict[str, tuple[PublicationPlan, PendingDate]] = {}
+        for dt in dts:
+            planned = p.guarded(dt, p.plan)
+            if not isinstance(planned, PublicationPlan):
+                results[dt] = planned
+                continue
+            try:
+                plans[dt] = (planned, self._pending(planned))
+            except (LeaseholdError, OSError) as exc:
+                results[dt] = p.failed(dt, exc)
+        try:
+            lost = lost_to_other_dates(self._dates(plans))
+        except (LeaseholdError, OSError) as exc:
+            return [results.get(dt) or p.failed(dt, exc) for dt in dts]
+        for dt, (plan, pending) in plans.items():
+            try:
+                lease.check()
+                files, state = self.deduped.finish(pending, plan.version_key, lost.get(dt))
+                results[dt] = p.record(
+                    replace(plan, files=files), state.dropped_rows, lease.token,
+                    self.timing.ownership_timeout_s,
+                )  # fmt: skip
+            except (LeaseholdError, OSError) as exc:
+                results[dt] = p.failed(dt, exc)
+        return [results[dt] for dt in dts]
+
+    def _pending(self, plan: PublicationPlan) -> PendingDate:
+        p = self.publisher
+        return self.deduped.prepare(
+            plan.tp.dt, p.dedupe_base(plan), p.small_objects(plan), plan.files, plan.spans,
+            plan.upper,
+        )  # fmt: skip
+
+    def _dates(self, plans: dict[str, tuple[PublicationPlan, PendingDate]]) -> list[DateKeys]:
+        """The dates of this run with their new rows, then every other published date with
+        the key index of its current publication. Raises the store and object store errors,
+        `KeyIndexError`, `ServedStateError`."""
+        dates = [
+            DateKeys(dt, pending.index.entries, pending.new, pending.committed_at_ms)
+            for dt, (_, pending) in plans.items()
+        ]
+        p = self.publisher
+        for tp in p.store.table_partitions(p.table):
+            if tp.dt in plans or not tp.publication_seq:
+                continue
+            publications = p.store.publications(p.table, tp.dt)
+            _, index = self.deduped.state(publications[-1] if publications else None)
+            dates.append(DateKeys(tp.dt, index.entries, _no_rows(index), np.zeros(0, np.int64)))
+        return dates
+
+
+def _no_rows(index: KeyIndex) -> KeyedRows:
+    e = index.entries
+    order = None if e.order is None else e.order.slice(0, 0)
+    return KeyedRows(e.h1[:0], e.h2[:0], e.row[:0], order)
