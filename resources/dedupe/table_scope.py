@@ -11,8 +11,9 @@ What is left is resolved within its date as under `scope: date`. Only new rows e
 (`first` only: under `latest` a later record would take a key from a date with nothing new to
 publish), so no date changes without new rows of its own.
 
-Cost: every date's index is read once per run (24 bytes a key; the whole table's keys), the
-new rows are looked up in their union (a sort of the table's keys, then binary searches).
+Cost: every date's index is read once per run (24 bytes a key; the whole table's keys), and
+the new rows are looked up in each (binary searches: new rows x dates x log(keys of a date));
+nothing sorts the table's keys.
 Pure: the publisher does the I/O.
 """
 
@@ -48,21 +49,16 @@ def lost_to_other_dates(dates: Sequence[DateKeys]) -> dict[str, np.ndarray]:
     if not dates:
         return {}
     code = np.arange(len(dates), dtype=np.int64)
-    idx_h1, idx_h2, idx_date = _concat(
-        [
-            (d.indexed.h1, d.indexed.h2, np.full(len(d.indexed), c))
-            for d, c in zip(dates, code, strict=True)
-        ]
-    )
-    by = np.lexsort((idx_h2, idx_h1))
-    idx_h1, idx_h2, idx_date = idx_h1[by], idx_h2[by], idx_date[by]
     new_h1, new_h2, new_date = _concat(
         [(d.new.h1, d.new.h2, np.full(len(d.new), c)) for d, c in zip(dates, code, strict=True)]
     )
-    at = find_keys(idx_h1, idx_h2, new_h1, new_h2)
     lost = np.zeros(len(new_h1), bool)
-    indexed = at >= 0
-    lost[indexed] = idx_date[at[indexed]] != new_date[indexed]
+    indexed = np.zeros(len(new_h1), bool)
+    for d, c in zip(dates, code, strict=True):
+        if len(d.indexed) and len(new_h1):
+            found = find_keys(d.indexed.h1, d.indexed.h2, new_h1, new_h2) >= 0
+            indexed |= found
+            lost |= found & (new_date != c)
     lost |= _not_first_date(dates, new_h1, new_h2, new_date, ~indexed)
     out, start = {}, 0
     for d in dates:
