@@ -71,7 +71,7 @@ def system_cpu() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
-def peak_rss_mb() -> float:
+def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
@@ -212,7 +212,7 @@ def run(table: Table, args: argparse.Namespace, n: int, seed: int) -> dict[str, 
         "new": n, "read_wall": read_wall, "read_cpu": read_cpu, "look_wall": look_wall,
         "look_cpu": look_cpu, "indexed": indexed, "lost": int(got.sum()),
         "resent_elsewhere": int((new.resend & (new.source != new.date)).sum()),
-        "rss": peak_rss_mb(),
+        "rss": peak_rss_mib(),
     }  # fmt: skip
 
 
@@ -263,7 +263,7 @@ def report(
     )
     print(
         "\n| new rows | lost to other dates | read s (wall / CPU) | lookup s (wall / CPU) "
-        "| lookup µs per new record | read ns per indexed key | peak RSS MB |"
+        "| lookup µs per new record | read ns per indexed key | peak RSS MiB |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
