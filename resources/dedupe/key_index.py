@@ -214,15 +214,32 @@ def _merged(
     old: KeyedRows, w: KeyedRows, at: np.ndarray, matched: np.ndarray, beats: np.ndarray
 ) -> KeyedRows:
     """The index after: `old` with the positions a new row beat taking that row, and the new
-    keys inserted where they sort (by h1)."""
-    m = len(old)
-    source = np.arange(m, dtype=np.int64)  # where each entry comes from: old i, or m + j of w
-    source[at[matched & beats]] = m + np.nonzero(matched & beats)[0]
+    keys inserted where they sort (by h1). Scatters each column once into its final place."""
+    replaced = np.nonzero(matched & beats)[0]
     fresh = np.nonzero(~matched)[0]
-    where = np.searchsorted(old.h1, w.h1[fresh], side="left")
-    source = np.insert(source, where, m + fresh)
-    both = _concat_rows([old, w])
-    return _take(both, source)
+    # New keys go before the old entries at their search position; `w` is sorted by h1, so
+    # the j-th fresh key lands at its position plus the j fresh keys before it.
+    new_at = np.searchsorted(old.h1, w.h1[fresh], side="left") + np.arange(len(fresh))
+    is_old = np.ones(len(old) + len(fresh), bool)
+    is_old[new_at] = False
+    old_at = np.nonzero(is_old)[0]
+
+    def column(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.empty(len(is_old), a.dtype)
+        out[old_at] = a
+        out[old_at[at[replaced]]] = b[replaced]
+        out[new_at] = b[fresh]
+        return out
+
+    order = None
+    if old.order is not None and w.order is not None:
+        source = np.empty(len(is_old), np.int64)  # old i, or len(old) + j of w
+        source[old_at] = np.arange(len(old))
+        source[old_at[at[replaced]]] = len(old) + replaced
+        source[new_at] = len(old) + fresh
+        both = pa.concat_arrays([old.order, w.order.cast(old.order.type)])
+        order = both.take(pa.array(source))
+    return KeyedRows(column(old.h1, w.h1), column(old.h2, w.h2), column(old.row, w.row), order)
 
 
 def _take(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
