@@ -70,7 +70,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.compaction.parquet_footer import FooterPatchError, set_key_value
-from resources.dedupe.key_index import one_per_key
+from resources.dedupe.key_index import first_per_id, one_per_key
 from resources.dedupe.keys import hash_ids
 from resources.dedupe.served import DROPPED_KEY, dropped_rows
 from resources.errors import LeaseholdError
@@ -217,7 +217,9 @@ class MergeWriter:
         order_by = config.dedupe.order_by
         order = rows.column(order_by).combine_chunks() if order_by else None
         ids = rows.column(config.record_id or "").combine_chunks()
-        return one_per_key(hash_ids(ids), order, config.dedupe.mode == LATEST)
+        latest = config.dedupe.mode == LATEST
+        first = None if latest else first_per_id(ids)
+        return first if first is not None else one_per_key(hash_ids(ids), order, latest)
 
     def _arrow_rows(self, paths: list[str], config: StreamConfig) -> pa.Table | None:
         """Every input's rows as `config`'s columns, read by name (`read_by_name`: a column an

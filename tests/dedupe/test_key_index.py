@@ -12,6 +12,7 @@ import pytest
 from resources.dedupe.key_index import (
     KeyedRows,
     KeyIndex,
+    first_per_id,
     one_per_key,
     resolve,
     row_ids,
@@ -100,3 +101,17 @@ def test_an_index_written_and_read_back_is_the_same() -> None:
     back = KeyIndex.from_table(index.to_table(), pa.int64())
     assert back.upper == 1 and back.entries.row.tolist() == index.entries.row.tolist()
     assert back.entries.order is not None and back.entries.order.equals(index.entries.order)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_per_id_agrees_with_one_per_key(seed: int) -> None:
+    rng = random.Random(seed)
+    values = [rng.choice([None, *range(8)]) for _ in range(rng.randint(0, 60))]
+    for ids in (
+        pa.array(values, pa.int64()),
+        pa.array([None if v is None else f"k{v}" for v in values]),
+    ):
+        want = one_per_key(hash_ids(ids), None, latest=False)
+        got = first_per_id(ids)
+        assert got is not None and got.tolist() == want.tolist()
+    assert first_per_id(pa.array([1.5, 1.5])) is None
