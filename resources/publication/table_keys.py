@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
@@ -35,7 +36,7 @@ from resources.dedupe.table_scope import DateKeys, lost_to_other_dates
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import Publication
-from resources.publication.deduped_files import DedupedFiles, PendingDate
+from resources.publication.deduped_files import READ_THREADS, DedupedFiles, PendingDate
 from resources.publication.outcome import PendingSwitch, PublicationOutcome, PublicationPlan
 from resources.stores.base import CoordinationStore
 
@@ -171,12 +172,15 @@ class TableKeysPublication:
             for dt, (_, pending) in plans.items()
         ]
         p = self.publisher
-        for tp in p.store.table_partitions(p.table):
-            if tp.dt in plans or not tp.publication_seq:
-                continue
-            publications = p.store.publications(p.table, tp.dt)
-            _, index = self.deduped.state(publications[-1] if publications else None)
-            dates.append(DateKeys(tp.dt, index.entries, _no_rows(index), np.zeros(0, np.int64)))
+        others = [  # the store read here; only the object store's in the pool
+            (tp.dt, p.store.publications(p.table, tp.dt)[-1:])
+            for tp in p.store.table_partitions(p.table)
+            if tp.dt not in plans and tp.publication_seq
+        ]
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            states = pool.map(lambda o: self.deduped.state(o[1][0] if o[1] else None), others)
+            for (dt, _), (_, index) in zip(others, states, strict=True):
+                dates.append(DateKeys(dt, index.entries, _no_rows(index), np.zeros(0, np.int64)))
         return dates
 
 
