@@ -16,9 +16,8 @@ the interval that should have published it. Read-only but for the checks' memory
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from resources.catalog.base import CatalogError
 from resources.catalog.target import MANIFESTS, PublicationTarget, PublishedPartition
@@ -32,6 +31,14 @@ from resources.ledger.publication import Publication, live_upper
 from resources.ledger.publication_lag import is_behind, partition_lag
 from resources.ledger.snapshot import partition_snapshot
 from resources.objects.base import ObjectStore, ObjectStoreError
+from resources.publication.catalog_check import catalog_current
+from resources.publication.check_support import (
+    MAX_LISTED,
+    check_outcome,
+    first_listed,
+    published_partitions,
+    where_of,
+)
 from resources.publication.deduped_files import served_state
 from resources.publication.manifest import (
     SYMLINK_DIR,
@@ -39,7 +46,6 @@ from resources.publication.manifest import (
     ManifestEntry,
     parse_symlink_text,
     read_spectrum,
-    served_location,
 )
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -67,48 +73,10 @@ CHECKS: dict[str, str] = {
 
 log = logging.getLogger(__name__)
 
-MAX_LISTED = 20
-"""Offenders listed in a check's metadata; the summary names the first and counts the rest."""
-
-
-def _first(details: list[str]) -> str:
-    more = len(details) - 1
-    return f": {details[0]}" + (f" (and {more} more)" if more > 0 else "")
-
-
-def _metadata(checked: int, what: str, problems: list[str]) -> dict[str, Any]:
-    return {
-        what: checked,
-        "problems": len(problems),
-        "details": "\n".join(f"- {p}" for p in problems[:MAX_LISTED]) or "none",
-    }
-
-
-def _outcome(name: str, problems: list[str], checked: int, what: str, good: str) -> CheckOutcome:
-    summary = (
-        f"{len(problems)} problems in {checked} {what}{_first(problems)}" if problems else good
-    )
-    return CheckOutcome(name, not problems, "error", summary, _metadata(checked, what, problems))
-
-
-def _where(table: str, dt: str) -> str:
-    return f"{table} dt={dt}"
-
-
-def _published(
-    ledger: Ledger, table: str, scope: CheckScope | None = None
-) -> Iterator[tuple[TablePartition, Publication | None]]:
-    """Each published partition (of those `scope` says changed; all without one) with its
-    current publication record (None: the record is missing, itself a problem)."""
-    for tp in (scope or CheckScope.everything()).changed(ledger.table_partitions(table)):
-        if tp.publication_seq > 0:
-            records = ledger.publications(table, tp.dt)
-            yield tp, (records[-1] if records else None)
-
 
 def _no_record(table: str, tp: TablePartition) -> str:
     return (
-        f"{_where(table, tp.dt)}: publication_seq is {tp.publication_seq} but the ledger keeps "
+        f"{where_of(table, tp.dt)}: publication_seq is {tp.publication_seq} but the ledger keeps "
         "no publication record"
     )
 
@@ -138,9 +106,9 @@ def manifest_entries_exist(
     fails every engine reading the partition."""
     problems: list[str] = []
     partitions = 0
-    for tp, p in _published(ledger, table, scope):
+    for tp, p in published_partitions(ledger, table, scope):
         partitions += 1
-        where = _where(table, tp.dt)
+        where = where_of(table, tp.dt)
         if p is None:
             problems.append(_no_record(table, tp))
             continue
@@ -161,7 +129,7 @@ def manifest_entries_exist(
                 problems.append(
                     f"{where}: {e.url} is {size} bytes, the manifest records {e.content_length}"
                 )
-    return _outcome(
+    return check_outcome(
         "manifest_entries_exist",
         problems,
         partitions,
@@ -181,7 +149,7 @@ def switch_coverage(ledger: Ledger, table: str, scope: CheckScope | None = None)
             # DynamoDB Query may see half a merge commit): judge again on one moment's read.
             found = _coverage_problems(table, *partition_snapshot(ledger, table, tp))
         problems += found
-    return _outcome(
+    return check_outcome(
         "switch_coverage",
         problems,
         checked,
@@ -192,7 +160,7 @@ def switch_coverage(ledger: Ledger, table: str, scope: CheckScope | None = None)
 
 
 def _coverage_problems(table: str, tp: TablePartition, ranges: list[MergeRange]) -> list[str]:
-    where = _where(table, tp.dt)
+    where = where_of(table, tp.dt)
     found: list[str] = []
     chain_end = ranges[-1].upper if ranges else 0
     if tp.switched:
@@ -226,7 +194,7 @@ def published_rows(
     Per date, so with ingestion's reconciliation it is end-to-end exactly-once."""
     # Publications first, objects after: a publication only covers committed ids, so every id
     # it covers is in a later read of the objects.
-    published = list(_published(ledger, table, scope))
+    published = list(published_partitions(ledger, table, scope))
     problems: list[str] = []
     for tp, p in published:
         if p is None:
@@ -234,7 +202,7 @@ def published_rows(
             continue
         small = {o.object_id: o for o in ledger.ledger_objects(table, tp.dt)}
         problems += _rows_problems(objects, table, p, small)
-    return _outcome(
+    return check_outcome(
         "published_rows",
         problems,
         len(published),
@@ -246,7 +214,7 @@ def published_rows(
 def _rows_problems(
     objects: ObjectStore, table: str, p: Publication, small: dict[int, RegisteredObject]
 ) -> list[str]:
-    where = _where(table, p.dt)
+    where = where_of(table, p.dt)
     missing = [i for i in range(1, p.upper + 1) if i not in small]
     if missing:
         return [f"{where}: small object id {missing[0]} of 1..{p.upper} is not in the ledger"]
@@ -282,49 +250,6 @@ def _rows_problems(
     return problems
 
 
-def catalog_current(ledger: Ledger, target: PublicationTarget, table: str) -> CheckOutcome:
-    """Ledger first, the target after (the publisher writes them in that order): a partition
-    served ahead of that read is a publication recorded meanwhile, judged on a second ledger
-    read. A partition's expected location is `served_location` of the target's format."""
-    published = {tp.dt: p for tp, p in _published(ledger, table)}
-    problems: list[str] = []
-    try:
-        definition = target.table(table)
-        in_catalog = (
-            {cp.dt: cp for cp in target.partitions(table)} if definition is not None else {}
-        )
-    except CatalogError as exc:
-        return _outcome("catalog_current", [f"{table}: {exc}"], 0, "partitions", "")
-    root = "" if definition is None else definition.location
-    for dt in sorted(published.keys() | in_catalog.keys()):
-        p, cp = published.get(dt), in_catalog.get(dt)
-        if cp is not None and (p is None or cp.seq > p.seq):
-            records = ledger.publications(table, dt)
-            p = records[-1] if records else None
-        where = _where(table, dt)
-        if p is None:
-            what = "no publication record" if dt in published else "no publication"
-            problems.append(f"{where}: in the catalog, but the ledger has {what}")
-            continue
-        if cp is None:
-            problems.append(f"{where}: published (seq {p.seq}) but not in the catalog")
-            continue
-        expected = served_location(target.table_format, root, p.location)
-        if (cp.location, cp.seq) != (expected, p.seq):
-            problems.append(
-                f"{where}: the catalog points at {cp.location} (seq {cp.seq}), the current "
-                f"publication is {expected} (seq {p.seq})"
-            )
-    checked = len(published.keys() | in_catalog.keys())
-    return _outcome(
-        "catalog_current",
-        problems,
-        checked,
-        "partitions",
-        f"all {checked} catalog partitions point at their current publication",
-    )
-
-
 def served_files(
     ledger: Ledger,
     objects: ObjectStore,
@@ -344,8 +269,8 @@ def served_files(
     try:
         served = ServedFiles(objects, target, table)
     except (CatalogError, ObjectStoreError, OSError) as exc:
-        return _outcome("served_files", [f"{table}: {exc}"], 0, "partitions", "")
-    for tp, p in _published(ledger, table, scope):
+        return check_outcome("served_files", [f"{table}: {exc}"], 0, "partitions", "")
+    for tp, p in published_partitions(ledger, table, scope):
         partition = served.partitions.get(tp.dt)
         seq = 0 if partition is None else partition.seq
         if p is not None and seq > p.seq:
@@ -354,7 +279,7 @@ def served_files(
         if p is None or partition is None or seq != p.seq:
             continue
         checked += 1
-        where = f"{_where(table, tp.dt)} (seq {p.seq})"
+        where = f"{where_of(table, tp.dt)} (seq {p.seq})"
         try:
             recorded = [e.url for e in read_spectrum(objects, p.location)]
             urls = served.urls(partition)
@@ -366,11 +291,11 @@ def served_files(
         if missing or extra or len(urls) != len(set(urls)):
             problems.append(
                 f"{where}: serves {len(urls)} files, the publication records {len(recorded)}: "
-                f"{len(missing)} missing{_first(missing) if missing else ''}, {len(extra)} not "
-                f"recorded{_first(extra) if extra else ''}, "
+                f"{len(missing)} missing{first_listed(missing) if missing else ''}, "
+                f"{len(extra)} not recorded{first_listed(extra) if extra else ''}, "
                 f"{len(urls) - len(set(urls))} served twice"
             )
-    return _outcome(
+    return check_outcome(
         "served_files",
         problems,
         checked,
@@ -441,8 +366,10 @@ def publication_lag(
         else "every committed row is published"
     )
     if unknown_ids:
-        good += f"; {unknown_ids} unpublished ids have an unknown commit time{_first(unknown)}"
-    outcome = _outcome("publication_lag", problems, len(partitions), "partitions", good)
+        good += (
+            f"; {unknown_ids} unpublished ids have an unknown commit time{first_listed(unknown)}"
+        )
+    outcome = check_outcome("publication_lag", problems, len(partitions), "partitions", good)
     return replace(
         outcome,
         metadata={

@@ -204,6 +204,7 @@ class Publisher:
             return self.failed(dt, exc)
 
     def failed(self, dt: str, exc: BaseException) -> PublicationOutcome:
+        """`FAILED` for `dt` because of `exc`, logged: nothing current moved."""
         message = f"{type(exc).__name__}: {exc}"
         log.error("%s dt=%s: publication failed: %s", self.table, dt, message)
         return PublicationOutcome(dt, FAILED, message, None, False)

@@ -283,7 +283,10 @@ class CoordinationStore(
         so a fenced publisher is told it lost its lease, whatever the partition holds."""
 
     def record_publication(self, publication: Publication) -> Publication:
-        """`Ledger.record_publication`: unfenced, one transaction of `_record_publication`."""
+        """`Ledger.record_publication`: unfenced, one transaction of `_record_publication`.
+        Returns the record as stored. Raises `StalePublicationError` (the partition already
+        has this version or a newer one), a `LeaseholdError` for a publication the ledger
+        cannot hold, and the store errors; nothing is written when it raises."""
         stored, _ = self._record_publication(publication, None, None)
         assert stored is not None  # unfenced: nothing to refuse it but the raised errors
         return stored
