@@ -18,6 +18,9 @@ that keeps every reader safe:
    publication's files with the publication's `seq`, in one call; the target refuses a
    lower `seq` too. The switch's summary carries the ledger's positions (`dt:seq`).
 
+Under `dedupe.scope: table` steps 1-3 run for every date of the run together, under the table's
+keys lease, each record fenced by it (`TableKeysPublication`).
+
 A crash between 3 and 4 leaves the table behind the ledger: the next run sees the target's
 `seq` below the partition's `publication_seq` and switches it to the ledger's current
 publication, in the same switch as what it publishes (`CATALOG_REPAIRED`). No lease is needed:
