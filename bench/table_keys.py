@@ -36,7 +36,6 @@ import resource
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.dedupe import clocked  # noqa: E402
 from resources.dedupe.key_index import KeyedRows, KeyIndex, row_ids  # noqa: E402
 from resources.dedupe.keys import hash_ids  # noqa: E402
 from resources.dedupe.served import INDEX_NAME  # noqa: E402
@@ -57,14 +57,6 @@ from resources.objects.factory import object_store_for  # noqa: E402
 OBJECT_ROWS = 100_000  # rows of a date's published small objects
 NEW_OBJECT_ROWS = 1_000  # rows of a run's new small objects
 START_MS = 1_772_323_200_000
-
-
-def clocked(fn: Any) -> tuple[float, float, Any]:
-    wall, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    result = fn()
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    spent = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
-    return time.perf_counter() - wall, spent, result
 
 
 def system_cpu() -> float:
@@ -203,7 +195,7 @@ def run(table: Table, args: argparse.Namespace, n: int, seed: int) -> dict[str, 
     look_wall, look_cpu, lost = clocked(lambda: lost_to_other_dates(dates))
     got, rows = np.zeros(n, bool), np.zeros(n, np.int64)
     for d in new.due:
-        got[keyed[d][2]] = lost[table.dts[d]]
+        got[keyed[d][2]] = lost.get(table.dts[d], np.zeros(0, bool))  # none: no new rows
         rows[keyed[d][2]] = keyed[d][0].row
     want = expected_lost(new, code, rows)
     assert np.array_equal(got, want), f"{int((got != want).sum())} rows judged otherwise"
