@@ -49,7 +49,7 @@ class FirstRecords:
         """`path` (small object `object_id`, a local file), or a copy under `scratch` without
         its rows that are not their key's first record in `index` (which covers the id)."""
         rows = pq.read_table(path)
-        keys = hash_ids(self._ids(rows))
+        keys = hash_ids(self._ids(rows), index.hash_name)
         keep = ~keys.present | (winners_of(index, keys) == row_ids(object_id, rows.num_rows))
         if keep.all():
             return path

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from resources.dedupe.keys import HASH_NAME, KeyHashes
+from resources.dedupe.keys import HASH_NAME, HASHES, KeyHashes
 from resources.errors import LeaseholdError
 
 ROW_BITS = 32
@@ -73,12 +73,15 @@ class KeyIndex:
 
     entries: KeyedRows
     upper: int
+    hash_name: str = HASH_NAME
+    """The hash its keys are (`resources.dedupe.keys`): rows resolved against it, or looked up
+    in it, are hashed with the same one (`hash_ids(ids, index.hash_name)`)."""
 
     @classmethod
-    def empty(cls, order_type: pa.DataType | None) -> KeyIndex:
+    def empty(cls, order_type: pa.DataType | None, hash_name: str = HASH_NAME) -> KeyIndex:
         none = np.zeros(0, np.uint64)
         order = None if order_type is None else pa.array([], order_type)
-        return cls(KeyedRows(none, none.copy(), np.zeros(0, np.int64), order), 0)
+        return cls(KeyedRows(none, none.copy(), np.zeros(0, np.int64), order), 0, hash_name)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -89,16 +92,17 @@ class KeyIndex:
         columns = {"h1": pa.array(e.h1), "h2": pa.array(e.h2), "row": pa.array(e.row)}
         if e.order is not None:
             columns["order"] = e.order
-        meta = {INDEX_UPPER_KEY: str(self.upper).encode(), INDEX_HASH_KEY: HASH_NAME.encode()}
+        meta = {INDEX_UPPER_KEY: str(self.upper).encode(), INDEX_HASH_KEY: self.hash_name.encode()}
         return pa.table(columns).replace_schema_metadata(meta)
 
     @classmethod
     def from_table(cls, table: pa.Table, order_type: pa.DataType | None) -> KeyIndex:
-        """The index `to_table` wrote. Raises `KeyIndexError` for a table of another hash or
-        without an `order` column where the policy needs one."""
+        """The index `to_table` wrote. Raises `KeyIndexError` for a table of a hash this version
+        does not know or without an `order` column where the policy needs one."""
         meta = table.schema.metadata or {}
-        if meta.get(INDEX_HASH_KEY) != HASH_NAME.encode():
-            raise KeyIndexError(f"a key index of hash {meta.get(INDEX_HASH_KEY)!r}")
+        hash_name = meta.get(INDEX_HASH_KEY, b"").decode(errors="replace")
+        if hash_name not in HASHES:
+            raise KeyIndexError(f"a key index of hash {hash_name!r}")
         if order_type is not None and "order" not in table.column_names:
             raise KeyIndexError("a key index without order values, for a latest policy")
         order = None
@@ -110,7 +114,7 @@ class KeyIndex:
             table.column("row").to_numpy(),
             order,
         )
-        return cls(entries, int(meta[INDEX_UPPER_KEY]))
+        return cls(entries, int(meta[INDEX_UPPER_KEY]), hash_name)
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,8 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
             _take(old, replaced),
         ]
     )
-    return Resolution(KeyIndex(_merged(old, w, at, matched, beats), upper), lost)
+    merged = _merged(old, w, at, matched, beats)
+    return Resolution(KeyIndex(merged, upper, index.hash_name), lost)
 
 
 def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -44,7 +44,7 @@ from resources.dedupe.key_index import (
     row_ids,
     winners_of,
 )
-from resources.dedupe.keys import KeyHashes, hash_ids
+from resources.dedupe.keys import HASH_NAME, hash_ids
 from resources.dedupe.served import INDEX_NAME, STATE_NAME, ServedFile, ServedState
 from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 COPIES_PREFIX = "deduped/"
 """Where copies without the rows that lost are written (under the table's root)."""
+HASH_GROUP_ROWS = 1 << 20
+"""Ids hashed in one call: large enough that a call's overhead is nothing, small enough that
+their text stays far below Arrow's 2 GiB string offsets."""
 READ_THREADS = 16
 """Objects fetched (or copied) at once: a publication reads every new small object's key
 column, and an object store answers one GET in tens of milliseconds."""
@@ -83,12 +86,14 @@ class DedupedFiles:
 
     # -- the state of a publication --------------------------------------------------------------
 
-    def state(self, publication: Publication | None) -> tuple[ServedState | None, KeyIndex]:
-        """`served_state(publication)` and its key index (empty without a state). Raises
-        `ObjectStoreError`, `ServedStateError`, `KeyIndexError`."""
+    def state(
+        self, publication: Publication | None, hash_name: str = HASH_NAME
+    ) -> tuple[ServedState | None, KeyIndex]:
+        """`served_state(publication)` and its key index (empty, of the hash `hash_name`,
+        without a state). Raises `ObjectStoreError`, `ServedStateError`, `KeyIndexError`."""
         state = None if publication is None else served_state(self.objects, publication)
         if state is None or publication is None:
-            return None, KeyIndex.empty(self.order_type)
+            return None, KeyIndex.empty(self.order_type, hash_name)
         data = self.objects.get_bytes(self.objects.key_of(publication.location + INDEX_NAME))
         return state, KeyIndex.from_table(pq.read_table(pa.BufferReader(data)), self.order_type)
 
@@ -119,10 +124,12 @@ class DedupedFiles:
         files: Sequence[DataFile],
         spans: dict[str, Span],
         upper: int,
+        hash_name: str = HASH_NAME,
     ) -> PendingDate:
-        """`serve`'s reads: the state and key index `base` left, and the keyed rows committed
-        since (with when each was committed). Raises what `serve` raises."""
-        state, index = self.state(base)
+        """`serve`'s reads: the state and key index `base` left (a new one of the hash
+        `hash_name` without `base`), and the keyed rows committed since (with when each was
+        committed). Raises what `serve` raises."""
+        state, index = self.state(base, hash_name)
         new = self._new_rows(state, index, small, files, spans, upper)
         return PendingDate(dt, state, index, new, _committed_at(small, new), small, files,
                            spans, upper)  # fmt: skip
@@ -187,7 +194,7 @@ class DedupedFiles:
         range's end (ranges are in commit order, and a merge kept one row per key)."""
         named = [(o.url, o.object_id) for o in small if index.upper < o.object_id <= upper]
         try:
-            return self._keyed(named)
+            return self._keyed(named, index.hash_name)
         except (ObjectStoreError, FileNotFoundError):  # S3's missing key, a local one
             if state is not None or all(f.url in {o.url for o in small} for f in files):
                 raise
@@ -195,17 +202,26 @@ class DedupedFiles:
             "%s: small objects of 1..%d are gone: the key index starts from the merged objects",
             self.config.name, upper,
         )  # fmt: skip
-        return self._keyed([(f.url, spans[f.url][1]) for f in files])
+        return self._keyed([(f.url, spans[f.url][1]) for f in files], index.hash_name)
 
-    def _keyed(self, named: list[tuple[str, int]]) -> KeyedRows:
-        """The keyed rows of the files `named` (URL, the object id their rows are named by)."""
+    def _keyed(self, named: list[tuple[str, int]], hash_name: str) -> KeyedRows:
+        """The keyed rows of the files `named` (URL, the object id their rows are named by),
+        their ids hashed with `hash_name`: the files are read in parallel, their ids hashed
+        together (a few large hash calls cost less than one per file)."""
         named = sorted(named, key=lambda n: n[1])
-        read = list(self._read_all([url for url, _ in named]))
-        parts = [
-            KeyedRows.of(r.keyed_hashes, row_ids(object_id, r.table.num_rows), self._order(r.table))
-            for r, (_, object_id) in zip(read, named, strict=True)
+        tables = list(self._read_all([url for url, _ in named]))
+        rows = [
+            row_ids(object_id, t.num_rows) for t, (_, object_id) in zip(tables, named, strict=True)
         ]
-        return _concat(parts, self.order_type)
+        orders = [self._order(t) for t in tables]
+        keyed = []
+        for lo, hi in _groups([t.num_rows for t in tables], HASH_GROUP_ROWS):
+            ids = _same_type([self._ids(t) for t in tables[lo:hi]])
+            hashes = hash_ids(pa.chunked_array(ids, ids[0].type), hash_name)
+            group_order = orders[lo:hi]
+            order = None if group_order[0] is None else pa.concat_arrays(group_order)
+            keyed.append(KeyedRows.of(hashes, np.concatenate(rows[lo:hi]), order))
+        return _concat(keyed, self.order_type)
 
     def _served(
         self,
@@ -230,14 +246,16 @@ class DedupedFiles:
             return self._copy(dt, f, span, f.url, lambda t: _positions_kept(t, gone))
         if prev is not None:
             # Rows of it beaten now (latest): their keys go, from what it served.
-            return self._copy(dt, f, span, prev.url, lambda t: self._keys_kept(t, lost))
+            return self._copy(
+                dt, f, span, prev.url, lambda t: self._keys_kept(t, lost, index.hash_name)
+            )
         return self._copy(dt, f, span, f.url, lambda t: self._winners_kept(t, span, index))
 
     # -- row masks ---------------------------------------------------------------------------
 
-    def _keys_kept(self, table: pa.Table, lost: KeyedRows) -> np.ndarray:
-        """The rows whose key is none of the keys of `lost`."""
-        keys = hash_ids(self._ids(table))
+    def _keys_kept(self, table: pa.Table, lost: KeyedRows, hash_name: str) -> np.ndarray:
+        """The rows whose key is none of the keys of `lost` (hashed with `hash_name`)."""
+        keys = hash_ids(self._ids(table), hash_name)
         keep = np.ones(table.num_rows, bool)
         gone = set(zip(lost.h1.tolist(), lost.h2.tolist(), strict=True))
         for i in np.nonzero(keys.present & np.isin(keys.h1, lost.h1))[0]:
@@ -247,7 +265,7 @@ class DedupedFiles:
     def _winners_kept(self, table: pa.Table, span: Span, index: KeyIndex) -> np.ndarray:
         """A merged object's rows to serve: one per key (the best of the file by the policy,
         as its merge kept), and only where the key's winner lies in its range."""
-        keys = hash_ids(self._ids(table))
+        keys = hash_ids(self._ids(table), index.hash_name)
         winners = object_of(winners_of(index, keys))
         in_range = (winners > span[0]) & (winners <= span[1])
         best = one_per_key(keys, self._order(table), self.latest)
@@ -279,15 +297,14 @@ class DedupedFiles:
     def _read(self, url: str) -> pa.Table:
         return pq.read_table(pa.BufferReader(self.objects.get_bytes(self.objects.key_of(url))))
 
-    def _read_keys(self, url: str) -> _KeysRead:
+    def _read_keys(self, url: str) -> pa.Table:
         data = self.objects.get_bytes(self.objects.key_of(url))
         with pq.ParquetFile(pa.BufferReader(data)) as file:
             wanted = [c for c in (self.record_id, self.order_by) if c]
             present = [c for c in wanted if c in file.schema_arrow.names]
-            table = file.read(columns=present)
-        return _KeysRead(table, hash_ids(self._ids(table)))
+            return file.read(columns=present)
 
-    def _read_all(self, urls: list[str]) -> Iterator[_KeysRead]:
+    def _read_all(self, urls: list[str]) -> Iterator[pa.Table]:
         with ThreadPoolExecutor(READ_THREADS) as pool:
             yield from pool.map(self._read_keys, urls)
 
@@ -352,12 +369,23 @@ class PendingDate:
     upper: int
 
 
-@dataclass(frozen=True)
-class _KeysRead:
-    """One file's key (and order) columns as read, and the hashes of its keys."""
+def _groups(sizes: Sequence[int], rows: int) -> Iterator[tuple[int, int]]:
+    """Consecutive `(lo, hi)` ranges over `sizes`, each of about `rows` rows (at least one)."""
+    lo, held = 0, 0
+    for i, size in enumerate(sizes):
+        held += size
+        if held >= rows:
+            yield lo, i + 1
+            lo, held = i + 1, 0
+    if lo < len(sizes):
+        yield lo, len(sizes)
 
-    table: pa.Table
-    keyed_hashes: KeyHashes
+
+def _same_type(ids: list[pa.Array]) -> list[pa.Array]:
+    """`ids` as arrays of one type (the text they are hashed as, where files differ)."""
+    if all(a.type == ids[0].type for a in ids):
+        return ids
+    return [a.cast(pa.string()) for a in ids]
 
 
 def _concat(parts: Sequence[KeyedRows], order_type: pa.DataType | None) -> KeyedRows:

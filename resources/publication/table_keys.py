@@ -34,7 +34,8 @@ import numpy as np
 from resources.coordination.errors import PartitionUnavailableError
 from resources.coordination.items import ItemType, LeaseItem, LeaseToken
 from resources.coordination.lease import Lease, LeaseTiming, new_owner_id
-from resources.dedupe.key_index import KeyedRows, KeyIndex
+from resources.dedupe.key_index import KeyedRows, KeyIndex, KeyIndexError
+from resources.dedupe.keys import HASH_NAME
 from resources.dedupe.table_scope import DateKeys, lost_to_other_dates
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
@@ -135,18 +136,25 @@ class TableKeysPublication:
     def _under(self, lease: Lease, dts: Sequence[str]) -> list[PendingSwitch | PublicationOutcome]:
         p = self.publisher
         results: dict[str, PendingSwitch | PublicationOutcome] = {}
-        plans: dict[str, tuple[PublicationPlan, PendingDate]] = {}
+        planned: dict[str, PublicationPlan] = {}
         for dt in dts:
-            planned = p.guarded(dt, p.plan)
-            if not isinstance(planned, PublicationPlan):
-                results[dt] = planned
-                continue
+            plan = p.guarded(dt, p.plan)
+            if isinstance(plan, PublicationPlan):
+                planned[dt] = plan
+            else:
+                results[dt] = plan
+        try:
+            others = self._other_dates(planned)
+        except (LeaseholdError, OSError) as exc:
+            return [results.get(dt) or p.failed(dt, exc) for dt in dts]
+        plans: dict[str, tuple[PublicationPlan, PendingDate]] = {}
+        for dt, plan in planned.items():
             try:
-                plans[dt] = (planned, self._pending(planned))
+                plans[dt] = (plan, self._pending(plan, _table_hash(others)))
             except (LeaseholdError, OSError) as exc:
                 results[dt] = p.failed(dt, exc)
         try:
-            lost = lost_to_other_dates(self._dates(plans))
+            lost = lost_to_other_dates(self._dates(plans, others))
         except (LeaseholdError, OSError) as exc:
             return [results.get(dt) or p.failed(dt, exc) for dt in dts]
         for dt, (plan, pending) in plans.items():
@@ -161,32 +169,54 @@ class TableKeysPublication:
                 results[dt] = p.failed(dt, exc)
         return [results[dt] for dt in dts]
 
-    def _pending(self, plan: PublicationPlan) -> PendingDate:
+    def _pending(self, plan: PublicationPlan, hash_name: str) -> PendingDate:
         p = self.publisher
         return self.deduped.prepare(
             plan.tp.dt, p.dedupe_base(plan), p.small_objects(plan), plan.files, plan.spans,
-            plan.upper,
+            plan.upper, hash_name,
         )  # fmt: skip
 
-    def _dates(self, plans: dict[str, tuple[PublicationPlan, PendingDate]]) -> list[DateKeys]:
-        """The dates of this run with their new rows, then every other published date with
-        the key index of its current publication. Raises the store and object store errors,
-        `KeyIndexError`, `ServedStateError`."""
-        dates = [
-            DateKeys(dt, pending.index.entries, pending.new, pending.committed_at_ms)
-            for dt, (_, pending) in plans.items()
-        ]
+    def _other_dates(self, planned: dict[str, PublicationPlan]) -> list[tuple[str, KeyIndex]]:
+        """Every published date this run does not publish, with the key index of its current
+        publication. Raises the store and object store errors, `KeyIndexError`,
+        `ServedStateError`."""
         p = self.publisher
         others = [  # the store read here; only the object store's in the pool
             (tp.dt, p.store.publications(p.table, tp.dt)[-1:])
             for tp in p.store.table_partitions(p.table)
-            if tp.dt not in plans and tp.publication_seq
+            if tp.dt not in planned and tp.publication_seq
         ]
         with ThreadPoolExecutor(READ_THREADS) as pool:
             states = pool.map(lambda o: self.deduped.state(o[1][0] if o[1] else None), others)
-            for (dt, _), (_, index) in zip(others, states, strict=True):
-                dates.append(DateKeys(dt, index.entries, _no_rows(index), np.zeros(0, np.int64)))
+            return [(dt, index) for (dt, _), (_, index) in zip(others, states, strict=True)]
+
+    def _dates(
+        self,
+        plans: dict[str, tuple[PublicationPlan, PendingDate]],
+        others: list[tuple[str, KeyIndex]],
+    ) -> list[DateKeys]:
+        """The dates of this run with their new rows, then the `others` with their indexes.
+        Raises `KeyIndexError` when two dates' keys are of different hashes."""
+        dates = [
+            DateKeys(dt, pending.index.entries, pending.new, pending.committed_at_ms)
+            for dt, (_, pending) in plans.items()
+        ]
+        dates += [
+            DateKeys(dt, index.entries, _no_rows(index), np.zeros(0, np.int64))
+            for dt, index in others
+        ]
+        names = {pending.index.hash_name for _, pending in plans.values()}
+        names |= {index.hash_name for _, index in others if len(index)}
+        if len(names) > 1:
+            raise KeyIndexError(f"the table's dates are keyed by several hashes: {sorted(names)}")
         return dates
+
+
+def _table_hash(others: list[tuple[str, KeyIndex]]) -> str:
+    """The hash a date's first index takes: the one the table's other dates are keyed by (so
+    that all its dates compare), or the default for a table's first date."""
+    names = {index.hash_name for _, index in others if len(index)}
+    return min(names) if names else HASH_NAME
 
 
 def _no_rows(index: KeyIndex) -> KeyedRows:

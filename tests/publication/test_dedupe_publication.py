@@ -16,6 +16,9 @@ from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import RollupRunner
 from resources.check_outcome import CheckOutcome
 from resources.coordination.lease import LeaseTiming
+from resources.dedupe.key_index import KeyIndex
+from resources.dedupe.keys import SIPHASH
+from resources.dedupe.served import INDEX_NAME
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import FIRST, LATEST, NONE, DedupeSettings
 from resources.ledger.model import SmallObject
@@ -226,3 +229,26 @@ def test_a_rollup_under_first_counts_each_key_once_and_follows_the_publications(
     world.publish()
     runner.run([DT])
     assert state() == served_totals() == {'["user-0"]': (2, 3.0), '["user-1"]': (1, 5.0)}
+
+
+def test_a_date_keyed_by_the_earlier_hash_keeps_it(
+    keyed: KeyedWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A date whose index an earlier version built with SipHash: its later publications look
+    # their new rows up with SipHash too, and the index stays SipHash.
+    empty = KeyIndex.empty
+    monkeypatch.setattr(
+        KeyIndex, "empty", lambda order_type, hash_name="": empty(order_type, SIPHASH)
+    )
+    keyed.commit([("a", 1), ("b", 1)])
+    keyed.world.publish()
+    monkeypatch.setattr(KeyIndex, "empty", empty)
+    keyed.commit([("a", 2), ("b", 0), ("c", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+    index = keyed.world.objects.key_of(keyed.world.current().location + INDEX_NAME)
+    table = pq.read_table(pa.BufferReader(keyed.world.objects.get_bytes(index)))
+    assert (
+        KeyIndex.from_table(table, pa.float64() if keyed.mode == LATEST else None).hash_name
+        == SIPHASH
+    )
