@@ -1,10 +1,11 @@
 """A reverse proxy on 127.0.0.1 in front of the loopback AWS server, for Glue: pages listings
 and can answer the next N requests with an error.
 
-moto's Glue answers `GetPartitions` and `GetTables` in one page whatever `MaxResults` says,
-while AWS pages them (at most 1000 partitions a page): a catalog that ignored `NextToken` would
-pass against moto and lose partitions against AWS. Here every listing is cut into pages of
-`page_size` with an opaque `NextToken`, as AWS does. Errors (throttling, 5xx) are sent over the
+AWS pages `GetPartitions` and `GetTables` (at most 1000 partitions a page), and a catalog that
+ignored `NextToken` would lose partitions; moto's Glue answered them in one page (before 5.2)
+or pages them by its own size (5.2 on). Either way the proxy reads every upstream page, then
+cuts the listing into pages of `page_size` with an opaque `NextToken`, so a short listing meets
+several pages here whatever moto does. Errors (throttling, 5xx) are sent over the
 wire as the real HTTP answers, so the client meets them exactly as it would meet AWS's.
 
 moto's Glue also ignores `UpdateTable`'s `VersionId` (it records every update as a new version
@@ -67,11 +68,31 @@ class GlueProxy(LoopbackProxy):
         offset = int(request.pop("NextToken", None) or 0) if paged else 0
         limit = min(int(request.pop("MaxResults", self.page_size)), self.page_size)
         if paged:
-            body = json.dumps(request).encode()
-        status, _, data = self.forward(handler, body)
-        if paged and status == 200:
-            data = self._page(LISTS[target], data, offset, limit)
+            status, data = self._listing(handler, LISTS[target], request)
+            if status == 200:
+                data = self._page(LISTS[target], data, offset, limit)
+        else:
+            status, _, data = self.forward(handler, body)
         self.answer(handler, status, data, JSON_TYPE)
+
+    def _listing(
+        self, handler: BaseHTTPRequestHandler, key: str, request: dict[str, object]
+    ) -> tuple[int, bytes]:
+        """The whole upstream listing in one answer, every upstream page followed; an error
+        answer as it came."""
+        items: list[object] = []
+        token: object = None
+        while True:
+            page = dict(request, NextToken=token) if token else request
+            status, _, data = self.forward(handler, json.dumps(page).encode())
+            if status != 200:
+                return status, data
+            answer = json.loads(data)
+            items.extend(answer.get(key, []))
+            token = answer.pop("NextToken", None)
+            if not token:
+                answer[key] = items
+                return status, json.dumps(answer).encode()
 
     def _page(self, key: str, data: bytes, offset: int, limit: int) -> bytes:
         answer = json.loads(data)
