@@ -59,7 +59,7 @@ from resources.compaction.merge_writer import (  # noqa: E402
     spark_path,
     table_schema,
 )
-from resources.ingestion.table_objects import dictionary_columns, write_table_object  # noqa: E402
+from resources.ingestion.table_objects import write_table_object  # noqa: E402
 from resources.ledger.merge import MergeRange, merged_object_name  # noqa: E402
 from resources.ledger.model import RegisteredObject, TablePartition  # noqa: E402
 from resources.spark.session import build_spark_session  # noqa: E402
@@ -82,7 +82,7 @@ def write_partition(directory: Path, config: StreamConfig, objects: int, rows: i
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(13)
     start = np.datetime64(DAY.replace(tzinfo=None), "us").astype(np.int64)
-    columns, dictionary = config.column_names, dictionary_columns(config)
+    columns, dictionary = config.column_names, config.dictionary_columns
     per, extra = divmod(rows, objects)
     paths, first = [], 0
     for i in range(objects):

@@ -40,7 +40,7 @@ from resources.catalog.hive_target import HiveManifestsTarget  # noqa: E402
 from resources.catalog.local import LocalCatalog  # noqa: E402
 from resources.compaction.merge_writer import MergeWriter  # noqa: E402
 from resources.dedupe.served import INDEX_NAME  # noqa: E402
-from resources.ingestion.table_objects import dictionary_columns, write_table_object  # noqa: E402
+from resources.ingestion.table_objects import write_table_object  # noqa: E402
 from resources.key_settings import FIRST, NONE, DedupeSettings  # noqa: E402
 from resources.ledger.model import SmallObject  # noqa: E402
 from resources.objects.factory import object_store_for  # noqa: E402
@@ -103,7 +103,7 @@ class Table:
         path = self.work / "table" / f"dt={DT}" / f"small-{self.n:06d}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         size = write_table_object(
-            table, path, self.config.column_names, dictionary_columns(self.config)
+            table, path, self.config.column_names, self.config.dictionary_columns
         )
         small = SmallObject("events", DT, f"file://{path}", size, table.num_rows)
         sid = self.store.source_identifier("events")

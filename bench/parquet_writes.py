@@ -1,5 +1,5 @@
 """What writing one small table object costs, with Parquet's default encodings and with
-leasehold's (`dictionary_columns`: dictionary pages for repeated strings only).
+leasehold's (`StreamConfig.dictionary_columns`: dictionary pages for repeated strings only).
 
     .venv/bin/python bench/parquet_writes.py [--records 5000] [--objects 300] [--repeat 5]
 
@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resources.ingestion.sample_data import write_sample_sources  # noqa: E402
-from resources.ingestion.table_objects import dictionary_columns  # noqa: E402
 from resources.streams import load_streams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +44,7 @@ def main() -> int:
         ]
     )
     table = pj.read_json(source, parse_options=pj.ParseOptions(explicit_schema=schema))
-    settings = {"Parquet defaults": True, "leasehold": dictionary_columns(config) or False}
+    settings = {"Parquet defaults": True, "leasehold": config.dictionary_columns or False}
     cpu_ms: dict[str, list[float]] = {name: [] for name in settings}
     sizes: dict[str, int] = {}
     for _ in range(args.repeat):

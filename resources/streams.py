@@ -113,6 +113,14 @@ class StreamConfig:
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
+    @property
+    def dictionary_columns(self) -> list[str]:
+        """The columns a table object dictionary-encodes. Dictionary pages pay off for repeated
+        strings; a record id never repeats, and numbers and times rarely do in an event stream:
+        hashing them costs CPU and makes the object bigger (BENCHMARKS.md, "Writing one table
+        object")."""
+        return [c.name for c in self.columns if c.type == "string" and c.name != self.record_id]
+
     def following(self, version: SchemaVersion) -> StreamConfig:
         """This stream reading and writing `version`'s columns."""
         return replace(self, columns=version.columns, schema_version=version.version)

@@ -40,7 +40,7 @@ from resources.ingestion.csv_records import CsvFormat
 from resources.ingestion.field_scan import ObjectFields
 from resources.ingestion.record_parser import ParsedRecords, parse_csv, parse_json_lines
 from resources.ingestion.source_files import ChunkReader
-from resources.ingestion.table_objects import dictionary_columns, write_table_object
+from resources.ingestion.table_objects import write_table_object
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
 from resources.schema.modes import ADD, FAIL
@@ -342,7 +342,7 @@ class _PartRun:
         changes = pc.indices_nonzero(pc.not_equal(days.slice(1), days.slice(0, n - 1)))
         starts = [0, *(i + 1 for i in changes.to_pylist()), n]
         table = self.job.stores.open(self.job.stores.table)
-        dictionary = dictionary_columns(config)
+        dictionary = config.dictionary_columns
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
             dt = days[begin].as_py().isoformat()
             local = self.scratch / f"table-{dt}.parquet"

@@ -9,15 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resources.schema.parquet_meta import version_metadata
-from resources.streams import StreamConfig
-
-
-def dictionary_columns(config: StreamConfig) -> list[str]:
-    """The columns a table object dictionary-encodes. Dictionary pages pay off for repeated
-    strings; a record id never repeats, and numbers and times rarely do in an event stream:
-    hashing them costs CPU and makes the object bigger (BENCHMARKS.md, "Writing one table
-    object")."""
-    return [c.name for c in config.columns if c.type == "string" and c.name != config.record_id]
 
 
 def write_table_object(

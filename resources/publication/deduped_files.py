@@ -283,9 +283,12 @@ class DedupedFiles:
         if keep.all():
             size = f.content_length if read_from == f.url else self._size(read_from)
             return ServedFile(f.url, read_from, table.num_rows, size, *span)
-        kept = table.filter(pa.array(keep))
+        kept = table.take(pa.array(np.nonzero(keep)[0]))
         sink = io.BytesIO()
-        pq.write_table(kept, sink)
+        # As ingestion writes a table object: dictionary pages only where they pay (a third of
+        # the time of Parquet's default of all columns).
+        dictionary = [c for c in self.config.dictionary_columns if c in kept.column_names]
+        pq.write_table(kept, sink, use_dictionary=dictionary or False)
         name = f.url.rstrip("/").rsplit("/", 1)[-1]
         key = f"{COPIES_PREFIX}dt={dt}/{uuid.uuid4().hex[:12]}-{name}"
         url = self.objects.put_bytes(key, sink.getvalue())
@@ -295,14 +298,17 @@ class DedupedFiles:
         return self.objects.size(self.objects.key_of(url)) or 0
 
     def _read(self, url: str) -> pa.Table:
-        return pq.read_table(pa.BufferReader(self.objects.get_bytes(self.objects.key_of(url))))
+        data = self.objects.get_bytes(self.objects.key_of(url))
+        # One file read in each of `READ_THREADS`: Arrow's own threads would only contend.
+        with pq.ParquetFile(pa.BufferReader(data)) as file:
+            return file.read(use_threads=False)
 
     def _read_keys(self, url: str) -> pa.Table:
         data = self.objects.get_bytes(self.objects.key_of(url))
         with pq.ParquetFile(pa.BufferReader(data)) as file:
             wanted = [c for c in (self.record_id, self.order_by) if c]
             present = [c for c in wanted if c in file.schema_arrow.names]
-            return file.read(columns=present)
+            return file.read(columns=present, use_threads=False)
 
     def _read_all(self, urls: list[str]) -> Iterator[pa.Table]:
         with ThreadPoolExecutor(READ_THREADS) as pool:

@@ -24,7 +24,7 @@ from resources.compaction.merge_writer import (
     spark_path,
     table_schema,
 )
-from resources.ingestion.table_objects import dictionary_columns, write_table_object
+from resources.ingestion.table_objects import write_table_object
 from resources.schema.columns import ColumnSpec
 from resources.schema.parquet_meta import read_version
 from resources.schema.versions import SchemaVersion
@@ -83,7 +83,7 @@ class Objects:
             )
             target = self.directory / f"attempt-{self.next_id}-{DT}-0.parquet"
             write_table_object(
-                table, target, self.config.column_names, dictionary_columns(self.config)
+                table, target, self.config.column_names, self.config.dictionary_columns
             )
             paths.append(str(target))
         return paths
@@ -306,7 +306,7 @@ def write_version_2(directory: Path, config: StreamConfig, count: int, rows: int
             }
         )
         target = directory / f"v2-{n}-{DT}-0.parquet"
-        write_table_object(table, target, v2.column_names, dictionary_columns(v2), 2)
+        write_table_object(table, target, v2.column_names, v2.dictionary_columns, 2)
         paths.append(str(target))
     return paths
 
