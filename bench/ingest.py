@@ -44,6 +44,7 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context, materia
 from coordination_assets.ingestion import (  # noqa: E402
     build_discovery_sensor,
     build_ingestion_asset,
+    main_job_cursor_key,
 )
 from resources.dagster_resources.coordination import CoordinationResource  # noqa: E402
 from resources.dagster_resources.instance import write_instance_yaml  # noqa: E402
@@ -189,14 +190,16 @@ def streaming_job(spark: Any, source: Path, out: Path, checkpoint: Path) -> None
     query.awaitTermination()
 
 
-def dagster_path(
+def leasehold_project(
     work: Path,
     source: Path,
     chunk_size: int,
     unit_objects: int | None = None,
-) -> dict[str, Any]:
-    """`unit_objects`: objects per work unit (None: the default unit sizes)."""
-    STEPS.clear()
+    stream_fields: str = "",
+) -> tuple[DagsterInstance, dict[str, Any]]:
+    """A project of its own under `work` reading `source`: its streams.yaml (`unit_objects`:
+    objects per work unit, None: the default unit sizes; `stream_fields`: more YAML lines of
+    the stream, indented as its fields), the embedded default instance and the resources."""
     work.mkdir(parents=True)
     streams = work / "streams.yaml"
     partition = "" if unit_objects is None else f"    partition: {{max_objects: {unit_objects}}}"
@@ -211,6 +214,7 @@ streams:
     record_id: event_id
     table: file://{work / "lake"}
 {partition}
+{stream_fields}
 """
     )
     home = work / "dagster_home"
@@ -224,15 +228,24 @@ streams:
         ),
         "spark": SparkResource(),
     }
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     instance = DagsterInstance.from_config(str(home))
     # Every event Dagster stores (planned, materialization, step and run events) passes here.
     instance.handle_new_event = timed(EVENTS, instance.handle_new_event)  # type: ignore[method-assign]
+    return instance, resources
+
+
+def ingestion_pass(instance: DagsterInstance, resources: dict[str, Any]) -> dict[str, Any]:
+    """One discovery sensor tick, then each run it requests, in process. The tick's cursor is
+    kept in the instance where `leasehold run` keeps it, so a later pass on the same project
+    lists only the objects that came after."""
+    STEPS.clear()
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     started = time.perf_counter()
     with build_sensor_context(instance=instance, resources=resources) as ctx:
         result = build_discovery_sensor(STREAM)(ctx)
     assert isinstance(result, SensorResult)
     apply_partition_requests(instance, result.dynamic_partitions_requests or [])
+    instance.run_storage.set_cursor_values({main_job_cursor_key(STREAM): result.cursor or ""})
     STEPS[SENSOR] = time.perf_counter() - started
     asset = build_ingestion_asset(STREAM)
     runs_started = time.perf_counter()
@@ -250,6 +263,16 @@ streams:
         "materialized": materialized,
         "steps": dict(STEPS),
     }
+
+
+def dagster_path(
+    work: Path,
+    source: Path,
+    chunk_size: int,
+    unit_objects: int | None = None,
+) -> dict[str, Any]:
+    """`unit_objects`: objects per work unit (None: the default unit sizes)."""
+    return ingestion_pass(*leasehold_project(work, source, chunk_size, unit_objects))
 
 
 def main() -> int:
