@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resources.dedupe.key_index import KeyedRows, find_keys
+from resources.dedupe.key_index import KeyedRows, find_keys, stable_argsort
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def lost_to_other_dates(dates: Sequence[DateKeys]) -> dict[str, np.ndarray]:
     indexed = np.zeros(len(new_h1), bool)
     # Probed in hash order, each date's index is walked forward, not hit at random: several
     # times faster at a million new rows (BENCHMARKS.md).
-    by = np.argsort(new_h1, kind="stable")
+    by = stable_argsort(new_h1)
     sorted_h1, sorted_h2 = new_h1[by], new_h2[by]
     for d, c in zip(dates, code, strict=True):
         if len(d.indexed) and len(new_h1):

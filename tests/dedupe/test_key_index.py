@@ -8,6 +8,8 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from resources.dedupe.key_index import (
     KeyedRows,
@@ -16,6 +18,7 @@ from resources.dedupe.key_index import (
     one_per_key,
     resolve,
     row_ids,
+    stable_argsort,
     winners_of,
 )
 from resources.dedupe.keys import hash_ids
@@ -115,3 +118,20 @@ def test_first_per_id_agrees_with_one_per_key(seed: int) -> None:
         got = first_per_id(ids)
         assert got is not None and got.tolist() == want.tolist()
     assert first_per_id(pa.array([1.5, 1.5])) is None
+
+
+HIGH = st.sampled_from([0, 1 << 40, (1 << 63) + 5, (1 << 64) - (1 << 20)])
+
+
+@given(st.lists(st.tuples(HIGH, st.integers(0, 255)), max_size=300))
+def test_stable_argsort_is_numpys_stable_argsort(parts: list[tuple[int, int]]) -> None:
+    """Hashes that share their high bits (the runs it orders again), equal hashes (ties keep
+    their position) and hashes that differ in the bits the position takes."""
+    h1 = np.array([high + low for high, low in parts], dtype=np.uint64)
+    assert stable_argsort(h1).tolist() == np.argsort(h1, kind="stable").tolist()
+
+
+def test_stable_argsort_of_random_hashes() -> None:
+    h1 = np.random.default_rng(5).integers(0, 1 << 64, 100_000, dtype=np.uint64, endpoint=False)
+    h1[::7] = h1[3]  # and one key many times
+    assert stable_argsort(h1).tolist() == np.argsort(h1, kind="stable").tolist()
