@@ -88,8 +88,9 @@ def pending_line(stream: str, pending: list[SourceChange]) -> str | None:
     if not pending:
         return None
     more = f" (and {len(pending) - 1} more)" if len(pending) > 1 else ""
+    objects = "1 source object" if len(pending) == 1 else f"{len(pending)} source objects"
     return (
-        f"{stream}: {len(pending)} source objects changed since they were ingested, not read "
+        f"{stream}: {objects} changed since they were ingested, not read "
         f"again (on_change: ignore): {pending[0].key}{more}; see leasehold changes ls {stream}, "
         f"clear with leasehold changes ack {stream}"
     )
