@@ -36,6 +36,7 @@ class LeaseKeeper:
         self._withheld = False
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
+        self._closing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -113,10 +114,15 @@ class LeaseKeeper:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop renewing and hand back every lease still held (unfinished work)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Stop renewing and hand back every lease still held (unfinished work). Safe to
+        call again, from another thread too: a lease is handed back once."""
+        with self._closing:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+            self._hand_back()
+
+    def _hand_back(self) -> None:
         for lease in self.held():
             try:
                 lease.release()  # logs a store failure itself

@@ -25,6 +25,7 @@ commits are per partition and in a fixed order, on the caller's thread.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,6 +73,23 @@ class _ReadChunk:
     def close(self) -> None:
         """Stop renewing, hand back leases not committed."""
         self.keeper.__exit__(None, None, None)
+
+
+@dataclass
+class _ReadAhead:
+    """The chunk the background thread is reading, closable from the caller's thread: a
+    caller that stops hands its leases back at once rather than when the read ends (after a
+    canceled run's interrupt it may end late or never, and the process, alive, would renew
+    them all the while)."""
+
+    stopped: threading.Event = field(default_factory=threading.Event)
+    chunk: _ReadChunk | None = None
+
+    def stop(self) -> None:
+        """No more leases taken or objects read; the chunk's leases handed back."""
+        self.stopped.set()
+        if self.chunk is not None:
+            self.chunk.close()
 
 
 class IngestionRunner(LargeObjects):
@@ -142,8 +160,9 @@ class IngestionRunner(LargeObjects):
         if not source_keys:
             return
         remaining = iter(source_keys)
+        ahead = _ReadAhead()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasehold-read") as pool:
-            pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, remaining)
+            pending: Future[_ReadChunk] | None = pool.submit(self._read_chunk, remaining, ahead)
             try:
                 while pending is not None:
                     try:
@@ -158,16 +177,18 @@ class IngestionRunner(LargeObjects):
                         chunk.close()
                         pending = None
                         break
-                    pending = pool.submit(self._read_chunk, remaining)
+                    pending = pool.submit(self._read_chunk, remaining, ahead)
                     yield from self._commit_chunk(chunk)
             finally:
                 if pending is not None:  # the caller stopped early: hand that chunk back
-                    self._hand_back(pending)
+                    self._hand_back(pending, ahead)
 
-    def _hand_back(self, pending: Future[_ReadChunk]) -> None:
-        """Close the chunk read ahead for a caller that stopped. A read that failed — in a
-        canceled Dagster run, Spark is stopped under it — closed its chunk itself: its leases
-        are back already (the keeper logs any it could not hand back)."""
+    def _hand_back(self, pending: Future[_ReadChunk], ahead: _ReadAhead) -> None:
+        """Close the chunk read ahead for a caller that stopped: its leases at once, then wait
+        for the read to end. A read that failed — in a canceled Dagster run, Spark is stopped
+        under it — closed its chunk itself (the keeper logs any lease it could not hand
+        back)."""
+        ahead.stop()
         try:
             chunk = pending.result()
         except Exception as exc:  # noqa: BLE001 - nothing left to do but say why
@@ -224,36 +245,46 @@ class IngestionRunner(LargeObjects):
             return self._not_ingested(outcome)
         return Lease(self.store, item, self.timing)
 
-    def _read_chunk(self, keys: Iterator[str]) -> _ReadChunk:
+    def _read_chunk(self, keys: Iterator[str], ahead: _ReadAhead) -> _ReadChunk:
         """Acquire and read the next chunk's units; their leases stay renewed until it is
-        closed. Empty once `keys` is."""
+        closed. Empty once `keys` is. Once `ahead` is stopped it takes no more leases, reads
+        nothing and hands back what it took."""
         attempt = uuid.uuid4().hex[:12]
         chunk = _ReadChunk(attempt, LeaseKeeper(self.timing.renew_interval_s, self.progressing))
         chunk.keeper.__enter__()
+        ahead.chunk = chunk
         try:
-            objects = 0
-            for key in keys:
-                chunk.keys.append(key)
-                got = self._acquire(key)
-                if isinstance(got, PartitionOutcome):
-                    chunk.outcomes[key] = got
-                    continue
-                chunk.leases[key] = chunk.keeper.add(got)
-                if self._is_large(got.progress, key):
-                    chunk.large = key  # read chunk by chunk when this chunk commits
-                    break
-                reading = to_read(got.progress, key)
-                sizes = {o.key: o for o in unit_objects(key, got.progress)}
-                chunk.reading[key] = [sizes.get(k, UnitObject(k, -1)) for k in reading]
-                objects += len(reading)
-                if objects >= self.chunk_size:
-                    break
-            if chunk.reading:
-                chunk.results = self.read_batch(chunk.reading, attempt)
+            self._fill_chunk(chunk, keys, ahead.stopped)
+            if ahead.stopped.is_set():
+                chunk.close()  # a lease taken after the caller's close is handed back here
         except BaseException:
             chunk.close()
             raise
         return chunk
+
+    def _fill_chunk(self, chunk: _ReadChunk, keys: Iterator[str], stopped: threading.Event) -> None:
+        """Take the leases of the chunk's units, then read them (`_read_chunk`)."""
+        objects = 0
+        for key in keys:
+            chunk.keys.append(key)
+            got = self._acquire(key)
+            if isinstance(got, PartitionOutcome):
+                chunk.outcomes[key] = got
+                continue
+            chunk.leases[key] = chunk.keeper.add(got)
+            if stopped.is_set():
+                return
+            if self._is_large(got.progress, key):
+                chunk.large = key  # read chunk by chunk when this chunk commits
+                break
+            reading = to_read(got.progress, key)
+            sizes = {o.key: o for o in unit_objects(key, got.progress)}
+            chunk.reading[key] = [sizes.get(k, UnitObject(k, -1)) for k in reading]
+            objects += len(reading)
+            if objects >= self.chunk_size:
+                break
+        if chunk.reading and not stopped.is_set():
+            chunk.results = self.read_batch(chunk.reading, chunk.attempt)
 
     def _commit_chunk(self, chunk: _ReadChunk) -> Iterator[PartitionOutcome]:
         """Commit the chunk's partitions, then persist the lease metrics they counted.

@@ -184,6 +184,58 @@ def test_a_read_ahead_that_fails_after_the_caller_stopped_is_handed_back(
     assert "could not hand back" not in caplog.text
 
 
+def test_a_caller_that_stops_hands_the_read_ahead_back_before_its_read_ends(
+    store: LeaseStore, tmp_path: Path
+) -> None:
+    """After a canceled run's interrupt the read ahead may end late or never, and the process,
+    alive, would renew its leases all the while (a CI run's daemon test saw 50 stay ASSIGNED
+    for minutes after the cancel): they go back when the caller stops, before the read ends,
+    and nothing of that read is committed."""
+    keys = [f"k{i}" for i in range(4)]
+    sid = create(store, keys)
+    read_ahead_started, read_ahead_may_end = threading.Event(), threading.Event()
+    read_batch = held_read_ahead(read_ahead_started, read_ahead_may_end)
+
+    back_while_reading: list[bool] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not back_while_reading:
+            if {store.get(sid, k).status for k in ("k2", "k3")} == {PartitionStatus.UNASSIGNED}:
+                back_while_reading.append(True)
+            time.sleep(0.05)
+        read_ahead_may_end.set()
+
+    outcomes = make_runner(store, tmp_path, read_batch).ingest(keys)
+    assert next(outcomes).outcome == COMMITTED
+    assert read_ahead_started.wait(timeout=30)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    outcomes.close()  # waits for the read to end
+    watcher.join()
+
+    assert back_while_reading == [True]
+    assert [store.get(sid, k).status for k in keys] == [
+        PartitionStatus.COMPLETED,
+        PartitionStatus.COMPLETED,
+        PartitionStatus.UNASSIGNED,
+        PartitionStatus.UNASSIGNED,
+    ]
+    assert len(store.ledger_objects(STREAM)) == 2
+
+
+def held_read_ahead(started: threading.Event, may_end: threading.Event):  # type: ignore[no-untyped-def]
+    """A read whose second chunk (k2, k3) signals `started`, then waits for `may_end`."""
+
+    def read_batch(reading: dict[str, list[UnitObject]], lake: Path, attempt: str):  # type: ignore[no-untyped-def]
+        if "k2" in reading:
+            started.set()
+            assert may_end.wait(timeout=30)
+        return one_row_each(reading, lake, attempt)
+
+    return read_batch
+
+
 class Interrupted(BaseException):
     """What Dagster raises in a run's main thread when the run is canceled (its
     DagsterExecutionInterruptedError): not an Exception, anywhere, even inside a wait."""
@@ -198,12 +250,7 @@ def test_an_interrupt_while_waiting_for_the_read_ahead_hands_it_back(
     keys = [f"k{i}" for i in range(4)]
     sid = create(store, keys)
     read_ahead_started, read_ahead_may_end = threading.Event(), threading.Event()
-
-    def read_batch(reading: dict[str, list[UnitObject]], lake: Path, attempt: str):  # type: ignore[no-untyped-def]
-        if "k2" in reading:
-            read_ahead_started.set()
-            assert read_ahead_may_end.wait(timeout=30)
-        return one_row_each(reading, lake, attempt)
+    read_batch = held_read_ahead(read_ahead_started, read_ahead_may_end)
 
     def interrupt(signum: int, frame: object) -> None:
         raise Interrupted
