@@ -4,7 +4,7 @@
         [--new 10000 100000 1000000] [--resend 0.2] [--cross 0.01] [--due 3] [--work DIR]
 
 A table of `--keys` keys over `--dates` dates, each date's key index a `keys.parquet` written
-as `DedupedFiles._write_state` writes it (`KeyIndex.to_table()`, no compression, no dictionary)
+as `DedupedFiles._write_index` writes it (`KeyIndex.to_table()`, no compression, no dictionary)
 into a local object store under `--work` (default a temporary directory under /tmp, removed at
 the end). The keys are real: ids `k-<n>` hashed by `resources.dedupe.keys.hash_ids` (the two
 SipHash digests), one date at a time so memory holds one date's ids; each date's keys are
@@ -96,7 +96,7 @@ class Table:
             )
             by = np.argsort(h.h1, kind="stable")
             index = KeyIndex(KeyedRows(h.h1[by], h.h2[by], rows[by], None), self.next_object - 1)
-            sink = io.BytesIO()  # as DedupedFiles._write_state writes it
+            sink = io.BytesIO()  # as DedupedFiles._write_index writes it
             pq.write_table(index.to_table(), sink, compression="none", use_dictionary=False)
             self.objects.put_bytes(self.key_of(dt), sink.getvalue())
             total += len(sink.getvalue())

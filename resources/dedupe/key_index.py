@@ -62,6 +62,8 @@ class KeyedRows:
     def of(cls, keys: KeyHashes, rows: np.ndarray, order: pa.Array | None) -> KeyedRows:
         """The rows among `rows` whose id is not null (a null id is no key)."""
         keep = keys.present
+        if bool(keep.all()):
+            return cls(keys.h1, keys.h2, rows, order)
         kept_order = None if order is None else order.filter(pa.array(keep))
         return cls(keys.h1[keep], keys.h2[keep], rows[keep], kept_order)
 
@@ -130,15 +132,19 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
     """`index` (ids `1..index.upper`) with `new` (rows of ids above it, up to `upper`): per key
     the first row committed (`latest` False) or the greatest order value, ties to the later
     row (`latest` True). Sorts the new rows only, then merges them into the sorted index
-    (binary searches and one insertion). Pure."""
+    (one merge of the two sorted runs; binary searches and an insertion where two keys share an
+    h1). Pure."""
     if upper < index.upper:
         raise KeyIndexError(f"resolving up to {upper}, below the index's {index.upper}")
     old = index.entries
     if latest and (old.order is None or new.order is None):
         raise KeyIndexError("a latest policy needs order values for every row")
-    won, lost_new = _one_per_key(new, latest)
-    w = _take(new, won)
-    at, insert_at = _search(old.h1, old.h2, w.h1, w.h2)
+    w, lost_new = _one_per_key(new, latest)
+    interleaved = _Interleaved.of(old, w)
+    if interleaved is None:  # keys share an h1: found by search, inserted by position
+        at, insert_at = _search(old.h1, old.h2, w.h1, w.h2)
+    else:
+        at = interleaved.at
     matched = at >= 0
     beats = np.zeros(len(w), bool)
     if latest and matched.any():
@@ -153,13 +159,16 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
             _take(old, replaced),
         ]
     )
-    merged = _merged(old, w, at, insert_at, beats)
+    if interleaved is None:
+        merged = _merged(old, w, at, insert_at, beats)
+    else:
+        merged = interleaved.merged(old, w, beats)
     return Resolution(KeyIndex(merged, upper, index.hash_name), lost)
 
 
-def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(winners, losers): positions in `rows`, the winners sorted by hash: per key the first
-    row (`rows.row` smallest) or the greatest order, ties to the greater row id."""
+def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[KeyedRows, np.ndarray]:
+    """(winners, losers): the winners sorted by hash, and the losers' positions in `rows`: per
+    key the first row (`rows.row` smallest) or the greatest order, ties to the greater row id."""
     h1, h2, row = rows.h1, rows.h2, rows.row
     if latest:
         assert rows.order is not None
@@ -176,7 +185,14 @@ def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[np.ndarray, np.ndarray]
         s1, s2 = h1[by], h2[by]
     first = np.ones(len(by), bool)
     first[1:] = (s1[1:] != s1[:-1]) | (s2[1:] != s2[:-1])
-    return by[first], by[~first]
+    won = by[first]
+    if bool(first.all()):  # no key twice: the sorted hashes are the winners'
+        winners = KeyedRows(s1, s2, row[won], None)
+    else:
+        winners = KeyedRows(s1[first], s2[first], row[won], None)
+    if rows.order is not None:
+        winners = KeyedRows(winners.h1, winners.h2, winners.row, rows.order.take(pa.array(won)))
+    return winners, by[~first]
 
 
 def stable_argsort(h1: np.ndarray) -> np.ndarray:
@@ -245,6 +261,59 @@ def _beats(new: pa.Array, old: pa.Array) -> np.ndarray:
     return wins
 
 
+@dataclass(frozen=True)
+class _Interleaved:
+    """An index's entries and new winners (both sorted by h1, each key once) in one h1 order, a
+    stable merge (an index entry before a new one of its h1), where no two keys share an h1:
+    a key both hold is a pair of adjacent entries."""
+
+    by: np.ndarray
+    """Positions into the index's entries then the winners', in merged order."""
+    h1: np.ndarray
+    """The h1s in merged order."""
+    pairs: np.ndarray
+    """Each merged position `i` where `by[i]` is an index entry and `by[i + 1]` the winner of
+    its key."""
+    at: np.ndarray
+    """Per winner, its key's index position; -1 for a key the index does not hold."""
+
+    @classmethod
+    def of(cls, old: KeyedRows, w: KeyedRows) -> _Interleaved | None:
+        """`old` and `w` merged; None where two keys share an h1 (1 in 10¹² at 10⁷ keys)."""
+        both = np.concatenate([old.h1, w.h1])
+        by = np.argsort(both, kind="stable")  # two sorted runs: one merge pass
+        h1 = both[by]
+        pairs = np.flatnonzero(h1[1:] == h1[:-1])
+        at = np.full(len(w), -1, np.int64)
+        if len(pairs):
+            first, second = by[pairs], by[pairs + 1] - len(old)
+            if bool(np.any(np.diff(pairs) == 1) | np.any(first >= len(old)) | np.any(second < 0)):
+                return None  # an h1 three times, or twice in one side
+            if bool(np.any(old.h2[first] != w.h2[second])):
+                return None
+            at[second] = first
+        return cls(by, h1, pairs, at)
+
+    def merged(self, old: KeyedRows, w: KeyedRows, beats: np.ndarray) -> KeyedRows:
+        """The index after: per pair the index entry, or the winner where it `beats` it (a mask
+        over `w`), in its place; every other entry as it is."""
+        keep = np.ones(len(self.by), bool)
+        wins = beats[self.by[self.pairs + 1] - len(old)]
+        keep[self.pairs[wins]] = False  # the index entry beaten
+        keep[self.pairs[~wins] + 1] = False  # the new row that lost to it
+        at = self.by[keep]
+        order = None
+        if old.order is not None and w.order is not None:
+            both = pa.concat_arrays([old.order, w.order.cast(old.order.type)])
+            order = both.take(pa.array(at))
+        return KeyedRows(
+            self.h1[keep],
+            np.concatenate([old.h2, w.h2])[at],
+            np.concatenate([old.row, w.row])[at],
+            order,
+        )
+
+
 def _merged(
     old: KeyedRows, w: KeyedRows, at: np.ndarray, insert_at: np.ndarray, beats: np.ndarray
 ) -> KeyedRows:
@@ -255,24 +324,26 @@ def _merged(
     replaced = np.nonzero(matched & beats)[0]
     fresh = np.nonzero(~matched)[0]
     # New keys go before the old entries at their search position; `w` is sorted by h1, so
-    # the j-th fresh key lands at its position plus the j fresh keys before it.
-    new_at = insert_at[fresh] + np.arange(len(fresh))
+    # the j-th fresh key lands at its position plus the j fresh keys before it, and old entry
+    # i at i plus the fresh keys inserted at or before it.
+    fresh_at = insert_at[fresh]
+    new_at = fresh_at + np.arange(len(fresh))
     is_old = np.ones(len(old) + len(fresh), bool)
     is_old[new_at] = False
-    old_at = np.nonzero(is_old)[0]
+    replaced_at = at[replaced] + np.searchsorted(fresh_at, at[replaced], side="right")
 
     def column(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty(len(is_old), a.dtype)
-        out[old_at] = a
-        out[old_at[at[replaced]]] = b[replaced]
-        out[new_at] = b[fresh]
+        out[is_old] = a  # masks copy in order, faster than scattering by position
+        out[~is_old] = b[fresh]
+        out[replaced_at] = b[replaced]
         return out
 
     order = None
     if old.order is not None and w.order is not None:
         source = np.empty(len(is_old), np.int64)  # old i, or len(old) + j of w
-        source[old_at] = np.arange(len(old))
-        source[old_at[at[replaced]]] = len(old) + replaced
+        source[is_old] = np.arange(len(old))
+        source[replaced_at] = len(old) + replaced
         source[new_at] = len(old) + fresh
         both = pa.concat_arrays([old.order, w.order.cast(old.order.type)])
         order = both.take(pa.array(source))

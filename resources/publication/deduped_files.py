@@ -38,13 +38,14 @@ from resources.dedupe.key_index import (
     ROW_BITS,
     KeyedRows,
     KeyIndex,
+    KeyIndexError,
     object_of,
     one_per_key,
     resolve,
     row_ids,
     winners_of,
 )
-from resources.dedupe.keys import HASH_NAME, hash_ids
+from resources.dedupe.keys import HASH_NAME, KeyHashes, hash_ids
 from resources.dedupe.served import INDEX_NAME, STATE_NAME, ServedFile, ServedState
 from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
@@ -92,10 +93,21 @@ class DedupedFiles:
         """`served_state(publication)` and its key index (empty, of the hash `hash_name`,
         without a state). Raises `ObjectStoreError`, `ServedStateError`, `KeyIndexError`."""
         state = None if publication is None else served_state(self.objects, publication)
+        return state, self._index(publication, state, hash_name)
+
+    def _index(
+        self, publication: Publication | None, state: ServedState | None, hash_name: str
+    ) -> KeyIndex:
+        """The key index beside `state` (`publication`'s), empty of `hash_name` without one."""
         if state is None or publication is None:
-            return None, KeyIndex.empty(self.order_type, hash_name)
+            return KeyIndex.empty(self.order_type, hash_name)
         data = self.objects.get_bytes(self.objects.key_of(publication.location + INDEX_NAME))
-        return state, KeyIndex.from_table(pq.read_table(pa.BufferReader(data)), self.order_type)
+        index = KeyIndex.from_table(pq.read_table(pa.BufferReader(data)), self.order_type)
+        if index.upper != state.upper:
+            raise KeyIndexError(
+                f"a key index of ids 1..{index.upper} beside a state of ids 1..{state.upper}"
+            )
+        return index
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -129,10 +141,27 @@ class DedupedFiles:
         """`serve`'s reads: the state and key index `base` left (a new one of the hash
         `hash_name` without `base`), and the keyed rows committed since (with when each was
         committed). Raises what `serve` raises."""
-        state, index = self.state(base, hash_name)
-        new = self._new_rows(state, index, small, files, spans, upper)
-        return PendingDate(dt, state, index, new, _committed_at(small, new), small, files,
-                           spans, upper)  # fmt: skip
+        state = None if base is None else served_state(self.objects, base)
+        above = 0 if state is None else state.upper
+        named = sorted(
+            ((o.url, o.object_id) for o in small if above < o.object_id <= upper),
+            key=lambda n: n[1],
+        )
+        with ThreadPoolExecutor(1) as pool:
+            # The index and the new rows' key columns are read at once: neither needs the other.
+            reading = pool.submit(self._index, base, state, hash_name)
+            try:
+                tables: list[pa.Table] | None = list(self._read_all([url for url, _ in named]))
+            except (ObjectStoreError, FileNotFoundError):  # S3's missing key, a local one
+                if state is not None or all(f.url in {o.url for o in small} for f in files):
+                    raise
+                tables = None
+            index = reading.result()
+        if tables is None:
+            new = self._from_merged(files, spans, index.hash_name, upper)
+        else:
+            new = self._keyed(named, tables, index.hash_name)
+        return PendingDate(dt, state, index, new, small, files, spans, upper)
 
     def finish(
         self, p: PendingDate, version_key: str, foreign: np.ndarray | None = None
@@ -162,12 +191,15 @@ class DedupedFiles:
             )
 
         # Copies read and write whole objects: in parallel, as the key columns are read (an
-        # object store answers one request in tens of milliseconds).
+        # object store answers one request in tens of milliseconds), and the new key index is
+        # written meanwhile (the state that names the copies after them).
         with ThreadPoolExecutor(READ_THREADS) as pool:
+            index_written = pool.submit(self._write_index, version_key, resolution.index)
             served = list(pool.map(served_for, p.files))
+            index_written.result()
         committed = sum(o.row_count for o in p.small if o.object_id <= p.upper)
         result = ServedState(p.upper, tuple(served), committed)
-        self._write_state(version_key, result, resolution.index)
+        self.objects.put_bytes(version_key + STATE_NAME, result.to_json())
         copies = sum(1 for f in served if f.copied)
         if copies or result.dropped_rows:
             log.info(
@@ -177,51 +209,47 @@ class DedupedFiles:
             )  # fmt: skip
         return [DataFile(f.url, f.bytes, f.rows) for f in served], result
 
-    def _new_rows(
-        self,
-        state: ServedState | None,
-        index: KeyIndex,
-        small: Sequence[RegisteredObject],
-        files: Sequence[DataFile],
-        spans: dict[str, Span],
-        upper: int,
+    def _from_merged(
+        self, files: Sequence[DataFile], spans: dict[str, Span], hash_name: str, upper: int
     ) -> KeyedRows:
-        """The keyed rows of ids above the index: the small objects committed since (their
-        files are kept until a publication covering them is current), so a row id names a
-        small object's row (what rollups count by). Only when a partition is first published
-        under a policy after its small objects were collected (the policy turned on for a
-        table already switched to merged objects): its merged objects, each row named by its
-        range's end (ranges are in commit order, and a merge kept one row per key)."""
-        named = [(o.url, o.object_id) for o in small if index.upper < o.object_id <= upper]
-        try:
-            return self._keyed(named, index.hash_name)
-        except (ObjectStoreError, FileNotFoundError):  # S3's missing key, a local one
-            if state is not None or all(f.url in {o.url for o in small} for f in files):
-                raise
+        """The keyed rows of a partition first published under a policy after its small
+        objects were collected (the policy turned on for a table already switched to merged
+        objects): its merged objects, each row named by its range's end (ranges are in commit
+        order, and a merge kept one row per key). Otherwise the new rows are the small objects
+        committed since the index (their files are kept until a publication covering them is
+        current), so that a row id names a small object's row (what rollups count by)."""
         log.warning(
             "%s: small objects of 1..%d are gone: the key index starts from the merged objects",
             self.config.name, upper,
         )  # fmt: skip
-        return self._keyed([(f.url, spans[f.url][1]) for f in files], index.hash_name)
+        named = sorted(((f.url, spans[f.url][1]) for f in files), key=lambda n: n[1])
+        return self._keyed(named, list(self._read_all([url for url, _ in named])), hash_name)
 
-    def _keyed(self, named: list[tuple[str, int]], hash_name: str) -> KeyedRows:
-        """The keyed rows of the files `named` (URL, the object id their rows are named by),
-        their ids hashed with `hash_name`: the files are read in parallel, their ids hashed
-        together (a few large hash calls cost less than one per file)."""
-        named = sorted(named, key=lambda n: n[1])
-        tables = list(self._read_all([url for url, _ in named]))
-        rows = [
-            row_ids(object_id, t.num_rows) for t, (_, object_id) in zip(tables, named, strict=True)
-        ]
-        orders = [self._order(t) for t in tables]
-        keyed = []
-        for lo, hi in _groups([t.num_rows for t in tables], HASH_GROUP_ROWS):
+    def _keyed(
+        self, named: list[tuple[str, int]], tables: list[pa.Table], hash_name: str
+    ) -> KeyedRows:
+        """The keyed rows of `tables`, the key columns of the files `named` (URL, the object id
+        their rows are named by, ascending), their ids hashed with `hash_name` together in a few
+        large calls (which cost less than one per file), into arrays of all their rows."""
+        sizes = [t.num_rows for t in tables]
+        h1, h2 = np.empty(sum(sizes), np.uint64), np.empty(sum(sizes), np.uint64)
+        present = np.empty(sum(sizes), bool)
+        rows = np.concatenate(
+            [row_ids(object_id, n) for n, (_, object_id) in zip(sizes, named, strict=True)]
+            or [np.zeros(0, np.int64)]
+        )
+        start = 0
+        for lo, hi in _groups(sizes, HASH_GROUP_ROWS):
             ids = _same_type([self._ids(t) for t in tables[lo:hi]])
-            hashes = hash_ids(pa.chunked_array(ids, ids[0].type), hash_name)
-            group_order = orders[lo:hi]
-            order = None if group_order[0] is None else pa.concat_arrays(group_order)
-            keyed.append(KeyedRows.of(hashes, np.concatenate(rows[lo:hi]), order))
-        return _concat(keyed, self.order_type)
+            keys = hash_ids(pa.chunked_array(ids, ids[0].type), hash_name)
+            end = start + len(keys)
+            h1[start:end], h2[start:end], present[start:end] = keys.h1, keys.h2, keys.present
+            start = end
+        order = None
+        if self.order_type is not None:
+            orders = [self._order(t) for t in tables]
+            order = pa.concat_arrays(orders) if orders else pa.array([], self.order_type)
+        return KeyedRows.of(KeyHashes(h1, h2, present), rows, order)
 
     def _served(
         self,
@@ -326,12 +354,11 @@ class DedupedFiles:
             return pa.nulls(table.num_rows, self.order_type)
         return table.column(self.order_by).combine_chunks().cast(self.order_type)
 
-    def _write_state(self, version_key: str, state: ServedState, index: KeyIndex) -> None:
+    def _write_index(self, version_key: str, index: KeyIndex) -> None:
         sink = io.BytesIO()
         # Hashes are random: compressing or dictionary-encoding them only costs time.
         pq.write_table(index.to_table(), sink, compression="none", use_dictionary=False)
         self.objects.put_bytes(version_key + INDEX_NAME, sink.getvalue())
-        self.objects.put_bytes(version_key + STATE_NAME, state.to_json())
 
 
 def served_state(objects: ObjectStore, publication: Publication) -> ServedState | None:
@@ -367,12 +394,15 @@ class PendingDate:
     state: ServedState | None
     index: KeyIndex
     new: KeyedRows
-    committed_at_ms: np.ndarray
-    """Per row of `new`, when its small object was committed (0: not known)."""
     small: Sequence[RegisteredObject]
     files: Sequence[DataFile]
     spans: dict[str, Span]
     upper: int
+
+    def committed_at_ms(self) -> np.ndarray:
+        """Per row of `new`, when its small object was committed (0: not known); asked only
+        under `scope: table`, whose cross-date order it is."""
+        return _committed_at(self.small, self.new)
 
 
 def _groups(sizes: Sequence[int], rows: int) -> Iterator[tuple[int, int]]:
@@ -411,15 +441,16 @@ def _concat(parts: Sequence[KeyedRows], order_type: pa.DataType | None) -> Keyed
 
 
 def _committed_at(small: Sequence[RegisteredObject], rows: KeyedRows) -> np.ndarray:
-    """Per row of `rows`, its small object's commit time (0 where unknown)."""
-    known = sorted((o.object_id, o.committed_at_ms or 0) for o in small)
-    ids = np.array([i for i, _ in known], np.int64)
-    when = np.array([w for _, w in known] + [0], np.int64)
+    """Per row of `rows`, its small object's commit time (0 where unknown): looked up once per
+    run of rows of one object (their rows are read object by object)."""
+    when = {o.object_id: o.committed_at_ms or 0 for o in small}
     objects = object_of(rows.row)
-    at = np.searchsorted(ids, objects)
-    hit = at < len(ids)
-    hit[hit] = ids[at[hit]] == objects[hit]
-    out: np.ndarray = np.where(hit, when[np.minimum(at, len(ids))], 0)
+    if not len(objects):
+        return np.zeros(0, np.int64)
+    starts = np.concatenate([[0], np.flatnonzero(objects[1:] != objects[:-1]) + 1])
+    lengths = np.diff(np.append(starts, len(objects)))
+    at = np.array([when.get(int(o), 0) for o in objects[starts]], np.int64)
+    out: np.ndarray = np.repeat(at, lengths)
     return out
 
 

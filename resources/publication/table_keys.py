@@ -198,7 +198,7 @@ class TableKeysPublication:
         """The dates of this run with their new rows, then the `others` with their indexes.
         Raises `KeyIndexError` when two dates' keys are of different hashes."""
         dates = [
-            DateKeys(dt, pending.index.entries, pending.new, pending.committed_at_ms)
+            DateKeys(dt, pending.index.entries, pending.new, pending.committed_at_ms())
             for dt, (_, pending) in plans.items()
         ]
         dates += [

@@ -135,3 +135,31 @@ def test_stable_argsort_of_random_hashes() -> None:
     h1 = np.random.default_rng(5).integers(0, 1 << 64, 100_000, dtype=np.uint64, endpoint=False)
     h1[::7] = h1[3]  # and one key many times
     assert stable_argsort(h1).tolist() == np.argsort(h1, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("latest", [False, True])
+@pytest.mark.parametrize("seed", range(8))
+def test_resolution_holds_when_keys_share_their_first_hash_word(latest: bool, seed: int) -> None:
+    """Hashes drawn from a few h1 values (so runs of distinct keys share h1, old and new
+    interleaved): every batch's index holds each (h1, h2)'s winner, sorted by h1."""
+    rng = np.random.default_rng(seed)
+    index = KeyIndex.empty(pa.int64() if latest else None)
+    best: dict[tuple[int, int], tuple[int, int]] = {}  # key -> (order, row)
+    for object_id in range(1, 6):
+        n = int(rng.integers(1, 40))
+        h1 = rng.integers(0, 4, n).astype(np.uint64)
+        h2 = rng.integers(0, 6, n).astype(np.uint64)
+        order = rng.integers(0, 4, n)
+        rows = row_ids(object_id, n)
+        new = KeyedRows(h1, h2, rows, pa.array(order) if latest else None)
+        index = resolve(index, new, object_id, latest).index
+        for k1, k2, o, r in zip(
+            h1.tolist(), h2.tolist(), order.tolist(), rows.tolist(), strict=True
+        ):
+            held = best.get((k1, k2))
+            if held is None or (latest and o >= held[0]):
+                best[(k1, k2)] = (o, r)
+        e = index.entries
+        assert list(e.h1) == sorted(e.h1)
+        got = dict(zip(zip(e.h1.tolist(), e.h2.tolist(), strict=True), e.row.tolist(), strict=True))
+        assert got == {k: r for k, (_, r) in best.items()}
