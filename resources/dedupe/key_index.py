@@ -16,6 +16,8 @@ earlier; under `latest` the row that beat it stays ahead of it.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,13 +121,29 @@ class KeyIndex:
         return cls(entries, int(meta[INDEX_UPPER_KEY]), hash_name)
 
 
-@dataclass(frozen=True)
 class Resolution:
-    """What resolving new rows did: the index after, and the rows that lost in this step (old
-    winners beaten and new rows that lost), with their hashes."""
+    """What resolving new rows did: the rows that lost in this step (old winners beaten and new
+    rows that lost), with their hashes, and the index after. The index is built when first
+    asked for (from any thread, once): its merge is the step's largest part, so a caller can do
+    what needs only the rows that lost meanwhile."""
 
-    index: KeyIndex
-    lost: KeyedRows
+    def __init__(
+        self, lost: KeyedRows, hash_name: str, build_index: Callable[[], KeyIndex]
+    ) -> None:
+        self.lost = lost
+        self.hash_name = hash_name
+        """The hash of the rows' keys and of the index after."""
+        self._build_index: Callable[[], KeyIndex] | None = build_index
+        self._index: KeyIndex | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def index(self) -> KeyIndex:
+        with self._lock:
+            if self._index is None:
+                assert self._build_index is not None
+                self._index, self._build_index = self._build_index(), None
+            return self._index
 
 
 def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolution:
@@ -159,11 +177,13 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
             _take(old, replaced),
         ]
     )
-    if interleaved is None:
-        merged = _merged(old, w, at, insert_at, beats)
-    else:
-        merged = interleaved.merged(old, w, beats)
-    return Resolution(KeyIndex(merged, upper, index.hash_name), lost)
+
+    def build_index() -> KeyIndex:
+        if interleaved is None:
+            return KeyIndex(_merged(old, w, at, insert_at, beats), upper, index.hash_name)
+        return KeyIndex(interleaved.merged(old, w, beats), upper, index.hash_name)
+
+    return Resolution(lost, index.hash_name, build_index)
 
 
 def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[KeyedRows, np.ndarray]:

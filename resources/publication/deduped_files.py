@@ -39,6 +39,7 @@ from resources.dedupe.key_index import (
     KeyedRows,
     KeyIndex,
     KeyIndexError,
+    Resolution,
     object_of,
     one_per_key,
     resolve,
@@ -186,15 +187,15 @@ class DedupedFiles:
                 f.url in small_urls,
                 before.get(f.url),
                 p.index.upper,
-                resolution.index,
+                resolution,
                 _within(lost, p.spans[f.url]),
             )
 
         # Copies read and write whole objects: in parallel, as the key columns are read (an
-        # object store answers one request in tens of milliseconds), and the new key index is
-        # written meanwhile (the state that names the copies after them).
+        # object store answers one request in tens of milliseconds). The new key index is
+        # merged and written meanwhile (the state that names the copies after them).
         with ThreadPoolExecutor(READ_THREADS) as pool:
-            index_written = pool.submit(self._write_index, version_key, resolution.index)
+            index_written = pool.submit(lambda: self._write_index(version_key, resolution.index))
             served = list(pool.map(served_for, p.files))
             index_written.result()
         committed = sum(o.row_count for o in p.small if o.object_id <= p.upper)
@@ -259,11 +260,12 @@ class DedupedFiles:
         is_small: bool,
         prev: ServedFile | None,
         base: int,
-        index: KeyIndex,
+        resolution: Resolution,
         lost: KeyedRows,
     ) -> ServedFile:
         """What to serve for the ledger file `f` (ids `span`), given what the publication
-        before served for it (`prev`) and its rows that lost now (`lost`)."""
+        before served for it (`prev`) and its rows that lost now (`lost`); `resolution`'s
+        index is asked for only by a merged object first served under the policy."""
         if prev is not None and not len(lost):
             return prev
         if prev is None and is_small and span[1] > base:
@@ -275,9 +277,9 @@ class DedupedFiles:
         if prev is not None:
             # Rows of it beaten now (latest): their keys go, from what it served.
             return self._copy(
-                dt, f, span, prev.url, lambda t: self._keys_kept(t, lost, index.hash_name)
+                dt, f, span, prev.url, lambda t: self._keys_kept(t, lost, resolution.hash_name)
             )
-        return self._copy(dt, f, span, f.url, lambda t: self._winners_kept(t, span, index))
+        return self._copy(dt, f, span, f.url, lambda t: self._winners_kept(t, span, resolution))
 
     # -- row masks ---------------------------------------------------------------------------
 
@@ -290,9 +292,10 @@ class DedupedFiles:
             keep[i] = (int(keys.h1[i]), int(keys.h2[i])) not in gone
         return keep
 
-    def _winners_kept(self, table: pa.Table, span: Span, index: KeyIndex) -> np.ndarray:
+    def _winners_kept(self, table: pa.Table, span: Span, resolution: Resolution) -> np.ndarray:
         """A merged object's rows to serve: one per key (the best of the file by the policy,
         as its merge kept), and only where the key's winner lies in its range."""
+        index = resolution.index
         keys = hash_ids(self._ids(table), index.hash_name)
         winners = object_of(winners_of(index, keys))
         in_range = (winners > span[0]) & (winners <= span[1])
