@@ -140,8 +140,8 @@ class DedupedFiles:
         hash_name: str = HASH_NAME,
     ) -> PendingDate:
         """`serve`'s reads: the state and key index `base` left (a new one of the hash
-        `hash_name` without `base`), and the keyed rows committed since (with when each was
-        committed). Raises what `serve` raises."""
+        `hash_name` without `base`), and the keyed rows committed since. Raises what `serve`
+        raises."""
         state = None if base is None else served_state(self.objects, base)
         above = 0 if state is None else state.upper
         named = sorted(
