@@ -16,7 +16,7 @@ from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import RollupRunner
 from resources.check_outcome import CheckOutcome
 from resources.coordination.lease import LeaseTiming
-from resources.dedupe.key_index import KeyIndex
+from resources.dedupe.key_index import INDEX_UPPER_KEY, KeyIndex
 from resources.dedupe.keys import SIPHASH
 from resources.dedupe.served import INDEX_NAME
 from resources.ingestion.check_suite import unique_record_ids
@@ -25,7 +25,7 @@ from resources.ledger.model import SmallObject
 from resources.publication import checks
 from resources.publication.deduped_files import served_and_sources
 from resources.publication.manifest import read_spectrum
-from resources.publication.outcome import PUBLISHED
+from resources.publication.outcome import FAILED, PUBLISHED
 from resources.publication.reader import read_partition
 from resources.rollup.cursor import rollup_id
 from resources.rollup.spec import parse_rollups
@@ -252,3 +252,23 @@ def test_a_date_keyed_by_the_earlier_hash_keeps_it(
         KeyIndex.from_table(table, pa.float64() if keyed.mode == LATEST else None).hash_name
         == SIPHASH
     )
+
+
+def test_a_key_index_that_covers_other_ids_than_its_state_fails_the_publication(
+    keyed: KeyedWorld,
+) -> None:
+    # The index and the new rows are read at once, the rows chosen by the state's range: an
+    # index of another range (a torn or foreign write) would resolve them against the wrong
+    # keys, so the publication fails (and the next run retries) rather than serve that.
+    keyed.commit([("a", 1), ("b", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    key = keyed.world.objects.key_of(keyed.world.current().location + INDEX_NAME)
+    table = pq.read_table(pa.BufferReader(keyed.world.objects.get_bytes(key)))
+    meta = {**(table.schema.metadata or {}), INDEX_UPPER_KEY: b"0"}
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata(meta), sink)
+    keyed.world.objects.put_bytes(key, sink.getvalue().to_pybytes())
+    keyed.commit([("a", 2), ("c", 1)])
+    outcome = keyed.world.publish()
+    assert outcome.outcome == FAILED
+    assert "a key index of ids 1..0 beside a state of ids 1..1" in outcome.message
