@@ -180,8 +180,10 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
 
     def build_index() -> KeyIndex:
         if interleaved is None:
-            return KeyIndex(_merged(old, w, at, insert_at, beats), upper, index.hash_name)
-        return KeyIndex(interleaved.merged(old, w, beats), upper, index.hash_name)
+            merged = _merged(old, w, at, insert_at, beats)
+        else:
+            merged = interleaved.merged(old, w, beats)
+        return KeyIndex(merged, upper, index.hash_name)
 
     return Resolution(lost, index.hash_name, build_index)
 
@@ -206,13 +208,9 @@ def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[KeyedRows, np.ndarray]:
     first = np.ones(len(by), bool)
     first[1:] = (s1[1:] != s1[:-1]) | (s2[1:] != s2[:-1])
     won = by[first]
-    if bool(first.all()):  # no key twice: the sorted hashes are the winners'
-        winners = KeyedRows(s1, s2, row[won], None)
-    else:
-        winners = KeyedRows(s1[first], s2[first], row[won], None)
-    if rows.order is not None:
-        winners = KeyedRows(winners.h1, winners.h2, winners.row, rows.order.take(pa.array(won)))
-    return winners, by[~first]
+    keep = slice(None) if bool(first.all()) else first  # no key twice: no copy of the hashes
+    order = None if rows.order is None else rows.order.take(pa.array(won))
+    return KeyedRows(s1[keep], s2[keep], row[won], order), by[~first]
 
 
 def stable_argsort(h1: np.ndarray) -> np.ndarray:
