@@ -3,8 +3,8 @@
     .venv/bin/python bench/table_keys.py [--keys 100000000] [--dates 100]
         [--new 10000 100000 1000000] [--resend 0.2] [--cross 0.01] [--due 3] [--work DIR]
 
-A table of `--keys` keys over `--dates` dates, each date's key index a `keys.parquet` written
-as `DedupedFiles._write_index` writes it (`KeyIndex.to_table()`, no compression, no dictionary)
+A table of `--keys` keys over `--dates` dates, each date's key index a `keys.arrow` written
+as `DedupedFiles._write_index` writes it (`KeyIndex.to_bytes()`: an uncompressed Arrow file)
 into a local object store under `--work` (default a temporary directory under /tmp, removed at
 the end). The keys are real: ids `k-<n>` hashed by `resources.dedupe.keys.hash_ids` (the two
 SipHash digests), one date at a time so memory holds one date's ids; each date's keys are
@@ -15,7 +15,7 @@ small object of 1,000 rows each, in turn), a `--resend` share of them re-sends o
 in random dates' indexes, a `--cross` share fresh ids sent again on another due date in the same
 run (an at-least-once producer across event dates), the rest fresh. Timed, wall and CPU of this
 process: (a) reading every date's index as `TableKeysPublication._dates` does through
-`DedupedFiles.state` (the object store's bytes, `pq.read_table`, `KeyIndex.from_table`; the
+`DedupedFiles.state` (the object store's bytes, `KeyIndex.from_bytes`; the
 served state's `dedupe.json` and the store's queries are left out), (b) `lost_to_other_dates`.
 Hashing the new rows is not timed (the same under any scope). Checked: a re-send of another
 date's key is lost, of the due date's own key not (its date resolves it); of a fresh key's rows,
@@ -31,7 +31,6 @@ it never falls from one run to the next.
 from __future__ import annotations
 
 import argparse
-import io
 import resource
 import shutil
 import sys
@@ -42,7 +41,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -96,10 +94,9 @@ class Table:
             )
             by = np.argsort(h.h1, kind="stable")
             index = KeyIndex(KeyedRows(h.h1[by], h.h2[by], rows[by], None), self.next_object - 1)
-            sink = io.BytesIO()  # as DedupedFiles._write_index writes it
-            pq.write_table(index.to_table(), sink, compression="none", use_dictionary=False)
-            self.objects.put_bytes(self.key_of(dt), sink.getvalue())
-            total += len(sink.getvalue())
+            data = index.to_bytes()  # as DedupedFiles._write_index writes it
+            self.objects.put_bytes(self.key_of(dt), data)
+            total += len(data)
             if d % 10 == 9:
                 print(f"  wrote {d + 1} dates, {hi:,} keys, {total:,} bytes", flush=True)
         return total
@@ -111,7 +108,7 @@ class Table:
     def read(self, dt: str) -> KeyIndex:
         """`DedupedFiles.state`'s read of a date's index."""
         data = self.objects.get_bytes(self.key_of(dt))
-        return KeyIndex.from_table(pq.read_table(pa.BufferReader(data)), None)
+        return KeyIndex.from_bytes(data, None)
 
     def first_read(self) -> tuple[float, float, float]:
         """Every date's index read once, the process's first read (its memory fresh from the

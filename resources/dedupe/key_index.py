@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from resources.dedupe.keys import HASH_NAME, HASHES, KeyHashes
 from resources.errors import LeaseholdError
@@ -31,6 +32,7 @@ ROW_BITS = 32
 POSITION_MASK = (1 << ROW_BITS) - 1
 INDEX_UPPER_KEY = b"leasehold.keys.upper"
 INDEX_HASH_KEY = b"leasehold.keys.hash"
+PARQUET_MAGIC = b"PAR1"
 
 
 class KeyIndexError(LeaseholdError):
@@ -98,6 +100,30 @@ class KeyIndex:
             columns["order"] = e.order
         meta = {INDEX_UPPER_KEY: str(self.upper).encode(), INDEX_HASH_KEY: self.hash_name.encode()}
         return pa.table(columns).replace_schema_metadata(meta)
+
+    def to_bytes(self) -> bytes:
+        """The index as an Arrow IPC file (`to_table`, one batch, uncompressed): read back by
+        `from_bytes` without decoding or copying its columns."""
+        table = self.to_table()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=max(1, table.num_rows))
+        data: bytes = sink.getvalue().to_pybytes()
+        return data
+
+    @classmethod
+    def from_bytes(cls, data: bytes, order_type: pa.DataType | None) -> KeyIndex:
+        """The index `to_bytes` wrote (its arrays views of `data`, read-only), or one an earlier
+        version wrote as Parquet (`to_table`'s columns). Raises `KeyIndexError` for anything
+        else, and as `from_table` does."""
+        try:
+            if data[:4] == PARQUET_MAGIC:
+                table = pq.read_table(pa.BufferReader(data))
+            else:
+                table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise KeyIndexError(f"not a key index: {exc}") from exc
+        return cls.from_table(table, order_type)
 
     @classmethod
     def from_table(cls, table: pa.Table, order_type: pa.DataType | None) -> KeyIndex:

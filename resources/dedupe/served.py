@@ -1,6 +1,6 @@
 """What a publication under a dedupe policy serves: per ledger file, the file itself or a copy
 without the rows that lost (`ServedFile`), kept beside the publication's manifests as
-`dedupe.json`, next to its key index `keys.parquet` (`resources/publication/deduped_files.py`).
+`dedupe.json`, next to its key index `keys.arrow` (`resources/publication/deduped_files.py`).
 
 Readers only read what a manifest names, so a copy written for a publication is read only once
 the ledger records that publication; the files of the next publication start from this one's.
@@ -15,7 +15,10 @@ from typing import Any
 from resources.errors import LeaseholdError
 
 STATE_NAME = "dedupe.json"
-INDEX_NAME = "keys.parquet"
+INDEX_NAME = "keys.arrow"
+"""The key index a publication writes beside its state (an Arrow IPC file: `KeyIndex.to_bytes`)."""
+LEGACY_INDEX_NAME = "keys.parquet"
+"""The key index of a state written before `ServedState.index` was kept (a Parquet file)."""
 DROPPED_KEY = b"leasehold.dedupe.dropped"
 """A merged object's Parquet metadata: the rows of its range's small objects it does not hold
 (records that lost to another of their key), so its rows + these = what the ledger committed."""
@@ -52,6 +55,9 @@ class ServedState:
     files: tuple[ServedFile, ...]
     committed_rows: int
     """The rows the ledger committed for the files (before the policy)."""
+    index: str = INDEX_NAME
+    """The name of its key index beside it (`LEGACY_INDEX_NAME` for a state that does not say:
+    one written before the index was an Arrow file)."""
 
     @property
     def served_rows(self) -> int:
@@ -69,6 +75,7 @@ class ServedState:
         doc = {
             "upper": self.upper,
             "committed_rows": self.committed_rows,
+            "index": self.index,
             "files": [asdict(f) for f in self.files],
         }
         return json.dumps(doc, indent=1).encode()
@@ -79,7 +86,10 @@ class ServedState:
         try:
             doc = json.loads(data)
             files = tuple(ServedFile(**f) for f in doc["files"])
-            return cls(int(doc["upper"]), files, int(doc["committed_rows"]))
+            index = str(doc.get("index", LEGACY_INDEX_NAME))
+            if index not in (INDEX_NAME, LEGACY_INDEX_NAME):
+                raise ValueError(f"an index named {index!r}")
+            return cls(int(doc["upper"]), files, int(doc["committed_rows"]), index)
         except (ValueError, KeyError, TypeError) as exc:
             raise ServedStateError(f"{where}: not a dedupe state: {exc}") from exc
 

@@ -4,7 +4,7 @@ published snapshot — live small objects included — holds each key once
 
 The publisher decides which ledger files a publication covers (ids `1..upper`); this turns them
 into what readers are served, copy-on-write:
-1. Start from the current publication's state (its `dedupe.json` and key index `keys.parquet`,
+1. Start from the current publication's state (its `dedupe.json` and key index `keys.arrow`,
    covering `1..base`), or from nothing.
 2. Read the key (and `order_by`) of every row committed above `base` and resolve them against
    the index (`resources.dedupe.key_index.resolve`): the new index, and the rows that lost now.
@@ -102,8 +102,8 @@ class DedupedFiles:
         """The key index beside `state` (`publication`'s), empty of `hash_name` without one."""
         if state is None or publication is None:
             return KeyIndex.empty(self.order_type, hash_name)
-        data = self.objects.get_bytes(self.objects.key_of(publication.location + INDEX_NAME))
-        index = KeyIndex.from_table(pq.read_table(pa.BufferReader(data)), self.order_type)
+        data = self.objects.get_bytes(self.objects.key_of(publication.location + state.index))
+        index = KeyIndex.from_bytes(data, self.order_type)
         if index.upper != state.upper:
             raise KeyIndexError(
                 f"a key index of ids 1..{index.upper} beside a state of ids 1..{state.upper}"
@@ -358,10 +358,9 @@ class DedupedFiles:
         return table.column(self.order_by).combine_chunks().cast(self.order_type)
 
     def _write_index(self, version_key: str, index: KeyIndex) -> None:
-        sink = io.BytesIO()
-        # Hashes are random: compressing or dictionary-encoding them only costs time.
-        pq.write_table(index.to_table(), sink, compression="none", use_dictionary=False)
-        self.objects.put_bytes(version_key + INDEX_NAME, sink.getvalue())
+        # An Arrow file: the next publication reads it without decoding it (hashes are random:
+        # compressing them would only cost time).
+        self.objects.put_bytes(version_key + INDEX_NAME, index.to_bytes())
 
 
 def served_state(objects: ObjectStore, publication: Publication) -> ServedState | None:

@@ -3,6 +3,7 @@ holds each key's winner under the policy and the rows that lost are exactly the 
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from resources.dedupe.key_index import (
     KeyedRows,
     KeyIndex,
+    KeyIndexError,
     first_per_id,
     one_per_key,
     resolve,
@@ -22,6 +24,12 @@ from resources.dedupe.key_index import (
     winners_of,
 )
 from resources.dedupe.keys import hash_ids
+from resources.dedupe.served import (
+    INDEX_NAME,
+    LEGACY_INDEX_NAME,
+    ServedState,
+    ServedStateError,
+)
 
 Record = tuple[str | None, int | None]  # (id, order value)
 
@@ -99,11 +107,35 @@ def test_one_per_key_keeps_the_first_or_the_latest_row_of_each_key() -> None:
     assert one_per_key(keys, order, latest=True).tolist() == [0, 1, 0, 1, 1, 1]
 
 
-def test_an_index_written_and_read_back_is_the_same() -> None:
-    index = resolve(KeyIndex.empty(pa.int64()), keyed(1, [("a", 1), ("b", 2)]), 1, True).index
-    back = KeyIndex.from_table(index.to_table(), pa.int64())
-    assert back.upper == 1 and back.entries.row.tolist() == index.entries.row.tolist()
-    assert back.entries.order is not None and back.entries.order.equals(index.entries.order)
+@pytest.mark.parametrize("records", [[], [("a", 1), ("b", 2)]])
+def test_an_index_written_and_read_back_is_the_same(records: list[tuple[str, int]]) -> None:
+    index = resolve(KeyIndex.empty(pa.int64()), keyed(1, records), 1, True).index
+    for back in (
+        KeyIndex.from_table(index.to_table(), pa.int64()),
+        KeyIndex.from_bytes(index.to_bytes(), pa.int64()),
+    ):
+        assert back.upper == 1 and back.entries.row.tolist() == index.entries.row.tolist()
+        assert back.entries.h1.tolist() == index.entries.h1.tolist()
+        assert back.entries.h2.tolist() == index.entries.h2.tolist()
+        assert back.entries.order is not None and back.entries.order.equals(index.entries.order)
+
+
+def test_bytes_that_are_no_key_index_are_refused() -> None:
+    with pytest.raises(KeyIndexError, match="not a key index"):
+        KeyIndex.from_bytes(b"PAR1 and then nothing", None)
+    with pytest.raises(KeyIndexError, match="not a key index"):
+        KeyIndex.from_bytes(b"", None)
+
+
+def test_a_state_naming_another_index_file_is_refused() -> None:
+    state = ServedState(1, (), 0)
+    doc = json.loads(state.to_json())
+    assert ServedState.from_json(state.to_json(), "here").index == INDEX_NAME
+    del doc["index"]
+    assert ServedState.from_json(json.dumps(doc).encode(), "here").index == LEGACY_INDEX_NAME
+    doc["index"] = "../../elsewhere"
+    with pytest.raises(ServedStateError, match="here: not a dedupe state"):
+        ServedState.from_json(json.dumps(doc).encode(), "here")
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -3,6 +3,7 @@ included, across merges and the switch — and the checks vouch for what it left
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 from functools import partial
@@ -16,9 +17,9 @@ from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import RollupRunner
 from resources.check_outcome import CheckOutcome
 from resources.coordination.lease import LeaseTiming
-from resources.dedupe.key_index import INDEX_UPPER_KEY, KeyIndex
+from resources.dedupe.key_index import KeyIndex
 from resources.dedupe.keys import SIPHASH
-from resources.dedupe.served import INDEX_NAME
+from resources.dedupe.served import INDEX_NAME, LEGACY_INDEX_NAME, STATE_NAME
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import FIRST, LATEST, NONE, DedupeSettings
 from resources.ledger.model import SmallObject
@@ -247,11 +248,35 @@ def test_a_date_keyed_by_the_earlier_hash_keeps_it(
     assert keyed.world.publish().outcome == PUBLISHED
     keyed.assert_serves_the_policy()
     index = keyed.world.objects.key_of(keyed.world.current().location + INDEX_NAME)
-    table = pq.read_table(pa.BufferReader(keyed.world.objects.get_bytes(index)))
+    data = keyed.world.objects.get_bytes(index)
     assert (
-        KeyIndex.from_table(table, pa.float64() if keyed.mode == LATEST else None).hash_name
+        KeyIndex.from_bytes(data, pa.float64() if keyed.mode == LATEST else None).hash_name
         == SIPHASH
     )
+
+
+def test_a_state_and_parquet_index_an_earlier_version_wrote_are_read_and_extended(
+    keyed: KeyedWorld,
+) -> None:
+    # Before the index was an Arrow file, a state did not name it and `keys.parquet` held it:
+    # a table published then goes on under this version, its next index an Arrow file.
+    keyed.commit([("a", 1), ("b", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    objects, location = keyed.world.objects, keyed.world.current().location
+    order = pa.float64() if keyed.mode == LATEST else None
+    index = KeyIndex.from_bytes(objects.get_bytes(objects.key_of(location + INDEX_NAME)), order)
+    sink = pa.BufferOutputStream()
+    pq.write_table(index.to_table(), sink, compression="none", use_dictionary=False)
+    objects.put_bytes(objects.key_of(location + LEGACY_INDEX_NAME), sink.getvalue().to_pybytes())
+    objects.delete(objects.key_of(location + INDEX_NAME))
+    state = json.loads(objects.get_bytes(objects.key_of(location + STATE_NAME)))
+    del state["index"]
+    objects.put_bytes(objects.key_of(location + STATE_NAME), json.dumps(state).encode())
+    keyed.commit([("a", 2), ("b", 0), ("c", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+    after = keyed.world.current().location
+    assert objects.get_bytes(objects.key_of(after + INDEX_NAME))[:6] == b"ARROW1"
 
 
 def test_a_key_index_that_covers_other_ids_than_its_state_fails_the_publication(
@@ -263,11 +288,9 @@ def test_a_key_index_that_covers_other_ids_than_its_state_fails_the_publication(
     keyed.commit([("a", 1), ("b", 1)])
     assert keyed.world.publish().outcome == PUBLISHED
     key = keyed.world.objects.key_of(keyed.world.current().location + INDEX_NAME)
-    table = pq.read_table(pa.BufferReader(keyed.world.objects.get_bytes(key)))
-    meta = {**(table.schema.metadata or {}), INDEX_UPPER_KEY: b"0"}
-    sink = pa.BufferOutputStream()
-    pq.write_table(table.replace_schema_metadata(meta), sink)
-    keyed.world.objects.put_bytes(key, sink.getvalue().to_pybytes())
+    order = pa.float64() if keyed.mode == LATEST else None
+    index = KeyIndex.from_bytes(keyed.world.objects.get_bytes(key), order)
+    keyed.world.objects.put_bytes(key, replace(index, upper=0).to_bytes())
     keyed.commit([("a", 2), ("c", 1)])
     outcome = keyed.world.publish()
     assert outcome.outcome == FAILED
