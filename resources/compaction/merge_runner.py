@@ -30,7 +30,9 @@ from resources.compaction.merge_planner import MergePlan, MergePlanner
 from resources.coordination.errors import LeaseStoreError, PartitionUnavailableError
 from resources.coordination.items import ItemType, iso_utc
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
+from resources.dedupe.served import ServedState
 from resources.errors import LeaseholdError
+from resources.key_settings import FIRST
 from resources.ledger.merge import (
     MergeChainError,
     MergeCommit,
@@ -38,6 +40,7 @@ from resources.ledger.merge import (
     MergedObject,
     merged_object_name,
 )
+from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import merged_files
 from resources.objects.base import ObjectStore
 from resources.stores.base import CoordinationStore
@@ -70,8 +73,12 @@ class Written(Protocol):
     def schema_version(self) -> int: ...
 
 
-WriteMerged = Callable[[Sequence[str], Path], Written]
-"""(input URLs or local paths, local target) -> the one object written."""
+WriteMerged = Callable[..., Written]
+"""(input URLs or local paths, local target[, left_out]) -> the one object written
+(`MergeWriter.write`; `left_out` is passed only for served inputs)."""
+ServedFiles = Callable[[str], ServedState | None]
+"""dt -> what its current publication serves under a dedupe policy (None: no publication, or
+one recorded without a policy)."""
 
 
 @dataclass
@@ -152,7 +159,12 @@ class MergeRunner:
         planner: MergePlanner | None = None,
         on_step: Callable[[str, str], None] | None = None,
         parallel: int = 1,
+        served: ServedFiles | None = None,
     ) -> None:
+        """`served`: under `dedupe.mode: first`, what a date's current publication serves; a
+        range of small objects it covers is merged from the files it serves (without the
+        re-sent records), so the merge looks for no key. None: merges read the ledger's
+        objects and keep one row per key themselves."""
         self.config = config
         self.table = table
         self.store = store
@@ -167,6 +179,7 @@ class MergeRunner:
         self.on_step = on_step or (lambda step, dt: None)
         self.job_sid = store.source_identifier(table, ItemType.MERGE_JOB)
         self.parallel = parallel
+        self.served = served if config.dedupe.active and config.dedupe.mode == FIRST else None
 
     # -- merging -------------------------------------------------------------------------------
 
@@ -279,10 +292,15 @@ class MergeRunner:
 
     def _write_and_publish(self, lease: Lease, plan: MergePlan, scratch: Path) -> MergedObject:
         scratch.mkdir(parents=True, exist_ok=True)
-        inputs = [self._local(url, scratch) for url in plan.inputs]
+        served = self._served_inputs(plan)
+        urls = plan.inputs if served is None else served[0]
+        inputs = [self._local(url, scratch) for url in urls]
         lease.check()
         name = merged_object_name(plan.lower, plan.upper)
-        written = self.write(inputs, scratch / "out" / name)
+        target = scratch / "out" / name
+        written = (
+            self.write(inputs, target) if served is None else self.write(inputs, target, served[1])
+        )
         self.on_step("written", plan.dt)
         if written.row_count + written.dropped_now != plan.input_rows:
             left_out = f" and left out {written.dropped_now}" if written.dropped_now else ""
@@ -303,6 +321,18 @@ class MergeRunner:
             # The columns it holds: the merge's version, at least its inputs' newest.
             max(plan.schema_version, written.schema_version),
         )
+
+    def _served_inputs(self, plan: MergePlan) -> tuple[list[str], int] | None:
+        """Under `first`, for a range of small objects (no merged object rewritten) that the
+        date's current publication covers: the files it serves for them, in id order (each the
+        object, or its copy without the records that lost to an earlier one of their key: a
+        fate that is final under `first`), and the rows they leave out. None otherwise: the
+        merge keeps one row per key of the ledger's objects itself. Raises the store's and
+        object store's errors."""
+        if self.served is None or plan.rewrite is not None:
+            return None
+        state = self.served(plan.dt)
+        return None if state is None else served_inputs(plan.objects, state)
 
     def _local(self, url: str, scratch: Path) -> str:
         """A path Spark can read: local objects as they are, others copied to `scratch` first
@@ -342,3 +372,17 @@ class MergeRunner:
         outcome.outcome, outcome.message = FAILED, message
         log.error("%s dt=%s: merge failed: %s", self.table, outcome.dt, message)
         return outcome
+
+
+def served_inputs(
+    objects: Sequence[RegisteredObject], state: ServedState
+) -> tuple[list[str], int] | None:
+    """The files `state` serves for the small objects `objects`, in their order, and the rows
+    of theirs it leaves out; None unless it covers every one of them. Pure."""
+    by_source = state.by_source()
+    files = [by_source.get(o.url) for o in objects]
+    served = [f for f in files if f is not None and f.upper <= state.upper]
+    if len(served) != len(objects):
+        return None
+    left_out = sum(o.row_count for o in objects) - sum(f.rows for f in served)
+    return [f.url for f in served], left_out

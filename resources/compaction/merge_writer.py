@@ -9,7 +9,10 @@ disk as it sorts. Under a dedupe policy (`config.dedupe`) every merge is pyarrow
 size: keeping one row per key of the range needs the rows in commit order (the rewritten merged
 object, then the small objects by id), which Spark's read of many files does not keep; such a
 merge holds its range as Arrow (about 4x `merge.max_bytes`). Its object records the rows it left
-out in its metadata (`leasehold.dedupe.dropped`, with those of the object it rewrites).
+out in its metadata (`leasehold.dedupe.dropped`, with those of the object it rewrites). Under
+`first`, a range of small objects the current publication covers is merged from what that
+publication serves for them (`left_out`): their rows are each key's first record already, so
+no key is looked for again (`MergeRunner`).
 
 Schema versions (docs/schema-evolution.md). Each `write` asks `follow` for the stream's latest
 version once its inputs are decided (the runner decided them from the ledger before calling),
@@ -175,15 +178,20 @@ class MergeWriter:
         writer's own config without one. Raises what `follow` raises (the store unreadable)."""
         return self.config if self.follow is None else self.follow()
 
-    def write(self, inputs: Sequence[str], target: Path) -> WrittenObject:
+    def write(
+        self, inputs: Sequence[str], target: Path, left_out: int | None = None
+    ) -> WrittenObject:
         """Read exactly `inputs` (local paths or file:// URLs of Parquet objects, as the ledger
         names them: never list a directory), each by column name against the columns of the
         stream's latest schema version (`merged_config`; a column an input lacks is null),
         sort rows by `config.merge.sort_by`, write exactly one Parquet object at `target` (a
         local path; its parent may not exist yet) carrying that version in its
-        `leasehold.schema_version` metadata. Raises `ValueError` for no inputs or a remote
-        one, `MergeWriteError` when an input is missing, unreadable or holds a column with
-        another type than the version's; nothing is left at `target` then."""
+        `leasehold.schema_version` metadata. Under a dedupe policy one row per key of the
+        inputs is kept, unless `left_out` is given: the inputs are what a publication serves
+        for the range's small objects (each key's first record already), which left out that
+        many of their committed rows; they are merged whole. Raises `ValueError` for no inputs
+        or a remote one, `MergeWriteError` when an input is missing, unreadable or holds a
+        column with another type than the version's; nothing is left at `target` then."""
         if not inputs:
             raise ValueError("a merge needs at least one input object")
         config = self.merged_config()
@@ -195,8 +203,11 @@ class MergeWriter:
         if rows is not None:
             meta = version_metadata(config.schema_version)
             if config.dedupe.active:
-                kept = rows.filter(pa.array(self._one_per_key(rows, config)))
-                dropped_now = rows.num_rows - kept.num_rows
+                if left_out is None:
+                    kept = rows.filter(pa.array(self._one_per_key(rows, config)))
+                    dropped_now = rows.num_rows - kept.num_rows
+                else:
+                    kept, dropped_now = rows, left_out
                 total = dropped_now + sum(dropped_rows(pq.read_metadata(p)) for p in paths)
                 rows, meta = kept, {**meta, DROPPED_KEY: str(total).encode()}
             self._arrow_write(rows, target, meta)

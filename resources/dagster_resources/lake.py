@@ -30,6 +30,7 @@ from resources.ingestion.split_task import StoreAddress
 from resources.notifications.queue import EventQueue
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
+from resources.publication.deduped_files import current_served_state
 from resources.stores.stream_schema import followed_config
 from resources.streams import LakeSettings, StreamConfig
 
@@ -172,11 +173,12 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
             follow=lambda: followed_config(store, self.stream(stream)),
             arrow_max_bytes=ARROW_MAX_BYTES if spark.sees_local_files else sys.maxsize,
         )
+        table, objects = self.table_name(stream), self.object_store(config.table)
         return MergeRunner(
             config=config,
-            table=self.table_name(stream),
+            table=table,
             store=coordination.store,
-            objects=self.object_store(config.table),
+            objects=objects,
             owner=owner,
             timing=coordination.timing(),
             write=writer.write,
@@ -185,4 +187,5 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
             # One merge per core, at most MAX_PARALLEL_MERGES: a merge done in pyarrow holds up
             # to twice `ARROW_MAX_BYTES` (512 MiB) while it sorts.
             parallel=min(os.cpu_count() or 1, MAX_PARALLEL_MERGES),
+            served=functools.partial(current_served_state, store, objects, table),
         )

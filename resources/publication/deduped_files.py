@@ -54,6 +54,7 @@ from resources.ledger.publication import DataFile, Publication
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.publication.manifest import read_spectrum
 from resources.schema.arrow import arrow_type
+from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -371,6 +372,16 @@ def served_state(objects: ObjectStore, publication: Publication) -> ServedState 
     if objects.size(key) is None:
         return None
     return ServedState.from_json(objects.get_bytes(key), objects.url(key))
+
+
+def current_served_state(
+    store: CoordinationStore, objects: ObjectStore, table: str, dt: str
+) -> ServedState | None:
+    """What the current publication of `table`'s `dt` serves under a dedupe policy (None: never
+    published, or published without one). Raises the store's errors, `ObjectStoreError`,
+    `ServedStateError`."""
+    publications = store.publications(table, dt)
+    return served_state(objects, publications[-1]) if publications else None
 
 
 def served_and_sources(objects: ObjectStore, location: str | None) -> tuple[list[str], list[str]]:

@@ -17,10 +17,19 @@ import pytest
 
 from resources.compaction import checks
 from resources.compaction.closing import closes_at_ms
-from resources.compaction.merge_runner import BUSY, FAILED, MERGED, NOTHING_TO_MERGE, MergeRunner
+from resources.compaction.merge_runner import (
+    BUSY,
+    FAILED,
+    MERGED,
+    NOTHING_TO_MERGE,
+    MergeRunner,
+    served_inputs,
+)
 from resources.compaction.merge_schedule import MergeSchedule
 from resources.coordination.items import ItemType, LeaseItem, PartitionStatus, iso_utc
+from resources.dedupe.served import ServedFile, ServedState
 from resources.ledger.merge import MergeRange
+from resources.ledger.model import RegisteredObject
 from resources.stores.base import CoordinationStore
 from tests.support.arrow_merge import ArrowMergeWriter, ArrowWritten
 from tests.support.fakes import FakeClock
@@ -264,3 +273,22 @@ def test_a_merged_object_short_of_its_inputs_rows_fails_and_commits_nothing(
     (again,) = runner(lake, store).merge([DT])  # the next run, with a sound writer
     assert again.outcome == MERGED
     assert_merged_exactly_once(lake, store, ingest)
+
+
+def test_served_inputs_are_what_the_publication_serves_only_when_it_covers_every_object() -> None:
+    def small(object_id: int, rows: int) -> RegisteredObject:
+        url = f"file:///t/dt=2026-01-01/{object_id}.parquet"
+        return RegisteredObject(
+            "t", "2026-01-01", object_id, url, 100, rows, "sid", f"k{object_id}", 1, False
+        )
+
+    objects = [small(1, 10), small(2, 10), small(3, 5)]
+    files = (
+        ServedFile(objects[0].url, objects[0].url, 10, 100, 0, 1),
+        ServedFile(objects[1].url, "file:///t/deduped/2.parquet", 7, 80, 1, 2),
+    )
+    assert served_inputs(objects[:2], ServedState(2, files, 20)) == (
+        [objects[0].url, "file:///t/deduped/2.parquet"],
+        3,
+    )
+    assert served_inputs(objects, ServedState(2, files, 20)) is None  # 3 is not published yet

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
 from resources.compaction.merge_writer import MergeWriter
 from resources.ledger.publication import Publication
 from resources.objects.base import ObjectStore
+from resources.publication.deduped_files import current_served_state
 from resources.publication.outcome import PublicationOutcome
 from resources.publication.publisher import Publisher
 from resources.publication.reader import read_partition
@@ -63,6 +65,7 @@ class World:
                 self.spark, self.config, follow=lambda: followed_config(self.store, self.config)
             ).write,
             work_dir=Path(self.lake.root) / "work",
+            served=partial(current_served_state, self.store, self.objects, TABLE),
         )  # fmt: skip
         outcomes = list(runner.merge([dt]))
         assert [o.outcome for o in outcomes][-1] == MERGED, [o.describe() for o in outcomes]

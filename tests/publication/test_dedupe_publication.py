@@ -7,6 +7,7 @@ import json
 import random
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,12 +20,12 @@ from resources.check_outcome import CheckOutcome
 from resources.coordination.lease import LeaseTiming
 from resources.dedupe.key_index import KeyIndex
 from resources.dedupe.keys import SIPHASH
-from resources.dedupe.served import INDEX_NAME, LEGACY_INDEX_NAME, STATE_NAME
+from resources.dedupe.served import DROPPED_KEY, INDEX_NAME, LEGACY_INDEX_NAME, STATE_NAME
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import FIRST, LATEST, NONE, DedupeSettings
 from resources.ledger.model import SmallObject
 from resources.publication import checks
-from resources.publication.deduped_files import served_and_sources
+from resources.publication.deduped_files import served_and_sources, served_state
 from resources.publication.manifest import read_spectrum
 from resources.publication.outcome import FAILED, PUBLISHED
 from resources.publication.reader import read_partition
@@ -138,6 +139,31 @@ def test_merges_keep_one_row_per_key_and_the_switch_serves_the_policy(
     keyed.commit([("a", 7), ("z", 1)])
     keyed.world.merge()
     assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+
+
+def test_under_first_a_merge_of_published_objects_merges_what_the_publication_serves(
+    world: World,
+) -> None:
+    # Under `first` a record that lost stays out, so a merge of small objects the current
+    # publication covers takes the files it serves (each key's first record already) instead
+    # of looking for keys again: the original of a copied object is not even read.
+    keyed = KeyedWorld(world, FIRST)
+    keyed.commit([("a", 1), ("b", 1)])
+    keyed.commit([("a", 2), ("c", 1), ("c", 2)])
+    assert world.publish().outcome == PUBLISHED
+    state = served_state(world.objects, world.current())
+    assert state is not None
+    copied = [f for f in state.files if f.copied]
+    assert len(copied) == 1
+    world.objects.delete(world.objects.key_of(copied[0].source))
+    (outcome,) = world.merge()
+    local = world.objects.local_copy(world.objects.key_of(outcome.url), Path(world.lake.root))
+    merged = pq.ParquetFile(local)
+    assert merged.metadata.num_rows == 3
+    assert int(merged.metadata.metadata[DROPPED_KEY]) == 2
+    world.close()
+    assert world.publish().switched_now
     keyed.assert_serves_the_policy()
 
 
