@@ -14,8 +14,10 @@ times. The Spark read of the source objects is the same code under every policy 
 acts at publication and merge), so it is left out: the ratio here is over the part a policy
 changes, a stricter ratio than over a whole ingestion.
 
-Then a merge of `--merge-objects` small objects (with re-sends) with and without the policy.
-Reported: medians, the ratios (targets: publication path <= 1.3x, merge <= 1.2x), the key
+Then a merge of `--merge-objects` small objects (with re-sends) without the policy, and under
+`first` twice: of the ledger's objects (not yet published: the writer keeps one row per key)
+and of what their publication serves (published, as a closed date's objects mostly are when it
+is merged; `MergeRunner` then hands the writer the served files). Reported: medians, the ratios (targets: publication path <= 1.3x, merge <= 1.2x), the key
 index's bytes per key and the resolution's cost per new record.
 """
 
@@ -38,18 +40,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resources.catalog.hive_target import HiveManifestsTarget  # noqa: E402
 from resources.catalog.local import LocalCatalog  # noqa: E402
+from resources.compaction.merge_runner import served_inputs  # noqa: E402
 from resources.compaction.merge_writer import MergeWriter  # noqa: E402
 from resources.dedupe.served import INDEX_NAME  # noqa: E402
 from resources.ingestion.table_objects import write_table_object  # noqa: E402
 from resources.key_settings import FIRST, NONE, DedupeSettings  # noqa: E402
 from resources.ledger.model import SmallObject  # noqa: E402
 from resources.objects.factory import object_store_for  # noqa: E402
+from resources.publication.deduped_files import current_served_state  # noqa: E402
 from resources.publication.publisher import Publisher  # noqa: E402
 from resources.schema.columns import ColumnSpec  # noqa: E402
 from resources.stores.sqlite.store import SqliteLeaseStore  # noqa: E402
 from resources.streams import StreamConfig  # noqa: E402
 
 DT = "2026-03-01"
+PUBLISHED = "first, published"
+"""The merges of objects a publication covers (under `first`: of what it serves)."""
 START_US = 1_772_323_200_000_000  # 2026-03-01T00:00:00Z
 
 
@@ -175,13 +181,25 @@ def newest_index(work: Path) -> int:
     return indexes[-1].stat().st_size
 
 
-def merge_run(work: Path, mode: str, new: list) -> tuple[float, float]:
+def merge_run(work: Path, mode: str, new: list, published: bool) -> tuple[float, float]:
+    """One merge of the objects `new`, as `MergeRunner` hands it to the writer: under `first`
+    and `published`, of what their publication serves (`served_inputs`), else of the ledger's
+    objects (the writer keeping one row per key under `first`)."""
     table = Table(work / f"merge-{mode}", mode)
     for t in new:
         table.commit(t)
-    paths = [o.url for o in table.store.ledger_objects("events", DT)]
+    objects = table.store.ledger_objects("events", DT)
+    inputs, left_out = [o.url for o in objects], None
+    if published:
+        table.publish()  # not timed: the live publications a closed date had before its merge
+        state = current_served_state(table.store, table.objects, "events", DT)
+        assert state is not None
+        served = served_inputs(objects, state)
+        assert served is not None
+        inputs, left_out = served
     writer = MergeWriter(lambda: None, table.config, arrow_max_bytes=1 << 40)  # never Spark
-    wall, cpu, _ = clocked(lambda: writer.write(paths, table.work / "merged.parquet"))
+    target = table.work / "merged.parquet"
+    wall, cpu, _ = clocked(lambda: writer.write(inputs, target, left_out))
     return wall, cpu
 
 
@@ -198,7 +216,7 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-dedupe-"))
     old, new = batches(args, 7)
     results: dict[str, list[dict[str, Any]]] = {NONE: [], FIRST: []}
-    merges: dict[str, list[tuple[float, float]]] = {NONE: [], FIRST: []}
+    merges: dict[str, list[tuple[float, float]]] = {NONE: [], FIRST: [], PUBLISHED: []}
     merge_new = (new * (1 + args.merge_objects // max(1, len(new))))[: args.merge_objects]
     for r in range(args.repeats):
         for mode in (NONE, FIRST) if r % 2 == 0 else (FIRST, NONE):
@@ -207,9 +225,10 @@ def main() -> int:
     # Merges in a loop of their own: one right after a publication of 10⁷ rows would pay for
     # the memory that publication left behind.
     for r in range(args.repeats):
-        for mode in (NONE, FIRST) if r % 2 == 0 else (FIRST, NONE):
-            merges[mode].append(merge_run(work, mode, merge_new))
-            print(f"merge {r} {mode}: wall {merges[mode][-1][0]:.2f} s", flush=True)
+        for kind in (NONE, FIRST, PUBLISHED) if r % 2 == 0 else (PUBLISHED, FIRST, NONE):
+            mode = NONE if kind == NONE else FIRST
+            merges[kind].append(merge_run(work, mode, merge_new, kind == PUBLISHED))
+            print(f"merge {r} {kind}: wall {merges[kind][-1][0]:.2f} s", flush=True)
     report(args, results, merges)
     shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -236,12 +255,13 @@ def report(args: argparse.Namespace, results: dict, merges: dict) -> None:
     print(f"| commit + publish | {nw:.2f} | {fw:.2f} | {fw / nw:.2f} | ", end="")
     print(f"{nc:.2f} | {fc:.2f} | {fc / nc:.2f} |")
     added = (fw - nw) / new_records * 1e6
-    nw, fw = med([m[0] for m in merges[NONE]]), med([m[0] for m in merges[FIRST]])
-    nc, fc = med([m[1] for m in merges[NONE]]), med([m[1] for m in merges[FIRST]])
-    print(
-        f"| merge of {args.merge_objects} objects | {nw:.2f} | {fw:.2f} | {fw / nw:.2f} | "
-        f"{nc:.2f} | {fc:.2f} | {fc / nc:.2f} |"
-    )
+    nw, nc = med([m[0] for m in merges[NONE]]), med([m[1] for m in merges[NONE]])
+    for kind, what in ((PUBLISHED, "published"), (FIRST, "unpublished")):
+        fw, fc = med([m[0] for m in merges[kind]]), med([m[1] for m in merges[kind]])
+        print(
+            f"| merge of {args.merge_objects} objects, {what} | {nw:.2f} | {fw:.2f} | "
+            f"{fw / nw:.2f} | {nc:.2f} | {fc:.2f} | {fc / nc:.2f} |"
+        )
     print(f"\nadded per new record under first: {added:.2f} µs (wall)")
     index = results[FIRST][-1]["index_bytes"]
     print(f"\nkey index: {keys:,} keys, {index:,} bytes: {index / keys:.1f} bytes a key")
