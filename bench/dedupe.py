@@ -16,8 +16,9 @@ changes, a stricter ratio than over a whole ingestion.
 
 Then a merge of `--merge-objects` small objects (with re-sends) without the policy, and under
 `first` twice: of the ledger's objects (not yet published: the writer keeps one row per key)
-and of what their publication serves (published, as a closed date's objects mostly are when it
-is merged; `MergeRunner` then hands the writer the served files). Reported: medians, the
+and of what their publication serves (published, as a date's objects are when it was
+published live while open and merged once closed; `MergeRunner` then hands the writer the
+served files). Reported: medians, the
 ratios (targets: publication path <= 1.3x, merge <= 1.2x), the key index's bytes per key and
 the resolution's cost per new record.
 """
