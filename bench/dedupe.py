@@ -44,12 +44,13 @@ from resources.catalog.hive_target import HiveManifestsTarget  # noqa: E402
 from resources.catalog.local import LocalCatalog  # noqa: E402
 from resources.compaction.merge_runner import served_inputs  # noqa: E402
 from resources.compaction.merge_writer import MergeWriter  # noqa: E402
-from resources.dedupe.served import INDEX_NAME  # noqa: E402
+from resources.dedupe.served import INDEX_NAME, ServedRange  # noqa: E402
 from resources.ingestion.table_objects import write_table_object  # noqa: E402
 from resources.key_settings import FIRST, NONE, DedupeSettings  # noqa: E402
 from resources.ledger.model import SmallObject  # noqa: E402
 from resources.objects.factory import object_store_for  # noqa: E402
-from resources.publication.deduped_files import current_served_state  # noqa: E402
+from resources.publication.current_keys import current_keys  # noqa: E402
+from resources.publication.deduped_files import DedupedFiles  # noqa: E402
 from resources.publication.publisher import Publisher  # noqa: E402
 from resources.schema.columns import ColumnSpec  # noqa: E402
 from resources.stores.sqlite.store import SqliteLeaseStore  # noqa: E402
@@ -191,17 +192,19 @@ def merge_run(work: Path, mode: str, new: list, published: bool) -> tuple[float,
     for t in new:
         table.commit(t)
     objects = table.store.ledger_objects("events", DT)
-    inputs, left_out = [o.url for o in objects], None
+    inputs, served_range = [o.url for o in objects], None
     if published:
         table.publish()  # not timed: the live publications a closed date had before its merge
-        state = current_served_state(table.store, table.objects, "events", DT)
-        assert state is not None
-        served = served_inputs(objects, state)
+        current = current_keys(table.store, DedupedFiles(table.config, table.objects), "events", DT)
+        assert current is not None
+        served = served_inputs(objects, current.state)
         assert served is not None
         inputs, left_out = served
+        rows = sum(o.row_count for o in objects) - left_out
+        served_range = ServedRange(rows, left_out, None)  # every object published: no index
     writer = MergeWriter(lambda: None, table.config, arrow_max_bytes=1 << 40)  # never Spark
     target = table.work / "merged.parquet"
-    wall, cpu, _ = clocked(lambda: writer.write(inputs, target, left_out))
+    wall, cpu, _ = clocked(lambda: writer.write(inputs, target, served_range))
     return wall, cpu
 
 

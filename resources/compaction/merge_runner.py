@@ -30,7 +30,8 @@ from resources.compaction.merge_planner import MergePlan, MergePlanner
 from resources.coordination.errors import LeaseStoreError, PartitionUnavailableError
 from resources.coordination.items import ItemType, iso_utc
 from resources.coordination.lease import Lease, LeaseLostError, LeaseTiming
-from resources.dedupe.served import ServedState
+from resources.dedupe.key_index import KeyIndex
+from resources.dedupe.served import ServedRange, ServedState
 from resources.errors import LeaseholdError
 from resources.key_settings import FIRST
 from resources.ledger.merge import (
@@ -74,11 +75,22 @@ class Written(Protocol):
 
 
 WriteMerged = Callable[..., Written]
-"""(input URLs or local paths, local target[, left_out]) -> the one object written
-(`MergeWriter.write`; `left_out` is passed only for served inputs)."""
-ServedFiles = Callable[[str], ServedState | None]
-"""dt -> what its current publication serves under a dedupe policy (None: no publication, or
-one recorded without a policy)."""
+"""(input URLs or local paths, local target[, served range]) -> the one object written
+(`MergeWriter.write`; the `ServedRange` is passed only for a range it describes)."""
+
+
+class CurrentKeys(Protocol):
+    """A date's current publication under a dedupe policy (`deduped_files.CurrentKeys`)."""
+
+    @property
+    def state(self) -> ServedState: ...  # pragma: no cover
+
+    def index(self) -> KeyIndex: ...  # pragma: no cover
+
+
+ServedFiles = Callable[[str], CurrentKeys | None]
+"""dt -> its current publication under a dedupe policy (None: no publication, or one recorded
+without a policy)."""
 
 
 @dataclass
@@ -161,10 +173,11 @@ class MergeRunner:
         parallel: int = 1,
         served: ServedFiles | None = None,
     ) -> None:
-        """`served`: under `dedupe.mode: first`, what a date's current publication serves; a
-        range of small objects it covers is merged from the files it serves (without the
-        re-sent records), so the merge looks for no key. None: merges read the ledger's
-        objects and keep one row per key themselves."""
+        """`served`: under `dedupe.mode: first`, a date's current publication; the small
+        objects of a range it covers are merged from the files it serves (without the re-sent
+        records), and those committed since are looked up in its key index, so the merge
+        groups the ids of those alone. None: merges read the ledger's objects and keep one row
+        per key themselves."""
         self.config = config
         self.table = table
         self.store = store
@@ -322,17 +335,29 @@ class MergeRunner:
             max(plan.schema_version, written.schema_version),
         )
 
-    def _served_inputs(self, plan: MergePlan) -> tuple[list[str], int] | None:
-        """Under `first`, for a range of small objects (no merged object rewritten) that the
-        date's current publication covers: the files it serves for them, in id order (each the
-        object, or its copy without the records that lost to an earlier one of their key: a
-        fate that is final under `first`), and the rows they leave out. None otherwise: the
-        merge keeps one row per key of the ledger's objects itself. Raises the store's and
-        object store's errors."""
+    def _served_inputs(self, plan: MergePlan) -> tuple[list[str], ServedRange] | None:
+        """Under `first`, for a range of small objects (no merged object rewritten) whose
+        leading objects the date's current publication covers: the files it serves for those,
+        in id order (each the object, or its copy without the records that lost to an earlier
+        one of their key: a fate that is final under `first`), then the range's later objects;
+        and the `ServedRange` that says which is which (with the publication's key index when
+        there are later objects). None otherwise: the merge keeps one row per key of the
+        ledger's objects itself. Raises the store's and object store's errors,
+        `KeyIndexError`."""
         if self.served is None or plan.rewrite is not None:
             return None
-        state = self.served(plan.dt)
-        return None if state is None else served_inputs(plan.objects, state)
+        current = self.served(plan.dt)
+        if current is None:
+            return None
+        covered = [o for o in plan.objects if o.object_id <= current.state.upper]
+        served = served_inputs(covered, current.state) if covered else None
+        if served is None:
+            return None
+        urls, left_out = served
+        later = plan.objects[len(covered) :]
+        rows = sum(o.row_count for o in covered) - left_out
+        index = current.index() if later else None
+        return urls + [o.url for o in later], ServedRange(rows, left_out, index)
 
     def _local(self, url: str, scratch: Path) -> str:
         """A path Spark can read: local objects as they are, others copied to `scratch` first

@@ -10,9 +10,10 @@ size: keeping one row per key of the range needs the rows in commit order (the r
 object, then the small objects by id), which Spark's read of many files does not keep; such a
 merge holds its range as Arrow (about 4x `merge.max_bytes`). Its object records the rows it left
 out in its metadata (`leasehold.dedupe.dropped`, with those of the object it rewrites). Under
-`first`, a range of small objects the current publication covers is merged from what that
-publication serves for them (`left_out`): their rows are each key's first record already, so
-no key is looked for again (`MergeRunner`).
+`first`, the small objects of a range that the current publication covers are merged from what
+it serves for them (a `ServedRange`): their rows are each key's first record already; only the
+range's objects committed since have their ids grouped and looked up in its key index
+(`after_served`, `MergeRunner`).
 
 Schema versions (docs/schema-evolution.md). Each `write` asks `follow` for the stream's latest
 version once its inputs are decided (the runner decided them from the ledger before calling),
@@ -68,14 +69,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.compaction.parquet_footer import FooterPatchError, set_key_value
-from resources.dedupe.key_index import first_per_id, one_per_key
+from resources.dedupe.key_index import first_per_id, one_per_key, winners_of
 from resources.dedupe.keys import hash_ids
-from resources.dedupe.served import DROPPED_KEY, dropped_rows
+from resources.dedupe.served import DROPPED_KEY, ServedRange, dropped_rows
 from resources.errors import LeaseholdError
 from resources.key_settings import LATEST
 from resources.schema.arrow import RetypedColumnError, read_by_name
@@ -179,7 +181,7 @@ class MergeWriter:
         return self.config if self.follow is None else self.follow()
 
     def write(
-        self, inputs: Sequence[str], target: Path, left_out: int | None = None
+        self, inputs: Sequence[str], target: Path, served: ServedRange | None = None
     ) -> WrittenObject:
         """Read exactly `inputs` (local paths or file:// URLs of Parquet objects, as the ledger
         names them: never list a directory), each by column name against the columns of the
@@ -187,9 +189,10 @@ class MergeWriter:
         sort rows by `config.merge.sort_by`, write exactly one Parquet object at `target` (a
         local path; its parent may not exist yet) carrying that version in its
         `leasehold.schema_version` metadata. Under a dedupe policy one row per key of the
-        inputs is kept, unless `left_out` is given: the inputs are what a publication serves
-        for the range's small objects (each key's first record already), which left out that
-        many of their committed rows; they are merged whole. Raises `ValueError` for no inputs
+        inputs is kept; given `served` (under `first`), the inputs' leading rows are what a
+        publication serves (each key's first record already) and are kept whole, and of the
+        rows after them those whose key its index holds, or that repeat a key among them, are
+        left out. Raises `ValueError` for no inputs
         or a remote one, `MergeWriteError` when an input is missing, unreadable or holds a
         column with another type than the version's; nothing is left at `target` then."""
         if not inputs:
@@ -203,11 +206,13 @@ class MergeWriter:
         if rows is not None:
             meta = version_metadata(config.schema_version)
             if config.dedupe.active:
-                if left_out is None:
-                    kept = rows.filter(pa.array(self._one_per_key(rows, config)))
-                    dropped_now = rows.num_rows - kept.num_rows
-                else:
-                    kept, dropped_now = rows, left_out
+                keep = (
+                    self._one_per_key(rows, config)
+                    if served is None
+                    else after_served(rows, served, config)
+                )
+                kept = rows if keep is None else rows.filter(pa.array(keep))
+                dropped_now = rows.num_rows - kept.num_rows + (served.left_out if served else 0)
                 total = dropped_now + sum(dropped_rows(pq.read_metadata(p)) for p in paths)
                 rows, meta = kept, {**meta, DROPPED_KEY: str(total).encode()}
             self._arrow_write(rows, target, meta)
@@ -321,6 +326,31 @@ class MergeWriter:
             raise MergeWriteError(
                 f"the Spark merge of {len(inputs)} objects failed: {first.strip()}"
             ) from exc
+
+
+def after_served(rows: pa.Table, served: ServedRange, config: StreamConfig) -> Any:
+    """Which of `rows` (a merge's inputs, commit order) to keep under `first` when the leading
+    `served.served_rows` are what a publication serves: those, and of the rows after them the
+    first of each key that the publication's index does not hold (a row without an id always).
+    None: every row. Raises `MergeWriteError` when the inputs hold fewer rows than served."""
+    if rows.num_rows < served.served_rows:
+        raise MergeWriteError(
+            f"the merge's inputs hold {rows.num_rows} rows, fewer than the {served.served_rows} "
+            "its publication serves of them"
+        )
+    later = rows.slice(served.served_rows)
+    if not later.num_rows:
+        return None
+    if served.index is None:
+        raise MergeWriteError("a merge of objects committed since the publication needs its index")
+    ids = later.column(config.record_id or "").combine_chunks()
+    keys = hash_ids(ids, served.index.hash_name)
+    first = first_per_id(ids)
+    if first is None:
+        first = one_per_key(keys, None, latest=False)
+    keep = np.ones(rows.num_rows, bool)
+    keep[served.served_rows :] = first & (winners_of(served.index, keys) < 0)
+    return keep
 
 
 def table_schema(config: StreamConfig) -> str:

@@ -30,7 +30,8 @@ from resources.ingestion.split_task import StoreAddress
 from resources.notifications.queue import EventQueue
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
-from resources.publication.deduped_files import current_served_state
+from resources.publication.current_keys import current_keys
+from resources.publication.deduped_files import DedupedFiles
 from resources.stores.stream_schema import followed_config
 from resources.streams import LakeSettings, StreamConfig
 
@@ -187,5 +188,5 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
             # One merge per core, at most MAX_PARALLEL_MERGES: a merge done in pyarrow holds up
             # to twice `ARROW_MAX_BYTES` (512 MiB) while it sorts.
             parallel=min(os.cpu_count() or 1, MAX_PARALLEL_MERGES),
-            served=functools.partial(current_served_state, store, objects, table),
+            served=functools.partial(current_keys, store, DedupedFiles(config, objects), table),
         )

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from resources.dedupe.key_index import KeyIndex
 from resources.errors import LeaseholdError
 
 STATE_NAME = "dedupe.json"
@@ -98,3 +99,18 @@ def dropped_rows(metadata: Any) -> int:
     """`DROPPED_KEY` of a Parquet file's metadata (`pq.FileMetaData`); 0 without it."""
     value = (metadata.metadata or {}).get(DROPPED_KEY)
     return int(value) if value else 0
+
+
+@dataclass(frozen=True)
+class ServedRange:
+    """A merge under `first` of a range whose leading small objects the date's current
+    publication covers: its inputs start with what that publication serves for them (each
+    key's first record already), then the range's small objects committed since."""
+
+    served_rows: int
+    """Rows of the leading inputs."""
+    left_out: int
+    """Committed rows of the covered objects that the publication does not serve."""
+    index: KeyIndex | None
+    """The publication's key index: a row of the later inputs whose key it holds lost to an
+    earlier record. None when there are no later inputs."""

@@ -54,7 +54,6 @@ from resources.ledger.publication import DataFile, Publication
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.publication.manifest import read_spectrum
 from resources.schema.arrow import arrow_type
-from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -96,6 +95,11 @@ class DedupedFiles:
         without a state). Raises `ObjectStoreError`, `ServedStateError`, `KeyIndexError`."""
         state = None if publication is None else served_state(self.objects, publication)
         return state, self._index(publication, state, hash_name)
+
+    def key_index(self, publication: Publication, state: ServedState) -> KeyIndex:
+        """The key index beside `publication`'s `state`. Raises `ObjectStoreError`,
+        `KeyIndexError`."""
+        return self._index(publication, state, HASH_NAME)
 
     def _index(
         self, publication: Publication | None, state: ServedState | None, hash_name: str
@@ -372,16 +376,6 @@ def served_state(objects: ObjectStore, publication: Publication) -> ServedState 
     if objects.size(key) is None:
         return None
     return ServedState.from_json(objects.get_bytes(key), objects.url(key))
-
-
-def current_served_state(
-    store: CoordinationStore, objects: ObjectStore, table: str, dt: str
-) -> ServedState | None:
-    """What the current publication of `table`'s `dt` serves under a dedupe policy (None: never
-    published, or published without one). Raises the store's errors, `ObjectStoreError`,
-    `ServedStateError`."""
-    publications = store.publications(table, dt)
-    return served_state(objects, publications[-1]) if publications else None
 
 
 def served_and_sources(objects: ObjectStore, location: str | None) -> tuple[list[str], list[str]]:

@@ -21,9 +21,13 @@ from resources.compaction.merge_writer import (
     MergeWriteError,
     MergeWriter,
     WrittenObject,
+    after_served,
     spark_path,
     table_schema,
 )
+from resources.dedupe.key_index import KeyedRows, KeyIndex, resolve, row_ids
+from resources.dedupe.keys import hash_ids
+from resources.dedupe.served import ServedRange
 from resources.ingestion.table_objects import write_table_object
 from resources.schema.columns import ColumnSpec
 from resources.schema.parquet_meta import read_version
@@ -442,3 +446,22 @@ def test_merges_on_two_threads_each_write_the_version_they_followed(
     names = versions["new"].column_names
     assert rows_as([str(new.path)], names) == rows_as([*v1_inputs, *v2_inputs], names)
     assert merge.config is config and merge.config.schema_version == 1
+
+
+def test_after_served_keeps_the_served_rows_and_the_first_new_key_the_index_lacks(
+    config: StreamConfig,
+) -> None:
+    # Two served rows (a, b), then rows committed since: b is indexed (lost), c twice (the first
+    # kept), a row without an id (always kept), d.
+    index = resolve(
+        KeyIndex.empty(None),
+        KeyedRows.of(hash_ids(pa.array(["a", "b"])), row_ids(1, 2), None),
+        1,
+        latest=False,
+    ).index
+    rows = pa.table({"event_id": ["a", "b", "b", "c", None, "c", "d"]})
+    keep = after_served(rows, ServedRange(2, 0, index), config)
+    assert keep.tolist() == [True, True, False, True, True, False, True]
+    assert after_served(rows.slice(0, 2), ServedRange(2, 1, None), config) is None
+    with pytest.raises(MergeWriteError, match="fewer than the 3"):
+        after_served(rows.slice(0, 2), ServedRange(3, 0, None), config)

@@ -20,7 +20,8 @@ from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
 from resources.compaction.merge_writer import MergeWriter
 from resources.ledger.publication import Publication
 from resources.objects.base import ObjectStore
-from resources.publication.deduped_files import current_served_state
+from resources.publication.current_keys import current_keys
+from resources.publication.deduped_files import DedupedFiles
 from resources.publication.outcome import PublicationOutcome
 from resources.publication.publisher import Publisher
 from resources.publication.reader import read_partition
@@ -58,6 +59,7 @@ class World:
             self.committed[(dt, o.object_id)] = event_ids(key, dt, rows)
 
     def merge(self, dt: str = DT) -> list[MergeOutcome]:
+        keys = DedupedFiles(self.config, self.objects)
         runner = MergeRunner(
             config=self.config, table=TABLE, store=self.store, objects=self.objects,
             owner="merger", timing=self.lake.timing(),
@@ -65,7 +67,7 @@ class World:
                 self.spark, self.config, follow=lambda: followed_config(self.store, self.config)
             ).write,
             work_dir=Path(self.lake.root) / "work",
-            served=partial(current_served_state, self.store, self.objects, TABLE),
+            served=partial(current_keys, self.store, keys, TABLE),
         )  # fmt: skip
         outcomes = list(runner.merge([dt]))
         assert [o.outcome for o in outcomes][-1] == MERGED, [o.describe() for o in outcomes]
