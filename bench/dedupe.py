@@ -18,9 +18,8 @@ Then a merge of `--merge-objects` small objects (with re-sends) without the poli
 `first` twice: of the ledger's objects (not yet published: the writer keeps one row per key)
 and of what their publication serves (published, as a date's objects are when it was
 published live while open and merged once closed; `MergeRunner` then hands the writer the
-served files). Reported: medians, the
-ratios (targets: publication path <= 1.3x, merge <= 1.2x), the key index's bytes per key and
-the resolution's cost per new record.
+served files). Reported: medians, the ratios (targets: publication path <= 1.3x, merge <=
+1.2x), the key index's bytes per key and the resolution's cost per new record.
 """
 
 from __future__ import annotations

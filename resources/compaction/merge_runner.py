@@ -80,7 +80,8 @@ WriteMerged = Callable[..., Written]
 
 
 class CurrentKeys(Protocol):
-    """A date's current publication under a dedupe policy (`deduped_files.CurrentKeys`)."""
+    """A date's current publication under a dedupe policy (`publication.current_keys`): what it
+    serves, and its key index, read when asked."""
 
     @property
     def state(self) -> ServedState: ...  # pragma: no cover
@@ -405,8 +406,7 @@ def served_inputs(
     """The files `state` serves for the small objects `objects`, in their order, and the rows
     of theirs it leaves out; None unless it covers every one of them. Pure."""
     by_source = state.by_source()
-    files = [by_source.get(o.url) for o in objects]
-    served = [f for f in files if f is not None and f.upper <= state.upper]
+    served = [by_source[o.url] for o in objects if o.url in by_source]
     if len(served) != len(objects):
         return None
     left_out = sum(o.row_count for o in objects) - sum(f.rows for f in served)

@@ -192,9 +192,9 @@ class MergeWriter:
         inputs is kept; given `served` (under `first`), the inputs' leading rows are what a
         publication serves (each key's first record already) and are kept whole, and of the
         rows after them those whose key its index holds, or that repeat a key among them, are
-        left out. Raises `ValueError` for no inputs
-        or a remote one, `MergeWriteError` when an input is missing, unreadable or holds a
-        column with another type than the version's; nothing is left at `target` then."""
+        left out (`after_served`). Raises `ValueError` for no inputs or a remote one,
+        `MergeWriteError` when an input is missing, unreadable or holds a column with another
+        type than the version's; nothing is left at `target` then."""
         if not inputs:
             raise ValueError("a merge needs at least one input object")
         config = self.merged_config()

@@ -162,7 +162,11 @@ def test_archive_and_delete_with_a_kill_mid_pass_then_a_re_upload(
             read_cleanup_state(store, "events"),
             read_cleanup_state(store, "clicks"),
         )
-        assert events.cleaned == 6 and clicks_state.cleaned == 6
+        assert events.archived == 6 and clicks_state.cleaned == 6
+        # The cursor passes a priority only once all its units are done: a unit that completed
+        # in the same millisecond as the one the kill interrupted is redone by the next pass,
+        # its objects (archived and removed already) counted as gone.
+        assert events.gone in (0, 2), events
     finally:
         store.close_store()
 
