@@ -12,8 +12,10 @@ A publication's *version* orders them: `(switched, upper)`. The ledger records o
 is newer than the partition's current one (`check_publication`, called inside the backend's
 transaction), so a partition never moves back to an older version, and assigns it the next
 `seq` (1, 2, ...), which the catalog keeps beside the partition's location to refuse an older
-one too. `current_manifest_version` keeps Prism's meaning: -1 never published, 0 live, >0 the
-merged version (its `upper`).
+one too. A *revision* serves the current version again with other files (`revises` names the
+`seq` it replaces): recorded only while that one is current, so of two racing revisions, or a
+revision racing a newer version, one is refused. `current_manifest_version` keeps Prism's
+meaning: -1 never published, 0 live, >0 the merged version (its `upper`).
 
 Publication records are kept as history: a record is superseded when the next one is recorded,
 and garbage collection keeps every file a record names until its successor has been current
@@ -67,6 +69,11 @@ class Publication:
     refuses a version written more than `MAX_UNRECORDED_AGE_MS` ago, and garbage collection
     keeps an unrecorded version at least twice that long: a publisher paused between writing
     and recording can never make current a version whose manifests were collected."""
+    revises: int = 0
+    """The `seq` of the publication this one revises (0: none, a new version): the same
+    version `(switched, upper)` served again with other files — a key that another date's
+    record took (`dedupe.scope: table`), rows retracted. Recorded only while that one is
+    still the partition's current publication (`check_publication`)."""
 
     @property
     def version(self) -> tuple[bool, int]:
@@ -141,7 +148,8 @@ def check_publication(
     tp: TablePartition | None, publication: Publication, now_ms: int | None = None
 ) -> None:
     """Raise `StalePublicationError` unless `publication` may become the partition's current
-    one: newer than the current version, covering only what the ledger holds (a live one:
+    one: newer than the current version (a revision: of the current publication, at its
+    version; else `StalePublicationError`), covering only what the ledger holds (a live one:
     `live_upper`, never a delayed id; a merged one: ids the chain covers), and (given `now_ms`,
     the ledger's clock) written less than `MAX_UNRECORDED_AGE_MS` ago."""
     if tp is None:
@@ -149,7 +157,9 @@ def check_publication(
             f"{publication.table} dt={publication.dt}: no such table partition to publish"
         )
     current = current_version(tp)
-    if current is not None and publication.version <= current:
+    if publication.revises:
+        _check_revision(tp, publication, current)
+    elif current is not None and publication.version <= current:
         raise StalePublicationError(publication, current)
     age_ms = (
         0 if now_ms is None or not publication.written_at_ms else now_ms - publication.written_at_ms
@@ -185,6 +195,24 @@ def check_publication(
         raise LeaseholdError(
             f"{publication.table} dt={publication.dt}: a {kind_of(publication)} publication up "
             f"to {publication.upper} is outside 1..{limit}"
+        )
+
+
+def _check_revision(
+    tp: TablePartition, publication: Publication, current: tuple[bool, int] | None
+) -> None:
+    """A revision is of the current publication, at its version."""
+    if tp.publication_seq != publication.revises:
+        raise StalePublicationError(
+            publication,
+            current or (False, 0),
+            f"revises publication {publication.revises}, but the current one is "
+            f"{tp.publication_seq}",
+        )
+    if publication.version != current:
+        raise LeaseholdError(
+            f"{publication.table} dt={publication.dt}: a revision of publication "
+            f"{publication.revises} at version {publication.version}, not its {current}"
         )
 
 

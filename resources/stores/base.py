@@ -9,7 +9,7 @@ here, and so is what it writes (`merge_writes`: the range, the sentinel, the par
 bounds and due time); the backend's `_commit_merge` writes them and the lease together. A
 publication's bookkeeping is here too (`stamped_publication`, `forget_bound`): each backend
 only writes the record and the partition's new current version as one transaction
-(`_record_publication`), with the lease's renewal when fenced (`record_fenced_publication`).
+(`_record_publications`), with the lease's renewal when fenced (`record_fenced_publication`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from resources.coordination.lease_store import LeaseStore
 from resources.coordination.object_claims import ObjectClaims
 from resources.coordination.source_changes import SourceChanges
 from resources.coordination.transitions import Transition
+from resources.errors import LeaseholdError
 from resources.ledger.ledger import Ledger
 from resources.ledger.merge import (
     SENTINEL_UPPER,
@@ -61,6 +62,10 @@ recorded a version meanwhile, so this bounds how many versions may land during o
 KEY_RACES = 5
 """Reads-then-writes of one chunk of rollup keys before giving up: a key moves between them
 only when a writer without the lease writes, which the fence keeps out."""
+
+PUBLICATIONS_PER_TRANSACTION = 49
+"""Publications recorded in one fenced transaction at most: DynamoDB's `TransactWriteItems`
+takes 100 actions, and each takes two (the partition, its history record) beside the lease's."""
 
 TablePartitionObjects = dict[tuple[str, str], list[SmallObject]]
 
@@ -158,7 +163,7 @@ class CoordinationStore(
     versions on one connection, so that a commit can write the ledger and the lease item in
     one transaction: what a backend implements (`SqliteLeaseStore`, `DynamoDbLeaseStore`) and
     what every layer above is given. The fenced operations that span the parts are here, on the
-    backends' transactions (`_commit`, `_commit_merge`, `_record_publication`,
+    backends' transactions (`_commit`, `_commit_merge`, `_record_publications`,
     `_write_rollup_keys`).
 
     Errors are those of its parts: every call may raise the store errors
@@ -269,27 +274,30 @@ class CoordinationStore(
         return result
 
     @abstractmethod
-    def _record_publication(
+    def _record_publications(
         self,
-        publication: Publication,
+        publications: Sequence[Publication],
         token: LeaseToken | None,
         lease_change: Transition | None,
-    ) -> tuple[Publication | None, LeaseItem | None]:
-        """In ONE transaction: `stamped_publication` on the partition as stored (raising,
-        nothing written), the partition's new current publication and the history record; and,
-        when `lease_change` is given (with its `token`), only if its guard holds, applying it
-        too. `(the record as stored, None)`, or `(None, the lease item as stored)` when the
-        guard refused: then nothing was written. The guard is decided before the publication,
-        so a fenced publisher is told it lost its lease, whatever the partition holds."""
+    ) -> tuple[list[Publication] | None, LeaseItem | None]:
+        """In ONE transaction, for each of `publications` (each of another table partition,
+        at most `PUBLICATIONS_PER_TRANSACTION`): `stamped_publication` on the partition as
+        stored (raising, nothing written), the partition's new current publication and the
+        history record; and, when `lease_change` is given (with its `token`), only if its guard
+        holds, applying it too. `(the records as stored, None)`, or `(None, the lease item as
+        stored)` when the guard refused: then nothing was written. The guard is decided before
+        the publications, so a fenced publisher is told it lost its lease, whatever the
+        partitions hold."""
 
     def record_publication(self, publication: Publication) -> Publication:
-        """`Ledger.record_publication`: unfenced, one transaction of `_record_publication`.
+        """`Ledger.record_publication`: unfenced, one transaction of `_record_publications`.
         Returns the record as stored. Raises `StalePublicationError` (the partition already
-        has this version or a newer one), a `LeaseholdError` for a publication the ledger
-        cannot hold, and the store errors; nothing is written when it raises."""
-        stored, _ = self._record_publication(publication, None, None)
+        has this version or a newer one; a revision of a publication no longer current), a
+        `LeaseholdError` for a publication the ledger cannot hold, and the store errors;
+        nothing is written when it raises."""
+        stored, _ = self._record_publications([publication], None, None)
         assert stored is not None  # unfenced: nothing to refuse it but the raised errors
-        return stored
+        return stored[0]
 
     def record_fenced_publication(
         self, token: LeaseToken, publication: Publication, *, timeout_s: float = 60.0
@@ -302,9 +310,30 @@ class CoordinationStore(
         `StalePublicationError` when the partition already has this version or a newer one
         (the lease not renewed), a `LeaseholdError` for a publication the ledger cannot hold
         (`check_publication`), and the store errors. Nothing is written when it raises."""
+        (stored,) = self.record_fenced_publications(token, [publication], timeout_s=timeout_s)
+        return stored
+
+    def record_fenced_publications(
+        self, token: LeaseToken, publications: Sequence[Publication], *, timeout_s: float = 60.0
+    ) -> list[Publication]:
+        """Record each of `publications` (each of another table partition) as
+        `record_fenced_publication` does, all in ONE transaction with the lease's renewal:
+        every reader of the ledger sees all of them current or none — a key moving from one
+        date to another is never served by both. Returns the records as stored, in order.
+        Raises what `record_fenced_publication` raises (for any one of them: then none is
+        recorded), and `LeaseholdError` for more than `PUBLICATIONS_PER_TRANSACTION` or two of
+        one partition, before anything is written."""
+        dates = [p.dt for p in publications]
+        if len(publications) > PUBLICATIONS_PER_TRANSACTION or len(set(dates)) < len(dates):
+            raise LeaseholdError(
+                f"{len(publications)} publications of {len(set(dates))} table partitions in one "
+                f"transaction: at most {PUBLICATIONS_PER_TRANSACTION}, one per partition"
+            )
+        if not publications:
+            return []
         change = self.renewal(token, timeout_s, NOT_GIVEN)
         try:
-            stored, current = self._record_publication(publication, token, change)
+            stored, current = self._record_publications(publications, token, change)
         except StoreUnavailableError:
             self.metrics.incr(token.source_identifier, m.update_errors(change.action))
             raise

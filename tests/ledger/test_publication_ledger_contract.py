@@ -315,3 +315,67 @@ def test_a_stale_fenced_record_is_refused_and_does_not_renew(
         assert refused.value.current == (False, 2)
     assert (store.table_partition(TABLE, DT), store.publications(TABLE, DT)) == before
     assert lease_now(store, lease) == held
+
+
+OTHER = "2026-01-02"
+
+
+def test_a_revision_serves_the_current_version_again_once(store: CoordinationStore) -> None:
+    ingest(store, obj("a"), obj("b"))
+    first = store.record_publication(publication(2))
+    revision = replace(publication(2, token="revised"), revises=first.seq)
+    stored = store.record_publication(revision)
+    assert (stored.seq, stored.revises, stored.version) == (2, 1, (False, 2))
+    assert published_state(store) == (0, False, 2, 2)
+    assert store.publications(TABLE, DT)[-1] == stored
+    # A second revision of the same record, or one racing a newer version, is stale.
+    before = (store.table_partition(TABLE, DT), store.publications(TABLE, DT))
+    with pytest.raises(StalePublicationError, match="revises publication 1"):
+        store.record_publication(replace(publication(2, token="late"), revises=first.seq))
+    assert (store.table_partition(TABLE, DT), store.publications(TABLE, DT)) == before
+    ingest(store, obj("c"))
+    newer = store.record_publication(publication(3))
+    with pytest.raises(StalePublicationError):
+        store.record_publication(replace(publication(2, token="later"), revises=stored.seq))
+    assert store.publications(TABLE, DT)[-1] == newer and newer.revises == 0
+
+
+def test_several_dates_are_recorded_in_one_fenced_transaction_or_none(
+    store: CoordinationStore, clock: FakeClock
+) -> None:
+    ingest(store, obj("a"), obj("b"))
+    ingest(store, obj("c", OTHER))
+    lease = keys_job(store, "publisher")
+    store.record_publication(publication(1, dt=OTHER))
+    clock.advance(5)
+    now = store.now_ms()
+    # A new version of one date and a revision of the other, together.
+    both = [publication(2), replace(publication(1, dt=OTHER, token="revised"), revises=1)]
+    recorded = store.record_fenced_publications(lease.token, both, timeout_s=KEYS_TIMEOUT)
+    assert [(p.dt, p.seq, p.revises, p.published_at_ms) for p in recorded] == [
+        (DT, 1, 0, now),
+        (OTHER, 2, 1, now),
+    ]
+    assert [p.publication_seq for p in store.table_partitions(TABLE)] == [1, 2]
+    assert lease_now(store, lease).ownership_timeout_ms == now + int(KEYS_TIMEOUT * 1000)
+    # One of them refused: none recorded, the lease not renewed.
+    ingest(store, obj("d"))
+    held, before = lease_now(store, lease), store.table_partitions(TABLE)
+    clock.advance(5)
+    for refused in (
+        [publication(3), replace(publication(1, dt=OTHER, token="again"), revises=1)],
+        [publication(3), publication(1, dt=OTHER, token="again")],
+    ):
+        with pytest.raises(StalePublicationError):
+            store.record_fenced_publications(lease.token, refused, timeout_s=KEYS_TIMEOUT)
+    assert store.table_partitions(TABLE) == before and lease_now(store, lease) == held
+    assert [len(store.publications(TABLE, dt)) for dt in (DT, OTHER)] == [1, 2]
+    # Two of one date, or a zombie's: refused before anything is written.
+    with pytest.raises(LeaseholdError, match="one per partition"):
+        store.record_fenced_publications(lease.token, [publication(3), publication(3, token="x")])
+    clock.advance(KEYS_TIMEOUT + 1)
+    successor = keys_job(store, "successor")
+    with pytest.raises(PartitionNotOwnedError):
+        store.record_fenced_publications(lease.token, [publication(3)])
+    assert store.table_partitions(TABLE) == before
+    assert store.record_fenced_publications(successor.token, [publication(3)])[0].seq == 2

@@ -200,3 +200,28 @@ def test_a_version_written_too_long_ago_is_refused() -> None:
     with pytest.raises(StalePublicationError, match="was written"):
         check_publication(tp, written, now_ms=1_000 + MAX_UNRECORDED_AGE_MS + 1)
     check_publication(tp, publication(2), now_ms=10**12)  # not said: not judged
+
+
+def test_a_revision_is_of_the_current_publication_at_its_version() -> None:
+    live = partition(6, published=(False, 5))  # its current publication is seq 1
+    revision = replace(publication(5), revises=1)
+    check_publication(live, revision)
+    # A revision of a publication that is no longer current (another revision or a newer
+    # version was recorded since) is stale, as a version not newer than the current one is.
+    later = replace(live, publication_seq=2)
+    with pytest.raises(StalePublicationError, match="revises publication 1, but the current"):
+        check_publication(later, revision)
+    with pytest.raises(StalePublicationError):
+        check_publication(partition(6), revision)  # never published
+    # At another version it is a bug, never recorded.
+    with pytest.raises(LeaseholdError, match="not its"):
+        check_publication(live, replace(publication(4), revises=1))
+    # A merged revision lists the current chain, as any merged publication must.
+    switched = partition(6, last_live=5, merged_upper=5, published=(True, 5))
+    check_publication(switched, replace(publication(5, switched=True), revises=1))
+    moved = replace(switched, merged_upper=6)
+    with pytest.raises(StalePublicationError, match="older chain"):
+        check_publication(moved, replace(publication(5, switched=True), revises=1))
+    # Without `revises` the same version is stale, as before.
+    with pytest.raises(StalePublicationError):
+        check_publication(live, publication(5))

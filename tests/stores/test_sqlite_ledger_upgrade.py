@@ -211,3 +211,38 @@ def test_merge_ranges_from_before_schema_versions_read_as_version_1_until_rewrit
     assert done.range is not None and done.range.schema_version == 3
     assert store.merge_ranges(TABLE, DT)[1:] == [done.range]  # the open range, rewritten
     store.close_store()
+
+
+REVISES_COLUMN = "    revises INTEGER NOT NULL DEFAULT 0,\n"
+
+
+def test_publication_records_from_before_revisions_read_as_new_versions(tmp_path: Path) -> None:
+    path = tmp_path / "before-revisions.db"
+    old = schema.SCHEMA.replace(REVISES_COLUMN, "")
+    assert REVISES_COLUMN in schema.SCHEMA and "revises" not in old
+    db = sqlite3.connect(path)
+    db.executescript(old)
+    db.execute(
+        "INSERT INTO table_partitions (tbl, dt, next_object_id) VALUES (?, ?, 3)", (TABLE, DT)
+    )
+    db.commit()
+    db.close()
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    first = store.record_publication(publication(2))
+    store.close_store()
+    db = sqlite3.connect(path)  # as a release before revisions left it: no column
+    db.executescript(
+        "CREATE TABLE p AS SELECT tbl, dt, seq, switched, upper, location, file_count, "
+        "row_count, byte_count, published_at FROM publications; DROP TABLE publications; "
+        "ALTER TABLE p RENAME TO publications;"
+    )
+    db.close()
+    reader = open_existing_store(StoreSettings(sqlite_path=str(path)))
+    assert reader.publications(TABLE, DT) == [first] and first.revises == 0
+    reader.close_store()
+    assert "revises" not in columns(path, "publications")
+    store = build_store(StoreSettings(sqlite_path=str(path)), clock=FakeClock())
+    assert "revises" in columns(path, "publications")
+    revision = store.record_publication(replace(publication(2), revises=1))
+    assert store.publications(TABLE, DT) == [first, revision] and revision.revises == 1
+    store.close_store()

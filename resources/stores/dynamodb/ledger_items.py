@@ -110,6 +110,7 @@ def publication_item(p: Publication) -> dict[str, Any]:
         "rows": codec.n(p.rows),
         "bytes": codec.n(p.bytes),
         "publishedAt": codec.n(p.published_at_ms),
+        **({"revises": codec.n(p.revises)} if p.revises else {}),
     }
 
 
@@ -153,6 +154,7 @@ def publication_from(table: str, dt: str, raw: dict[str, Any]) -> Publication:
         rows=int(raw["rows"]["N"]),
         bytes=int(raw["bytes"]["N"]),
         published_at_ms=int(raw["publishedAt"]["N"]),
+        revises=int_or(raw, "revises", 0),
     )
 
 

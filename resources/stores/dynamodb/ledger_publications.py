@@ -4,6 +4,7 @@ and forgotten."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from resources.coordination.errors import StoreUnavailableError
@@ -24,39 +25,46 @@ from resources.stores.dynamodb.ledger_items import (
 class DynamoDbPublications(LedgerAccess):
     """Publication records."""
 
-    def _record_publication(
+    def _record_publications(
         self,
-        publication: Publication,
+        publications: Sequence[Publication],
         token: LeaseToken | None,
         lease_change: Transition | None,
-    ) -> tuple[Publication | None, LeaseItem | None]:
-        """Read the partition (strongly consistent), `stamped_publication` on it, then one
-        `TransactWriteItems`: the partition's current publication, conditional on the
-        `publicationSeq` as read (so of two racing publishers only one can move it), and the
-        history record, conditional on being new; fenced, the lease's update too (its guard as
-        the condition, `_fenced_transact`). A failed guard is the lease lost, whatever else
-        failed; any other cancellation means another publisher got there first: read again —
-        the check refuses ours if the partition now has our version or a newer one, else the
-        next attempt records it with the next `seq`. A fenced publication the check refuses is
-        told first if its lease is lost, as a transaction deciding the guard first would."""
-        table, dt = publication.table, publication.dt
+    ) -> tuple[list[Publication] | None, LeaseItem | None]:
+        """Read each partition (strongly consistent), `stamped_publication` on it, then one
+        `TransactWriteItems`: per publication the partition's current publication,
+        conditional on the `publicationSeq` as read (so of two racing publishers only one can
+        move it), and the history record, conditional on being new; fenced, the lease's update
+        too (its guard as the condition, `_fenced_transact`). A failed guard is the lease lost,
+        whatever else failed; any other cancellation means another publisher got there first:
+        read again — the check refuses ours if a partition now has our version or a newer one,
+        else the next attempt records them with the next `seq`s. A fenced publication the check
+        refuses is told first if its lease is lost, as a transaction deciding the guard first
+        would."""
         for _ in range(self.retry.max_attempts * 2):
-            raw = self._get_raw("record_publication", self._partition_key(table, dt))
-            try:
-                stored = stamped_publication(
-                    None if raw is None else partition_from(table, raw), publication, self.now_ms()
-                )
-            except LeaseholdError:
-                if token is not None and lease_change is not None:
-                    current = self.get(token.source_identifier, token.partition_key)
-                    if not lease_change.guard.holds(current):
-                        return None, current  # fenced first: a zombie is told it lost its lease
-                raise
-            assert raw is not None  # stamped_publication refuses a missing partition
-            writes = [
-                {"Update": self._published_partition_update(raw, stored)},
-                {"Put": self._publication_put(stored)},
+            read = [
+                self._get_raw("record_publication", self._partition_key(p.table, p.dt))
+                for p in publications
             ]
+            try:
+                stored = [
+                    stamped_publication(
+                        None if raw is None else partition_from(p.table, raw), p, self.now_ms()
+                    )
+                    for p, raw in zip(publications, read, strict=True)
+                ]
+            except LeaseholdError:
+                lost = self._lease_lost(token, lease_change)
+                if lost is not None:
+                    return None, lost  # fenced first: a zombie is told it lost its lease
+                raise
+            writes = []
+            for raw, record in zip(read, stored, strict=True):
+                assert raw is not None  # stamped_publication refuses a missing partition
+                writes += [
+                    {"Update": self._published_partition_update(raw, record)},
+                    {"Put": self._publication_put(record)},
+                ]
             if token is None or lease_change is None:
                 reasons = self._transact("record_publication", writes)
             else:
@@ -66,16 +74,21 @@ class DynamoDbPublications(LedgerAccess):
                 reasons = outcome.reasons
             if reasons is None:
                 return stored, None
-            if reasons[0] != "ConditionalCheckFailed" and reasons[1] == "ConditionalCheckFailed":
-                # The row was as read, yet its next record exists: nothing else writes one.
-                raise LeaseholdError(
-                    f"{table} dt={dt}: publication record {stored.seq} exists although the "
-                    f"partition's current one is {stored.seq - 1}; the ledger needs repair"
-                )
+            _check_history(stored, reasons)
+        where = ", ".join(f"{p.table} dt={p.dt}" for p in publications)
         raise StoreUnavailableError(
-            f"DynamoDB table {self.table_name!r}: record_publication of {table} dt={dt} kept "
-            "losing the race with other publishers"
+            f"DynamoDB table {self.table_name!r}: record_publication of {where} kept losing the "
+            "race with other publishers"
         )
+
+    def _lease_lost(
+        self, token: LeaseToken | None, lease_change: Transition | None
+    ) -> LeaseItem | None:
+        """The lease item as stored when `lease_change`'s guard no longer holds; else None."""
+        if token is None or lease_change is None:
+            return None
+        current = self.get(token.source_identifier, token.partition_key)
+        return None if lease_change.guard.holds(current) else current
 
     def _published_partition_update(
         self, raw: dict[str, Any], stored: Publication
@@ -141,3 +154,17 @@ class DynamoDbPublications(LedgerAccess):
         keys = self._call("forget_publications", query)
         self.dynamodb.batch_delete("forget_publications", keys)
         return len(keys)
+
+
+def _check_history(stored: Sequence[Publication], reasons: Sequence[str]) -> None:
+    """Raise when a cancelled transaction found a partition as read but its next history record
+    already there (the writes are each publication's update, then its put)."""
+    for i, record in enumerate(stored):
+        if reasons[2 * i] != "ConditionalCheckFailed" and reasons[2 * i + 1] == (
+            "ConditionalCheckFailed"
+        ):
+            # The row was as read, yet its next record exists: nothing else writes one.
+            raise LeaseholdError(
+                f"{record.table} dt={record.dt}: publication record {record.seq} exists although "
+                f"the partition's current one is {record.seq - 1}; the ledger needs repair"
+            )

@@ -44,16 +44,12 @@ from resources.stores.sqlite.commit_rows import (
     read_counters,
     write_counters,
 )
-from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, RANGE_COLUMNS
+from resources.stores.sqlite.schema import KEYS_PER_LOOKUP, PUBLICATION_COLUMNS, RANGE_COLUMNS
 
 if TYPE_CHECKING:
     from resources.coordination.errors import StoreRefusedError
 
 T = TypeVar("T")
-
-PUBLICATION_COLUMNS = (
-    "tbl, dt, seq, switched, upper, location, file_count, row_count, byte_count, published_at"
-)
 
 
 def _partition(row: Any) -> TablePartition:
@@ -84,19 +80,22 @@ def _publication(row: Any) -> Publication:
         rows=row[7],
         bytes=row[8],
         published_at_ms=row[9],
+        revises=row[10],
     )
 
 
 class SqliteLedger:
     """The ledger half of `SqliteLeaseStore`, which provides `_run`, `_fetch`, `_apply_in`,
     `_connection`, `_store_error`, `now_ms`, and what the file holds: `_partition_select`,
-    `_object_select` and `_range_select` (the columns of a partition, a small object and a
-    merge range, defaults for those an old file lacks), `_has_merge_ranges`,
-    `_has_publications`, `_has_rollup_keys` and `_has_schema_versions`."""
+    `_object_select`, `_range_select` and `_publication_select` (the columns of a partition,
+    a small object, a merge range and a publication record, defaults for those an old file
+    lacks), `_has_merge_ranges`, `_has_publications`, `_has_rollup_keys` and
+    `_has_schema_versions`."""
 
     _partition_select: str
     _object_select: str
     _range_select: str
+    _publication_select: str
     _has_merge_ranges: bool
     _has_publications: bool
     _has_rollup_keys: bool
@@ -301,55 +300,24 @@ class SqliteLedger:
             ),
         )
 
-    def _record_publication(
+    def _record_publications(
         self,
-        publication: Publication,
+        publications: Sequence[Publication],
         token: LeaseToken | None,
         lease_change: Transition | None,
-    ) -> tuple[Publication | None, LeaseItem | None]:
-        """One `BEGIN IMMEDIATE` transaction: the partition as stored is checked and updated
+    ) -> tuple[list[Publication] | None, LeaseItem | None]:
+        """One `BEGIN IMMEDIATE` transaction: each partition as stored is checked and updated
         under the write lock, so of two racing publishers of one version the second reads the
-        first's row and is refused. Fenced, the lease's guard is checked first and the lease
-        changed in the same transaction."""
-        table, dt = publication.table, publication.dt
+        first's row and is refused; a refusal of any rolls back all. Fenced, the lease's guard
+        is checked first and the lease changed in the same transaction."""
 
-        def record(db: sqlite3.Connection) -> tuple[Publication | None, LeaseItem | None]:
+        def record(db: sqlite3.Connection) -> tuple[list[Publication] | None, LeaseItem | None]:
             if lease_change is not None:
                 assert token is not None  # a lease change is always given with its token
                 current = self._fetch(db, token.source_identifier, token.partition_key)
                 if not lease_change.guard.holds(current):
                     return None, current
-            stored = stamped_publication(
-                self._table_partition(db, table, dt), publication, self.now_ms()
-            )
-            db.execute(
-                "UPDATE table_partitions SET current_manifest_version = ?, switched = ?, "
-                "published_upper = ?, publication_seq = ? WHERE tbl = ? AND dt = ?",
-                (
-                    stored.manifest_version,
-                    int(stored.switched),
-                    stored.upper,
-                    stored.seq,
-                    table,
-                    dt,
-                ),
-            )
-            db.execute(
-                f"INSERT INTO publications ({PUBLICATION_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    table,
-                    dt,
-                    stored.seq,
-                    int(stored.switched),
-                    stored.upper,
-                    stored.location,
-                    stored.files,
-                    stored.rows,
-                    stored.bytes,
-                    stored.published_at_ms,
-                ),
-            )
+            stored = [self._record_in(db, p) for p in publications]
             if lease_change is not None:
                 assert token is not None
                 self._apply_in(db, token.source_identifier, token.partition_key, lease_change)
@@ -357,11 +325,41 @@ class SqliteLedger:
 
         return self._run("record_publication", record)
 
+    def _record_in(self, db: sqlite3.Connection, publication: Publication) -> Publication:
+        table, dt = publication.table, publication.dt
+        stored = stamped_publication(
+            self._table_partition(db, table, dt), publication, self.now_ms()
+        )
+        db.execute(
+            "UPDATE table_partitions SET current_manifest_version = ?, switched = ?, "
+            "published_upper = ?, publication_seq = ? WHERE tbl = ? AND dt = ?",
+            (stored.manifest_version, int(stored.switched), stored.upper, stored.seq, table, dt),
+        )
+        db.execute(
+            f"INSERT INTO publications ({', '.join(PUBLICATION_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(PUBLICATION_COLUMNS))})",
+            (
+                table,
+                dt,
+                stored.seq,
+                int(stored.switched),
+                stored.upper,
+                stored.location,
+                stored.files,
+                stored.rows,
+                stored.bytes,
+                stored.published_at_ms,
+                stored.revises,
+            ),
+        )
+        return stored
+
     def publications(self, table: str, dt: str) -> list[Publication]:
         if not self._has_publications:  # an earlier version's file, opened without CREATE
             return []
         rows = self._connection().execute(
-            f"SELECT {PUBLICATION_COLUMNS} FROM publications WHERE tbl = ? AND dt = ? ORDER BY seq",
+            f"SELECT {self._publication_select} FROM publications WHERE tbl = ? AND dt = ? "
+            "ORDER BY seq",
             (table, dt),
         )
         return [_publication(r) for r in rows.fetchall()]

@@ -107,6 +107,7 @@ CREATE TABLE IF NOT EXISTS publications (
     row_count INTEGER NOT NULL,
     byte_count INTEGER NOT NULL,
     published_at INTEGER NOT NULL,
+    revises INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tbl, dt, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS small_objects (
@@ -197,6 +198,19 @@ RANGE_COLUMNS = (
     "updated_at",
     "schema_version",
 )
+PUBLICATION_COLUMNS = (
+    "tbl",
+    "dt",
+    "seq",
+    "switched",
+    "upper",
+    "location",
+    "file_count",
+    "row_count",
+    "byte_count",
+    "published_at",
+    "revises",
+)
 ADDED_COLUMNS = {
     "table_partitions": (
         ("merged_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
@@ -206,6 +220,7 @@ ADDED_COLUMNS = {
     ),
     "small_objects": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
     "merge_ranges": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
+    "publications": (("revises", "INTEGER NOT NULL DEFAULT 0", "0"),),
 }
 """Columns added to existing tables since the first release: (column, definition, the value
 a reader of a file that lacks it sees). A table's `CREATE` lists them last, in this order, as
@@ -253,6 +268,12 @@ def range_select(db: sqlite3.Connection) -> str:
     """A merge range's row as the ledger selects it (`RANGE_COLUMNS`), a column an old file
     lacks read as its default."""
     return _select(db, "merge_ranges", RANGE_COLUMNS)
+
+
+def publication_select(db: sqlite3.Connection) -> str:
+    """A publication record as the ledger selects it (`PUBLICATION_COLUMNS`), a column an old
+    file lacks read as its default."""
+    return _select(db, "publications", PUBLICATION_COLUMNS)
 
 
 def _select(db: sqlite3.Connection, table: str, columns: Sequence[str]) -> str:

@@ -76,6 +76,7 @@ class SqliteLeaseStore(SqliteLedger, SqliteClaims, SqliteChanges, CoordinationSt
         self._partition_select = schema.partition_select(db)
         self._object_select = schema.object_select(db)
         self._range_select = schema.range_select(db)
+        self._publication_select = schema.publication_select(db)
         self._has_merge_ranges = db.execute(schema.HAS_MERGE_RANGES).fetchone() is not None
         self._has_publications = db.execute(schema.HAS_PUBLICATIONS).fetchone() is not None
         self._has_rollup_keys = db.execute(schema.HAS_ROLLUP_KEYS).fetchone() is not None
