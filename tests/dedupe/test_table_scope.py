@@ -1,14 +1,16 @@
-"""`lost_to_other_dates` against a brute-force statement of `scope: table` under `first`."""
+"""`lost_to_other_dates` and `latest_across_dates` against brute-force statements of `scope:
+table` under `first` and `latest`."""
 
 from __future__ import annotations
 
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from resources.dedupe.key_index import KeyedRows
-from resources.dedupe.table_scope import DateKeys, lost_to_other_dates
+from resources.dedupe.table_scope import DateKeys, latest_across_dates, lost_to_other_dates
 
 
 def keyed(keys: list[int], rows: list[int]) -> KeyedRows:
@@ -33,16 +35,23 @@ def brute(dates: list[tuple[str, list[int], list[tuple[int, int, int]]]]) -> dic
     return out
 
 
+def owners(rng: random.Random, universe: list[int], dates: int) -> list[list[int]]:
+    """Per date, the keys its index holds: no key in two dates' indexes."""
+    owned: set[int] = set()
+    out = []
+    for _ in range(dates):
+        free = [k for k in universe if k not in owned]
+        out.append(rng.sample(free, rng.randint(0, len(free) // 2)))
+        owned.update(out[-1])
+    return out
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_matches_brute_force(seed: int) -> None:
     rng = random.Random(seed)
     universe = list(range(1, rng.randint(2, 40)))
-    taken: set[int] = set()
     spec = []
-    for d in range(rng.randint(1, 5)):
-        free = [k for k in universe if k not in taken]
-        indexed = rng.sample(free, rng.randint(0, len(free) // 2))
-        taken.update(indexed)
+    for d, indexed in enumerate(owners(rng, universe, rng.randint(1, 5))):
         new = [(rng.choice(universe), r, rng.randint(0, 3)) for r in range(rng.randint(0, 12))]
         spec.append((f"2026-01-0{d + 1}", indexed, new))
     dates = []
@@ -75,3 +84,69 @@ def test_the_first_committed_date_keeps_a_new_key_and_an_indexed_one_stays() -> 
         "2026-01-02": [False, True],
         "2026-01-03": [True],
     }
+
+
+def latest_brute(
+    spec: list[
+        tuple[str, list[tuple[int, int, int | None, int]], list[tuple[int, int, int | None, int]]]
+    ],
+) -> tuple[dict[str, list[bool]], dict[str, list[bool]]]:
+    """spec: (dt, index entries, new rows), each as (key, row, order, committed_at)."""
+    best: dict[int, tuple[int, int, str, int]] = {}
+    new_keys = {key for _, _, new in spec for key, *_ in new}
+    for dt, indexed, new in spec:
+        for key, row, order, when in [*new, *(e for e in indexed if e[0] in new_keys)]:
+            # a null below every value; ties to the later commit (time, date, row)
+            rank = (-1 if order is None else order, when, dt, row)
+            best[key] = max(best.get(key, rank), rank)
+    lost = {dt: [best[k][2] != dt for k, *_ in new] for dt, _, new in spec if new}
+    taken = {}
+    for dt, indexed, _ in spec:
+        mask = [k in best and best[k][2] != dt for k, *_ in indexed]
+        if any(mask):
+            taken[dt] = mask
+    return lost, taken
+
+
+def latest_rows(rows: list[tuple[int, int, int | None, int]], *, sort: bool) -> KeyedRows:
+    by = sorted(range(len(rows)), key=lambda i: (rows[i][0] % 5, rows[i][0])) if sort else None
+    rows = [rows[i] for i in by] if by is not None else rows
+    return KeyedRows(
+        np.array([k % 5 for k, *_ in rows], np.uint64),
+        np.array([k for k, *_ in rows], np.uint64),
+        np.array([r for _, r, _, _ in rows], np.int64),
+        pa.array([o for _, _, o, _ in rows], pa.int64()),
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_latest_across_dates_matches_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    universe = list(range(1, rng.randint(2, 30)))
+    spec = []
+    for d, keys in enumerate(owners(rng, universe, rng.randint(1, 4))):
+        order = lambda: rng.choice([None, *range(4)])  # noqa: E731 - many ties and nulls
+        indexed = sorted(
+            ((k, 1000 + i, order(), rng.randint(0, 3)) for i, k in enumerate(keys)),
+            key=lambda e: (e[0] % 5, e[0]),
+        )
+        new = [
+            (rng.choice(universe), r, order(), rng.randint(0, 3)) for r in range(rng.randint(0, 10))
+        ]
+        spec.append((f"2026-01-0{d + 1}", indexed, new))
+    dates = []
+    for dt, indexed, new in spec:
+        times = {row: when for _, row, _, when in indexed}
+        dates.append(
+            DateKeys(
+                dt,
+                latest_rows(indexed, sort=False),
+                latest_rows(new, sort=False),
+                np.array([w for *_, w in new], np.int64),
+                lambda rows, times=times: np.array([times[int(r)] for r in rows], np.int64),
+            )
+        )
+    moves = latest_across_dates(dates)
+    lost, taken = latest_brute(spec)
+    assert {dt: m.tolist() for dt, m in moves.lost.items()} == lost
+    assert {dt: m.tolist() for dt, m in moves.taken.items()} == taken
