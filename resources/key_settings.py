@@ -11,9 +11,10 @@
 `first` keeps the record committed first (ledger order: the dense ids commits assign); `latest`
 keeps the greatest `order_by` (Hudi's precombine field); `none` keeps every record and lets the
 `unique_record_ids` check flag duplicates. `scope: date` resolves a key within one table
-partition; `scope: table` (with `first`) across the table's dates: a key is served by the date
-that published it first. Every published snapshot serves each key once under the policy
-(`resources/dedupe/`). Errors are `ConfigError`s naming the field; the caller adds the stream.
+partition; `scope: table` across the table's dates: under `first` a key is served by the date
+that published it first, under `latest` by the date of its greatest `order_by`. Every published
+snapshot serves each key once under the policy (`resources/dedupe/`). Errors are `ConfigError`s
+naming the field; the caller adds the stream.
 """
 
 from __future__ import annotations
@@ -103,12 +104,6 @@ def parse_dedupe(raw: Any, record_id: str | None, names: list[str]) -> DedupeSet
             raise ConfigError("dedupe.order_by", f"only latest orders records, not {mode!r}")
         if order_by not in names:
             raise ConfigError("dedupe.order_by", f"{order_by!r} is not a schema column")
-    if scope == TABLE and mode == LATEST:
-        raise ConfigError(
-            "dedupe.scope",
-            "table with latest is not built: a later record on another date would take its "
-            "key from a date that has nothing new to publish (table works with first)",
-        )
     return DedupeSettings(mode=mode, order_by=order_by, scope=scope)
 
 

@@ -39,6 +39,10 @@ def test_latest_by_a_column(tmp_path: Path) -> None:
     config = load_streams(streams(tmp_path, extra))["events"]
     assert (config.dedupe.mode, config.dedupe.order_by) == (LATEST, "v")
     assert config.on_change == "append"
+    table = load_streams(
+        streams(tmp_path, "    dedupe: {mode: latest, order_by: v, scope: table}\n")
+    )
+    assert (table["events"].dedupe.mode, table["events"].dedupe.scope) == (LATEST, "table")
 
 
 @pytest.mark.parametrize(
@@ -50,12 +54,6 @@ def test_latest_by_a_column(tmp_path: Path) -> None:
         ("    dedupe: {mode: first, order_by: v}\n", True, "dedupe.order_by", "only latest"),
         ("    dedupe: {mode: first}\n", False, "dedupe.mode", "needs the stream's record_id"),
         ("    dedupe: {scope: week}\n", True, "dedupe.scope", "not one of date, table"),
-        (
-            "    dedupe: {mode: latest, order_by: v, scope: table}\n",
-            True,
-            "dedupe.scope",
-            "table with latest is not built",
-        ),
         ("    dedupe: {keep: 1}\n", True, "dedupe.keep", "unknown field"),
         ("    dedupe: first\n", True, "dedupe", "must be a mapping"),
         ("    on_change: overwrite\n", True, "on_change", "not one of ignore, replace, append"),

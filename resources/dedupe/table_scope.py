@@ -102,7 +102,7 @@ def latest_across_dates(dates: Sequence[DateKeys]) -> Moves:
     docstring): the new rows and index entries of the other dates lose. Every date's
     `indexed.order` and `new.order` are given. Deterministic for given inputs. Pure; raises
     nothing."""
-    code = np.arange(len(dates), dtype=np.int64)
+    code = np.argsort(np.argsort([d.dt for d in dates], kind="stable")).astype(np.int64)
     h1, h2, date = _concat(
         [(d.new.h1, d.new.h2, np.full(len(d.new), c)) for d, c in zip(dates, code, strict=True)]
     )
@@ -117,7 +117,7 @@ def latest_across_dates(dates: Sequence[DateKeys]) -> Moves:
         if len(at):
             e = d.indexed
             h1, h2 = np.append(h1, e.h1[at]), np.append(h2, e.h2[at])
-            date, rows = np.append(date, np.full(len(at), c)), np.append(rows, e.row[at])
+            date, rows = np.append(date, np.full(len(at), code[c])), np.append(rows, e.row[at])
             when = np.append(when, d.indexed_committed_at(e.row[at]).astype(np.int64))
             orders.append(_orders(e, order_type).take(pa.array(at)))
     rank = _rank(pa.concat_arrays(orders))
@@ -127,7 +127,7 @@ def latest_across_dates(dates: Sequence[DateKeys]) -> Moves:
     group = np.cumsum(np.concatenate([[True], last[:-1]])) - 1
     keeper = np.empty(len(by), np.int64)
     keeper[by] = date[by][last][group]
-    other = keeper != date
+    other = keeper != date  # dates by code: the order of their dt
     n_new, lost, taken, start = sum(len(d.new) for d in dates), {}, {}, 0
     for d in dates:
         if len(d.new):
@@ -208,3 +208,9 @@ def _concat(
         np.concatenate([p[1] for p in parts]).astype(np.uint64, copy=False),
         np.concatenate([p[2] for p in parts]).astype(np.int64, copy=False),
     )
+
+
+def no_rows(like: KeyedRows) -> KeyedRows:
+    """No rows, of `like`'s kinds (its order type kept): a date's new rows when it has none."""
+    order = None if like.order is None else like.order.slice(0, 0)
+    return KeyedRows(like.h1[:0], like.h2[:0], like.row[:0], order)

@@ -27,7 +27,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -170,16 +170,29 @@ class DedupedFiles:
         return PendingDate(dt, state, index, new, small, files, spans, upper)
 
     def finish(
-        self, p: PendingDate, version_key: str, foreign: np.ndarray | None = None
+        self,
+        p: PendingDate,
+        version_key: str,
+        foreign: np.ndarray | None = None,
+        taken: np.ndarray | None = None,
     ) -> tuple[list[DataFile], ServedState]:
-        """`serve`'s resolution and writes for `p`; `foreign` (a mask over `p.new`, under
-        `scope: table`) marks the rows that lost to another date before the date's own
-        resolution. Raises what `serve` raises."""
+        """`serve`'s resolution and writes for `p`; under `scope: table`, `foreign` (a mask over
+        `p.new`) marks the rows that lost to another date before the date's own resolution,
+        and `taken` (a mask over `p.index`'s entries, under `latest`) the keys another date
+        took: they leave the index and the files that served them. Raises what `serve`
+        raises."""
         new, lost_elsewhere = p.new, _take_rows(p.new, np.zeros(0, np.int64))
         if foreign is not None and foreign.any():
             lost_elsewhere = _take_rows(p.new, np.nonzero(foreign)[0])
             new = _take_rows(p.new, np.nonzero(~foreign)[0])
-        resolution = resolve(p.index, new, p.upper, self.latest)
+        index = p.index
+        if taken is not None and taken.any():
+            entries = index.entries
+            lost_elsewhere = _concat(
+                [lost_elsewhere, _take_rows(entries, np.nonzero(taken)[0])], self.order_type
+            )
+            index = replace(index, entries=_take_rows(entries, np.nonzero(~taken)[0]))
+        resolution = resolve(index, new, p.upper, self.latest)
         lost = _by_row(_concat([resolution.lost, lost_elsewhere], self.order_type))
         small_urls = {o.url for o in p.small}
         before = p.state.by_source() if p.state is not None else {}

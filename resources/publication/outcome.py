@@ -86,6 +86,9 @@ class PublicationPlan:
     spans: dict[str, Span]
     version_key: str
     written_at_ms: int
+    revises: int = 0
+    """The `seq` of the current publication this one serves again with other files (0: a new
+    version; `Publication.revises`)."""
 
 
 @dataclass(frozen=True)

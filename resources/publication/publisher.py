@@ -177,12 +177,15 @@ class Publisher:
         `FAILED` (recorded in the ledger: the next run switches them). Never raises for a
         partition's or the switch's failure; raises only what is neither a `LeaseholdError`
         nor an `OSError` (a bug)."""
+        extra: list[PendingSwitch] = []
         if self.table_keys is not None:
-            prepared = self.table_keys.prepare(dts)
+            prepared, extra = self.table_keys.prepare(dts)
         else:
             prepared = [self.guarded(dt, self._prepare) for dt in dts]
         pending = [p for p in prepared if isinstance(p, PendingSwitch)]
-        switched = self._switch_all(pending)
+        switched = self._switch_all(pending + extra)
+        for also in extra:  # dates this run also recorded: revisions, under `latest`
+            log.info("%s %s", self.table, switched.get(also.outcome.dt, also.outcome).describe())
         outcomes = []
         for item in prepared:
             outcome = item.outcome if isinstance(item, PendingSwitch) else item
@@ -236,7 +239,7 @@ class Publisher:
         kind = publication_due(tp)
         if kind is None:
             return self._repair(tp)
-        upper, files, spans = self._files(tp, kind)
+        upper, files, spans = self.files_of(tp, kind)
         version_key = new_version_key(dt, kind, upper)
         return PublicationPlan(tp, kind, upper, files, spans, version_key, self.clock_ms())
 
@@ -251,22 +254,7 @@ class Publisher:
         recorded (fenced by `fence` when given, renewing it by `fence_timeout_s`:
         `PartitionNotOwnedError` if it no longer holds), waiting for the switch; `UP_TO_DATE`
         when a racing publisher got there first. Raises the store and object store errors."""
-        dt, files = plan.tp.dt, plan.files
-        version_url = write_version(self.objects, plan.version_key, files)
-        self.on_step("written", dt)
-        proposed = Publication(
-            table=self.table,
-            dt=dt,
-            seq=0,
-            switched=plan.kind == MERGED,
-            upper=plan.upper,
-            location=version_url,
-            files=len(files),
-            rows=sum(f.row_count for f in files),
-            bytes=sum(f.content_length for f in files),
-            published_at_ms=self.clock_ms(),
-            written_at_ms=plan.written_at_ms,
-        )
+        proposed = self.propose(plan)
         try:
             if fence is None:
                 recorded = self.store.record_publication(proposed)
@@ -277,14 +265,44 @@ class Publisher:
         except StalePublicationError as exc:
             log.info(
                 "%s dt=%s: %s; %s is an orphan for garbage collection",
-                self.table, dt, exc, version_url,
+                self.table, plan.tp.dt, exc, proposed.location,
             )  # fmt: skip
-            return PublicationOutcome(dt, UP_TO_DATE, f"{exc} (another publisher)", None, False)
+            return PublicationOutcome(
+                plan.tp.dt, UP_TO_DATE, f"{exc} (another publisher)", None, False
+            )
+        return self.recorded(plan, recorded, dropped)
+
+    def propose(self, plan: PublicationPlan) -> Publication:
+        """Step 2 of `plan`: its manifests written; the publication to record. Raises the
+        object store errors."""
+        files = plan.files
+        version_url = write_version(self.objects, plan.version_key, files)
+        self.on_step("written", plan.tp.dt)
+        return Publication(
+            table=self.table,
+            dt=plan.tp.dt,
+            seq=0,
+            switched=plan.kind == MERGED,
+            upper=plan.upper,
+            location=version_url,
+            files=len(files),
+            rows=sum(f.row_count for f in files),
+            bytes=sum(f.content_length for f in files),
+            published_at_ms=self.clock_ms(),
+            written_at_ms=plan.written_at_ms,
+            revises=plan.revises,
+        )
+
+    def recorded(self, plan: PublicationPlan, recorded: Publication, dropped: int) -> PendingSwitch:
+        """`plan` once the ledger recorded it as `recorded`, waiting for the switch."""
+        dt = plan.tp.dt
         self.on_step("recorded", dt)
         switched_now = recorded.switched and not plan.tp.switched
         outcome = replace(self._outcome(dt, PUBLISHED, "", recorded, switched_now), dropped=dropped)
-        files_now = tuple(_partition_file(f) for f in files)
-        return PendingSwitch(outcome, PartitionSwitch(dt, recorded.seq, version_url, files_now))
+        files_now = tuple(_partition_file(f) for f in plan.files)
+        return PendingSwitch(
+            outcome, PartitionSwitch(dt, recorded.seq, recorded.location, files_now)
+        )
 
     def _outcome(
         self, dt: str, kind: str, message: str, publication: Publication, switched_now: bool
@@ -294,7 +312,7 @@ class Publisher:
         )
         return PublicationOutcome(dt, kind, message, publication, switched_now, location)
 
-    def _files(
+    def files_of(
         self, tp: TablePartition, kind: PublicationKind
     ) -> tuple[int, list[DataFile], dict[str, Span]]:
         """(upper, files, spans) of the publication due: every id `1..upper` exactly once, and

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Protocol, TypeVar
@@ -34,15 +34,19 @@ import numpy as np
 from resources.coordination.errors import PartitionUnavailableError
 from resources.coordination.items import ItemType, LeaseItem, LeaseToken
 from resources.coordination.lease import Lease, LeaseTiming, new_owner_id
-from resources.dedupe.key_index import KeyedRows, KeyIndex, KeyIndexError
+from resources.dedupe.key_index import KeyIndex, KeyIndexError
 from resources.dedupe.keys import HASH_NAME
-from resources.dedupe.table_scope import DateKeys, lost_to_other_dates
+from resources.dedupe.table_scope import DateKeys, lost_to_other_dates, no_rows
 from resources.errors import LeaseholdError
-from resources.ledger.model import RegisteredObject
-from resources.ledger.publication import Publication
+from resources.ledger.publication import publication_due
 from resources.publication.deduped_files import READ_THREADS, DedupedFiles, PendingDate
+from resources.publication.latest_round import (
+    LatestTableRounds,
+    RoundSteps,
+    pending_date,
+    plan_dates,
+)
 from resources.publication.outcome import PendingSwitch, PublicationOutcome, PublicationPlan
-from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
 
@@ -50,29 +54,11 @@ _T = TypeVar("_T")
 
 POLL_S = 0.5
 """How often a run waiting for the keys lease tries again."""
+_NOT_RUN = LeaseholdError("no round published it")
 
 
-class PublisherSteps(Protocol):
+class PublisherSteps(RoundSteps, Protocol):
     """What this needs of the `Publisher`: its steps, run per date under the lease."""
-
-    store: CoordinationStore
-    table: str
-
-    def guarded(
-        self, dt: str, step: Callable[[str], _T]
-    ) -> _T | PublicationOutcome: ...  # pragma: no cover
-
-    def failed(self, dt: str, exc: BaseException) -> PublicationOutcome: ...  # pragma: no cover
-
-    def plan(
-        self, dt: str
-    ) -> PublicationPlan | PendingSwitch | PublicationOutcome: ...  # pragma: no cover
-
-    def dedupe_base(self, plan: PublicationPlan) -> Publication | None: ...  # pragma: no cover
-
-    def small_objects(
-        self, plan: PublicationPlan
-    ) -> list[RegisteredObject]: ...  # pragma: no cover
 
     def record(
         self,
@@ -101,21 +87,43 @@ class TableKeysPublication:
         self.wait_s = 2 * timing.ownership_timeout_s
         store, table = publisher.store, publisher.table
         self.sid = store.source_identifier(table, ItemType.KEYS_JOB)
+        self.rounds = LatestTableRounds(publisher, deduped, _table_hash) if deduped.latest else None
+        """Under `latest`, the rounds that record dates and revisions together."""
 
-    def prepare(self, dts: Sequence[str]) -> list[PendingSwitch | PublicationOutcome]:
+    def prepare(
+        self, dts: Sequence[str]
+    ) -> tuple[list[PendingSwitch | PublicationOutcome], list[PendingSwitch]]:
         """Steps 1-4 for `dts`: per dt, in order, its recorded publication waiting for the
         switch, or its outcome (`UP_TO_DATE`, a repair, `FAILED` — every dt `FAILED` when
-        the lease could not be had). Raises only what is neither a `LeaseholdError` nor an
-        `OSError`."""
+        the lease could not be had); and, under `latest`, the other dates recorded with them
+        (revisions of dates a key was taken from, due dates they took from), for the same
+        switch. Raises only what is neither a `LeaseholdError` nor an `OSError`."""
         p = self.publisher
         if not dts:
-            return []
+            return [], []
         try:
             item = self._acquire()
         except (LeaseholdError, OSError) as exc:
-            return [p.failed(dt, exc) for dt in dts]
+            return [p.failed(dt, exc) for dt in dts], []
         with Lease(p.store, item, self.timing) as lease:
-            return self._under(lease, dts)
+            if self.rounds is not None:
+                return self._latest(lease, dts)
+            return self._under(lease, dts), []
+
+    def _latest(
+        self, lease: Lease, dts: Sequence[str]
+    ) -> tuple[list[PendingSwitch | PublicationOutcome], list[PendingSwitch]]:
+        """`latest`: every due date of the table with `dts`, in rounds (`LatestTableRounds`)."""
+        assert self.rounds is not None
+        p = self.publisher
+        try:
+            due = [tp.dt for tp in p.store.table_partitions(p.table) if publication_due(tp)]
+        except (LeaseholdError, OSError) as exc:
+            return [p.failed(dt, exc) for dt in dts], []
+        wanted = sorted({*dts, *due})
+        results, revised = self.rounds.publish(lease, wanted, self.timing.ownership_timeout_s)
+        extra = [r for dt, r in results.items() if dt not in dts and isinstance(r, PendingSwitch)]
+        return [results.get(dt) or p.failed(dt, _NOT_RUN) for dt in dts], revised + extra
 
     def _acquire(self) -> LeaseItem:
         store, table = self.publisher.store, self.publisher.table
@@ -135,14 +143,7 @@ class TableKeysPublication:
 
     def _under(self, lease: Lease, dts: Sequence[str]) -> list[PendingSwitch | PublicationOutcome]:
         p = self.publisher
-        results: dict[str, PendingSwitch | PublicationOutcome] = {}
-        planned: dict[str, PublicationPlan] = {}
-        for dt in dts:
-            plan = p.guarded(dt, p.plan)
-            if isinstance(plan, PublicationPlan):
-                planned[dt] = plan
-            else:
-                results[dt] = plan
+        planned, results = plan_dates(p, dts)
         try:
             others = self._other_dates(planned)
         except (LeaseholdError, OSError) as exc:
@@ -170,11 +171,7 @@ class TableKeysPublication:
         return [results[dt] for dt in dts]
 
     def _pending(self, plan: PublicationPlan, hash_name: str) -> PendingDate:
-        p = self.publisher
-        return self.deduped.prepare(
-            plan.tp.dt, p.dedupe_base(plan), p.small_objects(plan), plan.files, plan.spans,
-            plan.upper, hash_name,
-        )  # fmt: skip
+        return pending_date(self.publisher, self.deduped, plan, hash_name)
 
     def _other_dates(self, planned: dict[str, PublicationPlan]) -> list[tuple[str, KeyIndex]]:
         """Every published date this run does not publish, with the key index of its current
@@ -202,7 +199,7 @@ class TableKeysPublication:
             for dt, (_, pending) in plans.items()
         ]
         dates += [
-            DateKeys(dt, index.entries, _no_rows(index), np.zeros(0, np.int64))
+            DateKeys(dt, index.entries, no_rows(index.entries), np.zeros(0, np.int64))
             for dt, index in others
         ]
         names = {pending.index.hash_name for _, pending in plans.values()}
@@ -217,9 +214,3 @@ def _table_hash(others: list[tuple[str, KeyIndex]]) -> str:
     that all its dates compare), or the default for a table's first date."""
     names = {index.hash_name for _, index in others if len(index)}
     return min(names) if names else HASH_NAME
-
-
-def _no_rows(index: KeyIndex) -> KeyedRows:
-    e = index.entries
-    order = None if e.order is None else e.order.slice(0, 0)
-    return KeyedRows(e.h1[:0], e.h2[:0], e.row[:0], order)

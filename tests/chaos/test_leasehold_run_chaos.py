@@ -6,12 +6,13 @@ killed at least five times, so kills land amid schema versions being recorded an
 redone with them.
 
 Its producer also re-sends (issue 45): a fifth of the records are sent again in objects of their
-own, some with a greater `amount`, some with a smaller one, some unchanged. On SQLite the stream
-keeps the latest by `amount` (`dedupe: {mode: latest, order_by: amount}`): every snapshot
-sampled serves each key once, and the current one the record with the greatest `amount`. On
-DynamoDB half the re-sends also carry the next day's event time and the stream keeps the first
-record of a key in the whole table (`dedupe: {mode: first, scope: table}`): every snapshot
-sampled serves each key once across its dates, one of the key's records.
+own, some with a greater `amount`, some with a smaller one, some unchanged, half of them with the
+next day's event time. On SQLite the stream keeps the latest by `amount` in the whole table
+(`dedupe: {mode: latest, order_by: amount, scope: table}`): every snapshot sampled serves each
+key once across its dates, and the current one the record with the greatest `amount`, so a
+re-send on the next day takes its key from the original's date. On DynamoDB the stream keeps
+the first record of a key in the whole table (`dedupe: {mode: first, scope: table}`): every
+snapshot sampled serves each key once across its dates, one of the key's records.
 
 The crash tests (`tests/ingestion/test_ingestion_crash.py`) stop one run at a chosen step. Here
 the whole command — discovery tick, range and retry runs, checks, in one process with its own
@@ -137,7 +138,7 @@ def project(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
         dynamodb_endpoint_url=endpoint,
     )
     drift(proj.sources)
-    resend(proj.sources, random.Random(3), other_dates=backend == "dynamodb")
+    resend(proj.sources, random.Random(3), other_dates=True)
     text = proj.streams_path.read_text()
     proj.streams_path.write_text(
         text.replace(
@@ -263,10 +264,10 @@ def drift(sources: Path) -> None:
 
 RESENT_SHARE = 0.2
 POLICY = {
-    "sqlite": "{mode: latest, order_by: amount}",
+    "sqlite": "{mode: latest, order_by: amount, scope: table}",
     "dynamodb": "{mode: first, scope: table}",
 }
-"""The dedupe policy of the stream, per backend: `latest` by date, `first` across dates."""
+"""The dedupe policy of the stream, per backend: `latest` and `first`, both across dates."""
 
 
 def resend(sources: Path, rng: random.Random, other_dates: bool) -> None:

@@ -146,6 +146,7 @@ def test_latest_across_dates_matches_brute_force(seed: int) -> None:
                 lambda rows, times=times: np.array([times[int(r)] for r in rows], np.int64),
             )
         )
+    rng.shuffle(dates)  # ties go by dt, whatever the order the dates come in
     moves = latest_across_dates(dates)
     lost, taken = latest_brute(spec)
     assert {dt: m.tolist() for dt, m in moves.lost.items()} == lost

@@ -12,12 +12,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from resources.catalog.hive_target import HiveManifestsTarget
 from resources.catalog.local import LocalCatalog
 from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
 from resources.compaction.merge_writer import MergeWriter
+from resources.ledger.model import RegisteredObject, SmallObject
 from resources.ledger.publication import Publication
 from resources.objects.base import ObjectStore
 from resources.publication.current_keys import current_keys
@@ -28,7 +31,7 @@ from resources.publication.reader import read_partition
 from resources.stores.base import CoordinationStore
 from resources.stores.stream_schema import followed_config
 from resources.streams import StreamConfig
-from tests.support.merge_child import TABLE, Lake, commit_source, event_ids, write_small
+from tests.support.merge_child import TABLE, Lake, commit_source, epoch_us, event_ids, write_small
 
 DT = "2027-01-15"
 """The fake clock's day (it starts at 2027-01-15 08:00 UTC)."""
@@ -111,3 +114,38 @@ def lake(tmp_path: Path) -> Lake:
 @pytest.fixture
 def world(lake: Lake, store: CoordinationStore, tmp_path: Path, spark: Any) -> World:
     return World(lake, store, tmp_path / "catalog.json", spark)
+
+
+def commit_keyed(
+    world: World, dt: str, name: str, ids: list[str], users: list[str], amounts: list[float]
+) -> RegisteredObject:
+    """One small object of these records (event times at random in `dt`, seeded by `name`),
+    committed by a source partition of its own."""
+    rng = random.Random(name)
+    table = pa.table(
+        {
+            "event_id": ids,
+            "user_id": users,
+            "amount": pa.array(amounts, pa.float64()),
+            "event_time": pa.array(
+                [epoch_us(dt) + rng.randrange(86_400_000_000) for _ in ids],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    path = world.lake.table_dir / f"dt={dt}" / f"{name}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    small = SmallObject(TABLE, dt, f"file://{path}", path.stat().st_size, len(ids))
+    (o,) = commit_source(world.store, f"keyed/{name}", [small], merge_after_s=600.0)
+    return o
+
+
+def served_by_date(world: World, dates: set[str]) -> list[tuple[str, str, str]]:
+    """(event_id, dt, user_id) of every row an engine reading the catalog sees, sorted."""
+    out = []
+    for dt in sorted(dates):
+        rows = read_partition(world.target, TABLE, dt)
+        ids, users = rows.column("event_id").to_pylist(), rows.column("user_id").to_pylist()
+        out += [(i, dt, u) for i, u in zip(ids, users, strict=True)]
+    return sorted(out)

@@ -4,12 +4,9 @@ the switch; the check judges the table as a whole; a run waits for the table's k
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 from functools import partial
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from resources.check_outcome import CheckOutcome
@@ -17,15 +14,12 @@ from resources.coordination.items import ItemType
 from resources.coordination.lease import LeaseTiming
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import DATE, FIRST, TABLE, DedupeSettings
-from resources.ledger.model import SmallObject
 from resources.publication import checks
 from resources.publication.deduped_files import served_and_sources
 from resources.publication.outcome import FAILED, PUBLISHED, PublicationOutcome
 from resources.publication.publisher import Publisher
-from resources.publication.reader import read_partition
-from tests.publication.conftest import DT, World
+from tests.publication.conftest import DT, World, commit_keyed, served_by_date
 from tests.support.merge_child import TABLE as TABLE_NAME
-from tests.support.merge_child import commit_source, epoch_us
 
 DT2 = "2027-01-16"
 DT3 = "2027-01-17"
@@ -46,23 +40,8 @@ class TableKeyed:
         self.n = 0
 
     def commit(self, dt: str, ids: list[str]) -> None:
-        rng = random.Random(self.n)
-        table = pa.table(
-            {
-                "event_id": ids,
-                "user_id": [f"user-{self.n}"] * len(ids),
-                "amount": pa.array([1.0] * len(ids), pa.float64()),
-                "event_time": pa.array(
-                    [epoch_us(dt) + rng.randrange(86_400_000_000) for _ in ids],
-                    pa.timestamp("us", tz="UTC"),
-                ),
-            }
-        )
-        path = self.world.lake.table_dir / f"dt={dt}" / f"keyed-{self.n:04d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, path)
-        small = SmallObject(TABLE_NAME, dt, f"file://{path}", path.stat().st_size, len(ids))
-        (o,) = commit_source(self.world.store, f"keyed/{self.n:04d}", [small], merge_after_s=600.0)
+        users = [f"user-{self.n}"] * len(ids)
+        o = commit_keyed(self.world, dt, f"keyed-{self.n:04d}", ids, users, [1.0] * len(ids))
         self.pending.append((o.committed_at_ms or 0, dt, self.n, ids))
         self.dates.add(dt)
         self.n += 1
@@ -84,12 +63,7 @@ class TableKeyed:
         return outcomes
 
     def served(self) -> list[tuple[str, str, str]]:
-        out = []
-        for dt in sorted(self.dates):
-            rows = read_partition(self.world.target, TABLE_NAME, dt)
-            ids, users = rows.column("event_id").to_pylist(), rows.column("user_id").to_pylist()
-            out += [(i, dt, u) for i, u in zip(ids, users, strict=True)]
-        return sorted(out)
+        return served_by_date(self.world, self.dates)
 
     def assert_serves_each_key_once(self) -> None:
         want = sorted((i, dt, f"user-{n}") for i, (dt, n) in self.owner.items())
