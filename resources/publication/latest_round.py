@@ -14,7 +14,10 @@ nothing new of its own. A round, for a batch of due dates:
 4. records them all in ONE fenced transaction (`record_fenced_publications`): any reader of
    the ledger, and the switch after it, sees the key leave one date and join the other at once.
 
-A transaction holds at most `PUBLICATIONS_PER_TRANSACTION` publications: a batch whose dates and
+A date taken from is revised even when it has new rows of its own (a later round, or the next
+run, resolves those against the revised index), unless it switched to merged files and its
+chain moved past its current publication: that one joins the batch and is published anew. A
+transaction holds at most `PUBLICATIONS_PER_TRANSACTION` publications: a batch whose dates and
 revisions exceed it is halved until they fit. A single date taking keys from more dates than
 that records the revisions first, in transactions of their own, then itself: a crash between
 them leaves the keys unserved until the next run (which finds them in no index and gives them
@@ -43,7 +46,7 @@ from resources.ledger.publication import (
     DataFile,
     Publication,
     PublicationKind,
-    publication_due,
+    live_files,
 )
 from resources.publication.deduped_files import READ_THREADS, DedupedFiles, PendingDate, Span
 from resources.publication.manifest import new_version_key
@@ -122,8 +125,8 @@ class LatestTableRounds:
         """Rounds over `dts` (each date planned in its round): per dt its recorded publication
         waiting for the switch, or its outcome (`FAILED` from a round that failed: nothing of
         it recorded, the rounds before it were); and the revisions of other dates recorded
-        with them, waiting for the same switch. A date another round's dates take keys from
-        while it has something due joins that round. Raises only what is neither a
+        with them, waiting for the same switch. A switched date whose chain moved, taken from
+        by a round, joins it. Raises only what is neither a
         `LeaseholdError` nor an `OSError`."""
         remaining, revised = sorted(dts), []
         results: Results = {}
@@ -166,9 +169,9 @@ class LatestTableRounds:
         pending = {dt: self._pending(plan, hash_name) for dt, plan in plans.items()}
         moves = latest_across_dates(self._dates(pending, others))
         taken = [tp for tp, _, _ in others if tp.dt in moves.taken]
-        due = [tp.dt for tp in taken if publication_due(tp) is not None]
-        if due:
-            return sorted([*batch, *due])
+        moved = [tp.dt for tp in taken if _chain_moved(tp)]
+        if moved:  # first, so that halving keeps them
+            return [*moved, *batch]
         if len(batch) > 1 and len(plans) + len(taken) > PUBLICATIONS_PER_TRANSACTION:
             return list(batch[: len(batch) // 2])
         revisions = [self._revision(tp, hash_name) for tp in taken]
@@ -216,11 +219,18 @@ class LatestTableRounds:
 
     def _revision(self, tp: TablePartition, hash_name: str) -> tuple[PublicationPlan, PendingDate]:
         """`tp`'s current publication served again: a plan at its version (`revises` its
-        seq) and its key state. Raises `LeaseholdError` when its ledger moved past it."""
+        seq) and its key state — live: its small objects `1..published_upper`, whatever was
+        committed since (a later round or run resolves those against it); merged: the chain,
+        which must still end there. Raises `LeaseholdError` when it does not."""
         p = self.publisher
         kind = MERGED if tp.switched else LIVE
-        upper, files, spans = p.files_of(tp, kind)
-        if upper != tp.published_upper:
+        if tp.switched:
+            upper, files, spans = p.files_of(tp, kind)
+        else:
+            objects = p.store.ledger_objects(p.table, tp.dt)
+            upper, files = tp.published_upper, live_files(objects, tp.published_upper)
+            spans = {o.url: (o.object_id - 1, o.object_id) for o in objects}
+        if upper != tp.published_upper or (not tp.switched and len(files) != upper):
             raise LeaseholdError(
                 f"dt={tp.dt}: its ledger moved past publication {tp.publication_seq} (a merge "
                 "or new objects since): the next run publishes it"
@@ -254,6 +264,13 @@ class LatestTableRounds:
                 DateKeys(tp.dt, index.entries, no_rows(index.entries), np.zeros(0, np.int64), times)
             )
         return dates
+
+
+def _chain_moved(tp: TablePartition) -> bool:
+    """A switched date whose merge chain ends past its current publication: it cannot be
+    revised (that publication's chain may name merged objects since collected), only
+    published anew."""
+    return tp.switched and tp.merged_upper > tp.published_upper
 
 
 def plan_dates(p: RoundSteps, dts: Sequence[str]) -> tuple[dict[str, PublicationPlan], Results]:

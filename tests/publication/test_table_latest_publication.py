@@ -14,7 +14,7 @@ import pytest
 
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import LATEST, TABLE, DedupeSettings
-from resources.publication import checks
+from resources.publication import checks, latest_round
 from resources.publication.deduped_files import served_and_sources
 from tests.publication.conftest import DT, World, commit_keyed, served_by_date
 from tests.support.merge_child import TABLE as TABLE_NAME
@@ -109,3 +109,59 @@ def test_every_run_serves_each_key_by_its_latest_record(keyed: LatestKeyed) -> N
             keyed.publish()
             assert keyed.world.current(DT2).switched
             keyed.assert_serves_each_key_by_its_latest_record()
+
+
+def test_rounds_of_a_bounded_transaction_serve_each_key_once(
+    keyed: LatestKeyed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With transactions of 3 publications, a run of 7 dates works in rounds (halved while a
+    round's dates and revisions exceed 3), each against what the rounds before recorded."""
+    monkeypatch.setattr(latest_round, "PUBLICATIONS_PER_TRANSACTION", 3)
+    dates = [f"2027-02-{d:02d}" for d in range(1, 8)]
+    for n, dt in enumerate(dates):
+        keyed.commit(dt, [("shared", float(n % 3)), (f"own-{n}", 1.0), ("late", float(n))])
+    keyed.publish()
+    keyed.assert_serves_each_key_by_its_latest_record()
+    # One date with a greater record of every key: it takes them all, from six dates revised
+    # in transactions of their own first.
+    keyed.commit(dates[0], [("shared", 9.0), *((f"own-{n}", 2.0) for n in range(7))])
+    keyed.publish()
+    keyed.assert_serves_each_key_by_its_latest_record()
+    assert all(keyed.world.current(dt).revises for dt in dates[1:])
+
+
+def test_a_date_taken_from_with_rows_of_its_own_or_a_moved_chain(
+    keyed: LatestKeyed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A taken-from date with new rows of its own is revised by the round that took from it and
+    published by a later one; a switched date whose chain moved joins the round instead, and is
+    revised by a later round taking from it."""
+    monkeypatch.setattr(latest_round, "PUBLICATIONS_PER_TRANSACTION", 2)
+    keyed.commit(DT, [("a", 1.0), ("b", 1.0)])
+    keyed.commit(DT2, [("c", 1.0), ("d", 1.0)])
+    keyed.commit(DT3, [("e", 1.0)])
+    keyed.publish()
+    keyed.assert_serves_each_key_by_its_latest_record()
+    # DT takes c from DT2 in the first round (DT and DT2 fit one), while DT3, due too, takes
+    # a from DT and gets its own d back from DT2 in a later one.
+    keyed.commit(DT, [("c", 2.0)])
+    keyed.commit(DT2, [("d", 0.5), ("f", 1.0)])
+    keyed.commit(DT3, [("a", 3.0), ("d", 4.0)])
+    keyed.publish()
+    keyed.assert_serves_each_key_by_its_latest_record()
+    # DT3 switches, then a merge of a delayed object moves its chain past what it serves. The
+    # first batch (DT, DT2) takes a key from it: DT3 joins, the batch is halved to DT3 alone,
+    # and DT and DT2 follow in the next round.
+    keyed.world.close(DT3)
+    keyed.world.merge(DT3)
+    keyed.publish()
+    keyed.commit(DT3, [("g", 1.0)])
+    keyed.world.merge(DT3)
+    before = keyed.world.current(DT3)
+    keyed.commit(DT, [("e", 5.0)])
+    keyed.commit(DT2, [("h", 1.0)])
+    keyed.publish([DT])
+    keyed.assert_serves_each_key_by_its_latest_record()
+    published, revised = keyed.world.store.publications(TABLE_NAME, DT3)[-2:]
+    assert (published.revises, published.upper) == (0, before.upper + 1)
+    assert revised.revises == published.seq and revised.upper == published.upper
