@@ -122,10 +122,15 @@ def audit_line(stream: str, report: MainJobReport) -> str:
     by_key = report.dropped_now()
     duplicates = report.check_metadata.get("unique_record_ids", {}).get("duplicated_ids", 0)
     lost = read - quarantined - published - by_key
-    left_out = f" + {by_key:,} re-sent records of a key left out by dedupe" if by_key else ""
+    left_out = (
+        f" + {by_key:,} records left out by dedupe (another record of their key is served)"
+        if by_key
+        else ""
+    )
+    net = "a net " if published < 0 else ""  # keys moved to later records, on other dates
     line = (
         f"{stream} audit: {read:,} source records read - {quarantined:,} quarantined = "
-        f"{committed:,} rows committed = {published:,} rows published now{left_out}; "
+        f"{committed:,} rows committed = {net}{published:,} rows published now{left_out}; "
         f"duplicates {duplicates}, losses {max(lost, 0)}"
     )
     if committed != read - quarantined:

@@ -356,6 +356,8 @@ class MergeRunner:
             return None
         urls, left_out = served
         later = plan.objects[len(covered) :]
+        if not urls and not later:  # nothing served of the range: the merge reads the ledger's
+            return None
         rows = sum(o.row_count for o in covered) - left_out
         index = current.index() if later else None
         return urls + [o.url for o in later], ServedRange(rows, left_out, index)
@@ -403,11 +405,12 @@ class MergeRunner:
 def served_inputs(
     objects: Sequence[RegisteredObject], state: ServedState
 ) -> tuple[list[str], int] | None:
-    """The files `state` serves for the small objects `objects`, in their order, and the rows
-    of theirs it leaves out; None unless it covers every one of them. Pure."""
+    """The files `state` serves for the small objects `objects`, in their order (none for one
+    of which nothing is served), and the rows of theirs it leaves out; None unless it covers
+    every one of them. Pure."""
     by_source = state.by_source()
     served = [by_source[o.url] for o in objects if o.url in by_source]
     if len(served) != len(objects):
         return None
     left_out = sum(o.row_count for o in objects) - sum(f.rows for f in served)
-    return [f.url for f in served], left_out
+    return [f.url for f in served if f.served], left_out

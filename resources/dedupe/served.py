@@ -18,6 +18,8 @@ from resources.errors import LeaseholdError
 STATE_NAME = "dedupe.json"
 INDEX_NAME = "keys.arrow"
 """The key index a publication writes beside its state (an Arrow IPC file: `KeyIndex.to_bytes`)."""
+NOTHING = ""
+"""A `ServedFile.url` for a ledger file of which nothing is served."""
 LEGACY_INDEX_NAME = "keys.parquet"
 """The key index of a state written before `ServedState.index` was kept (a Parquet file)."""
 DROPPED_KEY = b"leasehold.dedupe.dropped"
@@ -36,7 +38,9 @@ class ServedFile:
     source: str
     """The ledger's URL: a small object (ids `(lower, upper]` = its id) or a merged object."""
     url: str
-    """What the manifest names: `source`, or a copy without the rows that lost."""
+    """What the manifest names: `source`, or a copy without the rows that lost; `NOTHING`
+    when every row of it lost (no file is served for it: an engine skips a file of no rows,
+    and a reader of the manifest need not open one)."""
     rows: int
     bytes: int
     lower: int
@@ -44,7 +48,12 @@ class ServedFile:
 
     @property
     def copied(self) -> bool:
-        return self.url != self.source
+        return self.url not in (self.source, NOTHING)
+
+    @property
+    def served(self) -> bool:
+        """A file is served for it (not `NOTHING`)."""
+        return self.url != NOTHING
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from resources.dedupe.key_index import (
     winners_of,
 )
 from resources.dedupe.keys import HASH_NAME, KeyHashes, hash_ids
-from resources.dedupe.served import INDEX_NAME, STATE_NAME, ServedFile, ServedState
+from resources.dedupe.served import INDEX_NAME, NOTHING, STATE_NAME, ServedFile, ServedState
 from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import DataFile, Publication
@@ -226,7 +226,7 @@ class DedupedFiles:
                 self.config.name, p.dt, result.dropped_rows, self.config.dedupe.mode,
                 f", {len(lost_elsewhere)} to other dates" if len(lost_elsewhere) else "", copies,
             )  # fmt: skip
-        return [DataFile(f.url, f.bytes, f.rows) for f in served], result
+        return [DataFile(f.url, f.bytes, f.rows) for f in served if f.served], result
 
     def _from_merged(
         self, files: Sequence[DataFile], spans: dict[str, Span], hash_name: str, upper: int
@@ -284,7 +284,7 @@ class DedupedFiles:
         """What to serve for the ledger file `f` (ids `span`), given what the publication
         before served for it (`prev`) and its rows that lost now (`lost`); `resolution`'s
         index is asked for only by a merged object first served under the policy."""
-        if prev is not None and not len(lost):
+        if prev is not None and (not len(lost) or not prev.served):
             return prev
         if prev is None and is_small and span[1] > base:
             # A new small object: the rows of it that lost, by position.
@@ -332,6 +332,8 @@ class DedupedFiles:
         if keep.all():
             size = f.content_length if read_from == f.url else self._size(read_from)
             return ServedFile(f.url, read_from, table.num_rows, size, *span)
+        if not keep.any():
+            return ServedFile(f.url, NOTHING, 0, 0, *span)
         kept = table.take(pa.array(np.nonzero(keep)[0]))
         sink = io.BytesIO()
         # As ingestion writes a table object: dictionary pages only where they pay (a third of

@@ -67,6 +67,8 @@ class PublicationOutcome:
         kind = "merged" if p.switched else "live"
         switched = " (switched)" if self.switched_now else ""
         verb = "published" if self.outcome == PUBLISHED else "catalog repaired to"
+        if p.revises:
+            switched += f" (a revision of seq {p.revises}: keys taken by another date)"
         return (
             f"dt={self.dt}: {verb} seq {p.seq}, {kind} up to id {p.upper}{switched}: "
             f"{p.files} files, {p.rows} rows, {p.bytes} bytes"

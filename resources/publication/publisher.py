@@ -170,7 +170,8 @@ class Publisher:
     # -- publishing ----------------------------------------------------------------------------
 
     def publish(self, dts: Sequence[str]) -> list[PublicationOutcome]:
-        """Outcomes of publishing each table partition of `dts`, in order: steps 1-3 for each
+        """Outcomes of publishing each table partition of `dts`, in order (then, under `latest`
+        with `scope: table`, of the other dates the run recorded with them): steps 1-3 for each
         (`PUBLISHED`, `UP_TO_DATE`, `CATALOG_REPAIRED` when the target lags the ledger's
         current publication, `FAILED`), then ONE switch of every partition published or
         repaired; if the switch (or the schema step before it) fails, those partitions are
@@ -184,10 +185,8 @@ class Publisher:
             prepared = [self.guarded(dt, self._prepare) for dt in dts]
         pending = [p for p in prepared if isinstance(p, PendingSwitch)]
         switched = self._switch_all(pending + extra)
-        for also in extra:  # dates this run also recorded: revisions, under `latest`
-            log.info("%s %s", self.table, switched.get(also.outcome.dt, also.outcome).describe())
         outcomes = []
-        for item in prepared:
+        for item in [*prepared, *extra]:
             outcome = item.outcome if isinstance(item, PendingSwitch) else item
             outcome = switched.get(outcome.dt, outcome)
             if outcome.outcome in (PUBLISHED, CATALOG_REPAIRED):
@@ -196,9 +195,8 @@ class Publisher:
         return outcomes
 
     def publish_one(self, dt: str) -> PublicationOutcome:
-        """`publish([dt])`'s one outcome."""
-        (outcome,) = self.publish([dt])
-        return outcome
+        """`publish([dt])`'s outcome of `dt`."""
+        return self.publish([dt])[0]
 
     def guarded(self, dt: str, step: Callable[[str], _T]) -> _T | PublicationOutcome:
         """`step(dt)`, or `FAILED` with why when it raises a `LeaseholdError` or an `OSError`

@@ -23,7 +23,7 @@ from resources.errors import LeaseholdError
 from resources.objects.base import ObjectStore, ObjectStoreError
 from resources.objects.factory import object_store_for
 from resources.publication.manifest import parse_symlink_text
-from resources.schema.arrow import RetypedColumnError, read_by_name
+from resources.schema.arrow import RetypedColumnError, arrow_type, read_by_name
 from resources.schema.columns import ColumnSpec
 
 HIDDEN_PREFIXES = (".", "_")
@@ -130,7 +130,8 @@ def read_partition(
     object store. The files may hold different schema versions: without `columns`, every
     column any file holds, null where a file lacks it; with `columns`, only those, each file
     read by name (`read_by_name`: a column a file lacks is null, one it holds with another
-    type a `PublishedReadError`). Raises `PublishedReadError` (and its subclasses for a
+    type a `PublishedReadError`); no rows for a manifest naming no file. Raises
+    `PublishedReadError` (and its subclasses for a
     table or partition never published) when a file cannot be resolved or read."""
     urls = partition_files(target, table, dt, s3_endpoint_url=s3_endpoint_url, region=region)
     stores: dict[str, ObjectStore] = {}
@@ -145,10 +146,14 @@ def read_partition(
             raise PublishedReadError(f"{table} dt={dt}: cannot read {url}: {exc}") from exc
         tables.append(data)
         rows += data.num_rows
-    if not tables:
-        raise PublishedReadError(f"{table} dt={dt}: the manifest names no data file")
+    if not tables:  # a date every record of which another date serves (`dedupe.scope: table`)
+        return pa.schema([]).empty_table() if columns is None else _no_rows(columns)
     result = pa.concat_tables(tables, promote_options="default")
     return result if limit is None else result.slice(0, limit)
+
+
+def _no_rows(columns: Sequence[ColumnSpec]) -> pa.Table:
+    return pa.schema([(c.name, arrow_type(c.type)) for c in columns]).empty_table()
 
 
 def _read(

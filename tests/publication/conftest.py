@@ -146,6 +146,8 @@ def served_by_date(world: World, dates: set[str]) -> list[tuple[str, str, str]]:
     out = []
     for dt in sorted(dates):
         rows = read_partition(world.target, TABLE, dt)
+        if not rows.num_rows:  # every key of the date served by another
+            continue
         ids, users = rows.column("event_id").to_pylist(), rows.column("user_id").to_pylist()
         out += [(i, dt, u) for i, u in zip(ids, users, strict=True)]
     return sorted(out)
