@@ -1,7 +1,8 @@
-"""Records by key across dates: the table's key index under `dedupe: {mode: first, scope: table}`.
+"""Records by key across dates: the table's key index under `dedupe: {scope: table}`.
 
     .venv/bin/python bench/table_keys.py [--keys 100000000] [--dates 100]
-        [--new 10000 100000 1000000] [--resend 0.2] [--cross 0.01] [--due 3] [--work DIR]
+        [--new 10000 100000 1000000] [--resend 0.2] [--cross 0.01] [--due 3] [--latest]
+        [--work DIR]
 
 A table of `--keys` keys over `--dates` dates, each date's key index a `keys.arrow` written
 as `DedupedFiles._write_index` writes it (`KeyIndex.to_bytes()`: an uncompressed Arrow file)
@@ -20,6 +21,13 @@ served state's `dedupe.json` and the store's queries are left out), (b) `lost_to
 Hashing the new rows is not timed (the same under any scope). Checked: a re-send of another
 date's key is lost, of the due date's own key not (its date resolves it); of a fresh key's rows,
 those on a date other than its first committed row's are lost, the rest not.
+
+With `--latest` (`mode: latest`, an int64 `order_by`): each index also holds its keys' order
+values (key `k`'s is `k % 7`), each new row carries one at random in 0..9, and (b) is
+`latest_across_dates`. Checked, row by row from the ids: a key goes to the date of its best
+record among the new rows and its index entry (greatest order, then the later commit: an
+index entry is older than any new row); new rows elsewhere lose, and an entry elsewhere is
+taken.
 
 The indexes are read back from the page cache (just written), not from a cold disk or S3: the
 read figures are decoding and copying, the floor of a real read. The process's first read of
@@ -48,7 +56,11 @@ from bench.dedupe import clocked  # noqa: E402
 from resources.dedupe.key_index import KeyedRows, KeyIndex, row_ids  # noqa: E402
 from resources.dedupe.keys import hash_ids  # noqa: E402
 from resources.dedupe.served import INDEX_NAME  # noqa: E402
-from resources.dedupe.table_scope import DateKeys, lost_to_other_dates  # noqa: E402
+from resources.dedupe.table_scope import (  # noqa: E402
+    DateKeys,
+    latest_across_dates,
+    lost_to_other_dates,
+)
 from resources.objects.base import ObjectStore  # noqa: E402
 from resources.objects.factory import object_store_for  # noqa: E402
 
@@ -73,7 +85,9 @@ def ids(prefix: str, numbers: np.ndarray) -> pa.Array:
 class Table:
     """The table's dates and their published key indexes in a local object store."""
 
-    def __init__(self, root: Path, keys: int, dates: int) -> None:
+    def __init__(self, root: Path, keys: int, dates: int, latest: bool) -> None:
+        self.latest = latest
+        self.order_type = pa.int64() if latest else None
         self.objects: ObjectStore = object_store_for(f"file://{root}")
         self.dts = [str(np.datetime64("2026-01-01") + i) for i in range(dates)]
         self.starts = np.linspace(0, keys, dates + 1).astype(np.int64)  # date d: [d], [d+1]
@@ -93,7 +107,9 @@ class Table:
                 [self._object(min(OBJECT_ROWS, hi - at)) for at in range(lo, hi, OBJECT_ROWS)]
             )
             by = np.argsort(h.h1, kind="stable")
-            index = KeyIndex(KeyedRows(h.h1[by], h.h2[by], rows[by], None), self.next_object - 1)
+            order = pa.array(entry_order(lo + by)) if self.latest else None
+            entries = KeyedRows(h.h1[by], h.h2[by], rows[by], order)
+            index = KeyIndex(entries, self.next_object - 1)
             data = index.to_bytes()  # as DedupedFiles._write_index writes it
             self.objects.put_bytes(self.key_of(dt), data)
             total += len(data)
@@ -108,7 +124,7 @@ class Table:
     def read(self, dt: str) -> KeyIndex:
         """`DedupedFiles.state`'s read of a date's index."""
         data = self.objects.get_bytes(self.key_of(dt))
-        return KeyIndex.from_bytes(data, None)
+        return KeyIndex.from_bytes(data, self.order_type)
 
     def first_read(self) -> tuple[float, float, float]:
         """Every date's index read once, the process's first read (its memory fresh from the
@@ -117,6 +133,12 @@ class Table:
         wall, cpu, indexes = clocked(lambda: [self.read(dt) for dt in self.dts])
         assert sum(len(i) for i in indexes) == self.keys
         return wall, cpu, system_cpu() - before
+
+
+def entry_order(numbers: np.ndarray) -> np.ndarray:
+    """The order value of the indexed key `k-<n>`."""
+    values: np.ndarray = numbers % 7
+    return values
 
 
 class NewRows:
@@ -143,6 +165,7 @@ class NewRows:
             others = elsewhere[int(self.date[i])]
             number[i] = others[rng.integers(len(others))] if len(others) else i
         self.number = number
+        self.order = rng.integers(0, 10, n)
         self.ids = pa.array(
             [
                 f"k-{k}" if r else f"new-{seed}-{k}"
@@ -150,14 +173,15 @@ class NewRows:
             ]
         )
 
-    def keyed(self, d: int) -> tuple[KeyedRows, np.ndarray, np.ndarray]:
+    def keyed(self, d: int, latest: bool) -> tuple[KeyedRows, np.ndarray, np.ndarray]:
         """Due date `d`'s new rows (row ids after its index's), their commit times, and their
         positions among all new rows."""
         at = np.nonzero(self.date == d)[0]
         h = hash_ids(self.ids.take(pa.array(at)))
         position = at % NEW_OBJECT_ROWS
         rows = (self.object_id[at].astype(np.int64) << 32) | position
-        return KeyedRows(h.h1, h.h2, rows, None), self.committed_at[at], at
+        order = pa.array(self.order[at]) if latest else None
+        return KeyedRows(h.h1, h.h2, rows, order), self.committed_at[at], at
 
 
 def expected_lost(new: NewRows, code: dict[int, int], rows: np.ndarray) -> np.ndarray:
@@ -176,30 +200,74 @@ def expected_lost(new: NewRows, code: dict[int, int], rows: np.ndarray) -> np.nd
     return lost
 
 
+def expected_latest(
+    new: NewRows, table: Table, rows: np.ndarray
+) -> tuple[np.ndarray, dict[int, int]]:
+    """The rule under `latest`, from the ids: per new row whether it loses to another date;
+    and per re-sent key, the due date (index in dts) that takes it from its indexed date (its
+    best new record beats the entry there)."""
+    best: dict[tuple[str, int], tuple[int, int, str, int, int]] = {}
+    for i in range(len(new.number)):
+        key = ("k" if new.resend[i] else "new", int(new.number[i]))
+        dt = table.dts[int(new.date[i])]
+        mine = (int(new.order[i]), int(new.committed_at[i]), dt, int(rows[i]), int(new.date[i]))
+        best[key] = max(best.get(key, mine), mine)
+    taken: dict[int, int] = {}
+    for (kind, k), (*_, date) in list(best.items()):
+        if kind != "k":
+            continue
+        home = int(np.searchsorted(table.starts, k, side="right") - 1)
+        entry = (int(entry_order(np.array(k))), 0, table.dts[home], 0, home)
+        if entry > best[(kind, k)]:  # older than any new row: ties go to the new one
+            best[(kind, k)] = entry
+        elif home != date:
+            taken[k] = date
+    lost = np.array(
+        [
+            best[("k" if r else "new", int(k))][4] != d
+            for r, k, d in zip(new.resend, new.number, new.date, strict=True)
+        ]
+    )
+    return lost, taken
+
+
 def run(table: Table, args: argparse.Namespace, n: int, seed: int) -> dict[str, Any]:
     new = NewRows(table, args, n, seed)
     order = new.due + [d for d in range(len(table.dts)) if d not in new.due]
     code = {d: c for c, d in enumerate(order)}
-    keyed = {d: new.keyed(d) for d in new.due}
+    keyed = {d: new.keyed(d, table.latest) for d in new.due}
     read_wall, read_cpu, indexes = clocked(lambda: [table.read(table.dts[d]) for d in order])
-    none = KeyedRows(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
+    none_order = pa.array([], pa.int64()) if table.latest else None
+    none = KeyedRows(
+        np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64), none_order
+    )
     dates = [
         DateKeys(table.dts[d], idx.entries, keyed[d][0], keyed[d][1])
         if d in keyed
         else DateKeys(table.dts[d], idx.entries, none, np.zeros(0, np.int64))
         for d, idx in zip(order, indexes, strict=True)
     ]
-    look_wall, look_cpu, lost = clocked(lambda: lost_to_other_dates(dates))
+    if table.latest:
+        look_wall, look_cpu, moves = clocked(lambda: latest_across_dates(dates))
+        lost, taken = moves.lost, moves.taken
+    else:
+        look_wall, look_cpu, lost = clocked(lambda: lost_to_other_dates(dates))
+        taken = {}
     got, rows = np.zeros(n, bool), np.zeros(n, np.int64)
     for d in new.due:
         got[keyed[d][2]] = lost.get(table.dts[d], np.zeros(0, bool))  # none: no new rows
         rows[keyed[d][2]] = keyed[d][0].row
-    want = expected_lost(new, code, rows)
+    if table.latest:
+        want, want_taken = expected_latest(new, table, rows)
+        assert sum(int(m.sum()) for m in taken.values()) == len(want_taken)
+    else:
+        want = expected_lost(new, code, rows)
     assert np.array_equal(got, want), f"{int((got != want).sum())} rows judged otherwise"
     indexed = sum(len(i) for i in indexes)
     return {
         "new": n, "read_wall": read_wall, "read_cpu": read_cpu, "look_wall": look_wall,
         "look_cpu": look_cpu, "indexed": indexed, "lost": int(got.sum()),
+        "taken": sum(int(m.sum()) for m in taken.values()),
         "resent_elsewhere": int((new.resend & (new.source != new.date)).sum()),
         "rss": peak_rss_mib(),
     }  # fmt: skip
@@ -213,11 +281,12 @@ def main() -> int:
     parser.add_argument("--resend", type=float, default=0.2)
     parser.add_argument("--cross", type=float, default=0.01)
     parser.add_argument("--due", type=int, default=3)
+    parser.add_argument("--latest", action="store_true", help="mode: latest (an order column)")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-table-keys-"))
     try:
-        table = Table(work / "table", args.keys, args.dates)
+        table = Table(work / "table", args.keys, args.dates, args.latest)
         wall, cpu, written = clocked(table.write)
         print(f"wrote {args.dates} indexes in {wall:.1f} s ({cpu:.1f} CPU s)", flush=True)
         on_disk = sum(p.stat().st_size for p in (work / "table").rglob(INDEX_NAME))
@@ -241,7 +310,8 @@ def report(
     results: list[dict[str, Any]],
 ) -> None:
     print(
-        f"\n{args.keys:,} keys over {args.dates} dates; new rows over {args.due} due dates, "
+        f"\n{'latest' if args.latest else 'first'}: "
+        f"{args.keys:,} keys over {args.dates} dates; new rows over {args.due} due dates, "
         f"{args.resend:.0%} re-sends, {args.cross:.0%} fresh ids again on another due date"
     )
     print(f"key indexes: {on_disk:,} bytes, {on_disk / args.keys:.2f} bytes a key")
@@ -251,13 +321,15 @@ def report(
         "below read again, into memory the process already has"
     )
     print(
-        "\n| new rows | lost to other dates | read s (wall / CPU) | lookup s (wall / CPU) "
-        "| lookup µs per new record | read ns per indexed key | peak RSS MiB |"
+        "\n| new rows | lost to other dates | taken from other dates | read s (wall / CPU) "
+        "| lookup s (wall / CPU) | lookup µs per new record | read ns per indexed key "
+        "| peak RSS MiB |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(
-            f"| {r['new']:,} | {r['lost']:,} | {r['read_wall']:.2f} / {r['read_cpu']:.2f} "
+            f"| {r['new']:,} | {r['lost']:,} | {r['taken']:,} "
+            f"| {r['read_wall']:.2f} / {r['read_cpu']:.2f} "
             f"| {r['look_wall']:.3f} / {r['look_cpu']:.3f} "
             f"| {r['look_wall'] / r['new'] * 1e6:.2f} "
             f"| {r['read_wall'] / r['indexed'] * 1e9:.1f} | {r['rss']:,.0f} |"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from resources.ingestion.work_units import UnitObject
+from resources.ledger.provenance import Sources
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class StagedFile:
     row_count: int
     content_length: int
     schema_version: int = 1
+    sources: Sources = ()
+    """A table object's source objects, in row order (`resources.ledger.provenance`)."""
 
 
 @dataclass

@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -41,6 +42,7 @@ from resources.ingestion.field_scan import ObjectFields
 from resources.ingestion.record_parser import ParsedRecords, parse_csv, parse_json_lines
 from resources.ingestion.source_files import ChunkReader
 from resources.ingestion.table_objects import write_table_object
+from resources.ledger.provenance import sources_json
 from resources.objects.base import ObjectStore
 from resources.objects.factory import object_store_for
 from resources.schema.modes import ADD, FAIL
@@ -73,13 +75,15 @@ RESULT_SCHEMA = pa.schema(
         ("offset", pa.int64()),
         ("line", pa.int64()),
         ("last", pa.bool_()),
+        ("sources", pa.string()),
     ]
 )
 """One row per thing a task did: `table`/`quarantine` (an object it wrote: url, dt, rows,
-bytes), `failed` (an object it could not read, or one `schema_evolution: fail` refused: key,
-reason), `fields` (an object's fields outside the schema, as JSON: key, fields), `retry` (a part
-holding fields `add` records first: nothing written), `chunk` (a large object read in sequence:
-where the chunk ends — offset, line — and whether it is the last)."""
+bytes; a table object's source objects as `sources`), `failed` (an object it could not read, or
+one `schema_evolution: fail` refused: key, reason), `fields` (an object's fields outside the
+schema, as JSON: key, fields), `retry` (a part holding fields `add` records first: nothing
+written), `chunk` (a large object read in sequence: where the chunk ends — offset, line — and
+whether it is the last)."""
 SPARK_TYPES = {pa.int64(): "bigint", pa.bool_(): "boolean", pa.string(): "string"}
 RESULT_DDL = ", ".join(f"{f.name} {SPARK_TYPES[f.type]}" for f in RESULT_SCHEMA)
 
@@ -318,9 +322,15 @@ class _PartRun:
     def _write(self, parsed: list[tuple[str, ParsedRecords]]) -> None:
         """One table object per date of the pieces' rows (in their order), one quarantine
         object of their bad records."""
-        tables = [p.rows for _, p in parsed if p.rows.num_rows]
-        if tables:
-            self._write_table(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+        holding = [(key, p.rows) for key, p in parsed if p.rows.num_rows]
+        if holding:
+            tables = [rows for _, rows in holding]
+            pieces = np.repeat(np.arange(len(holding)), [t.num_rows for t in tables])
+            self._write_table(
+                pa.concat_tables(tables) if len(tables) > 1 else tables[0],
+                [key for key, _ in holding],
+                pieces,
+            )
         bad = [
             p.bad.add_column(0, "source_key", pa.array([key] * p.bad.num_rows, pa.string()))
             for key, p in parsed
@@ -333,10 +343,12 @@ class _PartRun:
         part, job = self.part, self.job
         return f"{job.attempt}-{digest(part.unit)}-{part.index}-{self.chunk}-{self.token}{suffix}"
 
-    def _write_table(self, rows: pa.Table) -> None:
-        """One object per date, each date's rows in their order (a stable sort)."""
+    def _write_table(self, rows: pa.Table, keys: list[str], pieces: np.ndarray) -> None:
+        """One object per date, each date's rows in their order (a stable sort), with the
+        source objects they came from (`pieces`: per row, its object among `keys`)."""
         config = self.config
-        rows = rows.take(pc.sort_indices(rows, sort_keys=[("dt", "ascending")]))
+        order = pc.sort_indices(rows, sort_keys=[("dt", "ascending")])
+        rows, pieces = rows.take(order), pieces[order.to_numpy()]
         days = rows.column("dt").combine_chunks()
         n = rows.num_rows
         changes = pc.indices_nonzero(pc.not_equal(days.slice(1), days.slice(0, n - 1)))
@@ -354,7 +366,11 @@ class _PartRun:
                 config.schema_version,
             )
             url = table.move_file(local, f"dt={dt}/{self._name('.parquet')}")
-            self._row(TABLE, url=url, dt=dt, rows=end - begin, bytes=size)
+            at, counts = np.unique(pieces[begin:end], return_counts=True)  # rows keep piece order
+            sources = tuple((keys[i], int(c)) for i, c in zip(at.tolist(), counts, strict=True))
+            self._row(
+                TABLE, url=url, dt=dt, rows=end - begin, bytes=size, sources=sources_json(sources)
+            )
 
     def _write_quarantine(self, bad: pa.Table) -> None:
         bad = bad.select(["source_key", "line", "reason", "raw"])

@@ -51,6 +51,7 @@ from resources.ingestion.split_task import (
     map_tasks,
 )
 from resources.ingestion.work_units import UnitObject
+from resources.ledger.provenance import sources_of
 from resources.schema.columns import ColumnSpec
 from resources.schema.field_types import widen
 from resources.schema.modes import ADD
@@ -267,7 +268,14 @@ def fill(result: SourceBatchResult, read: PartRead, rows: list[Row] | None = Non
         kind = row["kind"]
         if kind == TABLE:
             result.table_files.append(
-                StagedFile(row["dt"], row["url"], row["rows"], row["bytes"], schema_version)
+                StagedFile(
+                    row["dt"],
+                    row["url"],
+                    row["rows"],
+                    row["bytes"],
+                    schema_version,
+                    sources_of(row.get("sources")),
+                )  # fmt: skip
             )
         elif kind == QUARANTINE:
             result.quarantine_files.append(

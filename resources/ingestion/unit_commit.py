@@ -261,4 +261,5 @@ class UnitCommits:
             written.content_length,
             written.row_count,
             schema_version=written.schema_version,
+            sources=written.sources,
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 from resources.coordination.items import LeaseItem, LeaseToken
 from resources.errors import LeaseholdError
+from resources.ledger.provenance import Sources
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class SmallObject:
     """The stream's schema version whose columns it was written with (what its Parquet
     metadata says, `resources.schema.parquet_meta`): the ledger keeps it, so what a table
     partition holds is known without reading a footer."""
+    sources: Sources = ()
+    """The source objects its rows came from, in row order (`resources.ledger.provenance`);
+    `()`: not said."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,9 @@ class RegisteredObject:
     """Its `SmallObject.schema_version`, as committed. 1 for an object committed before the
     ledger kept versions (a SQLite row of an older file, a DynamoDB item without the
     attribute): it was written before there were versions."""
+    sources: Sources = ()
+    """Its `SmallObject.sources`, as committed; `()` for an object committed before the ledger
+    kept them."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,7 @@ def assign_ids(
                     delayed=last_live is not None,
                     committed_at_ms=committed_at_ms,
                     schema_version=obj.schema_version,
+                    sources=obj.sources,
                 )
             )
     return registered

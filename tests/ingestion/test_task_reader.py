@@ -113,6 +113,13 @@ def test_tasks_write_each_units_objects_straight_to_their_stores(
     assert sorted(f.dt for f in a.table_files) == ["2026-01-01", "2026-01-02"]
     ids = Counter(r["event_id"] for r in rows_of(lake["table"], [f.url for f in a.table_files]))
     assert ids == Counter(["e1", "e2", "e3"])
+    # Each table object says which source objects its rows came from, in row order.
+    by_dt = {f.dt: f for f in a.table_files}
+    assert by_dt["2026-01-01"].sources == (("a/1.jsonl", 1), ("a/2.jsonl.gz", 1))
+    assert by_dt["2026-01-02"].sources == (("a/1.jsonl", 1),)
+    day1 = rows_of(lake["table"], [by_dt["2026-01-01"].url])
+    assert [r["event_id"] for r in day1] == ["e1", "e3"]
+    assert [f.sources for f in b.table_files] == [(("b/1.jsonl", 1),)]
     (bad,) = rows_of(lake["quarantine"], [f.url for f in a.quarantine_files])
     assert (bad["source_key"], bad["line"], bad["raw"]) == ("a/2.jsonl.gz", 2, "{truncated")
 

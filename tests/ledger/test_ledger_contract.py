@@ -3,12 +3,15 @@ transaction, dense ids per table partition, and no trace of a refused commit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from resources.coordination.errors import PartitionNotOwnedError
 from resources.coordination.items import ATTR, PartitionStatus
 from resources.coordination.lease_store import LeaseStore
 from resources.ledger.model import AlreadyCommittedError, SmallObject
+from resources.ledger.provenance import positions_of
 from tests.support.fakes import FakeClock
 from tests.support.ttl_sweep import sweep_expired
 
@@ -198,6 +201,20 @@ def test_objects_keep_the_schema_version_they_were_written_with(store: LeaseStor
     assert [o.schema_version for o in day1] == [1, 2, 3]
     above = store.ledger_objects("events", "2026-01-01", after=1)  # type: ignore[attr-defined]
     assert [(o.object_id, o.schema_version) for o in above] == [(2, 2), (3, 3)]
+
+
+def test_objects_keep_the_source_objects_their_rows_came_from(store: LeaseStore) -> None:
+    """Each small object's sources (`resources.ledger.provenance`), as the task counted them,
+    through the commit and every read; an object committed without them has none."""
+    sid = setup(store, "a")
+    runs = (("2026/01/01/a.jsonl", 120), ("2026/01/01/b ü.jsonl", 0), ('c"d.jsonl', 80))
+    committed = store.commit(
+        store.acquire(sid, "a", "w1", T).token,
+        [replace(obj("2026-01-01", "a1"), sources=runs), obj("2026-01-01", "a2")],
+    )
+    assert [o.sources for o in committed.objects] == [runs, ()]
+    assert store.ledger_objects("events", "2026-01-01") == list(committed.objects)
+    assert positions_of(runs, 'c"d.jsonl') == [(120, 200)]
 
 
 def test_an_object_item_without_its_schema_version_reads_as_version_1(

@@ -24,12 +24,13 @@ PUBLICATION_COLUMNS = (
 
 
 SCHEMA_VERSION_COLUMN = "    schema_version INTEGER NOT NULL DEFAULT 1,\n"
+SOURCES_COLUMN = "    sources TEXT NOT NULL DEFAULT '',\n"
 
 
 def without_schema_versions(text: str) -> str:
     """The schema as the release before schema versions (issue 31) wrote it: no version per
     small object, no table of a stream's versions."""
-    old = text.replace(SCHEMA_VERSION_COLUMN, "")
+    old = text.replace(SCHEMA_VERSION_COLUMN, "").replace(SOURCES_COLUMN, "")
     old = re.sub(r"-- A stream's schema versions.*?WITHOUT ROWID;\n", "", old, flags=re.S)
     assert "schema_version" not in old
     return old

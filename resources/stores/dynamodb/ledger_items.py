@@ -10,6 +10,7 @@ from typing import Any
 from resources.coordination.items import ATTR, LeaseToken
 from resources.ledger.merge import MergeRange
 from resources.ledger.model import CommitRecord, RegisteredObject, TablePartition
+from resources.ledger.provenance import sources_json, sources_of
 from resources.ledger.publication import Publication
 from resources.ledger.rollup_state import decode_value, encode_value
 from resources.rollup.state import KeyState
@@ -33,6 +34,7 @@ def object_item(o: RegisteredObject, now: int) -> dict[str, Any]:
         "delayed": {"BOOL": o.delayed},
         "committedAt": codec.n(now),
         "schemaVersion": codec.n(o.schema_version),
+        **({"sources": codec.s(sources_json(o.sources))} if o.sources else {}),
     }
 
 
@@ -52,6 +54,7 @@ def object_from(table: str, day: str, raw: dict[str, Any]) -> RegisteredObject:
         committed_at_ms=optional_int(raw, "committedAt"),
         # Committed before the ledger kept versions: written before versions.
         schema_version=int_or(raw, "schemaVersion", 1),
+        sources=sources_of(raw.get("sources", {}).get("S")),
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from resources.coordination.items import LeaseToken
 from resources.ledger.merge import CommitDue, commit_merge_due
 from resources.ledger.model import RegisteredObject, SmallObject
+from resources.ledger.provenance import sources_json
 from resources.stores.sqlite.schema import OBJECT_COLUMNS
 
 Counters = dict[tuple[str, str], tuple[int, int | None]]
@@ -86,6 +87,7 @@ def insert_objects(
                 int(o.delayed),
                 now,
                 o.schema_version,
+                sources_json(o.sources),
             )
             for o in registered
         ],

@@ -32,6 +32,7 @@ from resources.ledger.model import (
     TablePartition,
     assign_ids,
 )
+from resources.ledger.provenance import sources_of
 from resources.ledger.publication import Publication
 from resources.ledger.rollup_state import KeyWrite, RollupKeyMovedError, decode_value, encode_value
 from resources.ledger.schema_versions import SchemaVersionTakenError
@@ -176,6 +177,7 @@ class SqliteLedger:
                 delayed=bool(r[9]),
                 committed_at_ms=r[10],
                 schema_version=r[11],
+                sources=sources_of(r[12]),
             )
             for r in rows
         ]

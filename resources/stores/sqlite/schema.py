@@ -123,6 +123,7 @@ CREATE TABLE IF NOT EXISTS small_objects (
     delayed INTEGER NOT NULL,
     committed_at INTEGER NOT NULL,
     schema_version INTEGER NOT NULL DEFAULT 1,
+    sources TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (tbl, dt, object_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS commit_records (
@@ -185,6 +186,7 @@ OBJECT_COLUMNS = (
     "delayed",
     "committed_at",
     "schema_version",
+    "sources",
 )
 RANGE_COLUMNS = (
     "tbl",
@@ -218,7 +220,10 @@ ADDED_COLUMNS = {
         ("published_upper", "INTEGER NOT NULL DEFAULT 0", "0"),
         ("publication_seq", "INTEGER NOT NULL DEFAULT 0", "0"),
     ),
-    "small_objects": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
+    "small_objects": (
+        ("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),
+        ("sources", "TEXT NOT NULL DEFAULT ''", "''"),
+    ),
     "merge_ranges": (("schema_version", "INTEGER NOT NULL DEFAULT 1", "1"),),
     "publications": (("revises", "INTEGER NOT NULL DEFAULT 0", "0"),),
 }
