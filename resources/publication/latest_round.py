@@ -46,6 +46,7 @@ from resources.ledger.publication import (
     DataFile,
     Publication,
     PublicationKind,
+    StalePublicationError,
     live_files,
 )
 from resources.publication.deduped_files import READ_THREADS, DedupedFiles, PendingDate, Span
@@ -58,8 +59,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 MAX_REPLANS = 12
-"""Rounds of one batch planned again (grown by the due dates it takes keys from, or halved)
-before the run gives up."""
+"""Rounds of one batch planned again (grown by the due dates it takes keys from, halved, or
+refused as stale) before the run gives up."""
 
 Results = dict[str, PendingSwitch | PublicationOutcome]
 Other = tuple[TablePartition, Publication, KeyIndex]
@@ -126,8 +127,8 @@ class LatestTableRounds:
         waiting for the switch, or its outcome (`FAILED` from a round that failed: nothing of
         it recorded, the rounds before it were); and the revisions of other dates recorded
         with them, waiting for the same switch. A switched date whose chain moved, taken from
-        by a round, joins it. Raises only what is neither a
-        `LeaseholdError` nor an `OSError`."""
+        by a round, joins it. Raises only what is neither a `LeaseholdError` nor an
+        `OSError`."""
         remaining, revised = sorted(dts), []
         results: Results = {}
         while remaining:
@@ -144,10 +145,15 @@ class LatestTableRounds:
     def _fitted(
         self, lease: Lease, remaining: Sequence[str], timeout_s: float
     ) -> tuple[Sequence[str], tuple[Results, list[PendingSwitch]]]:
-        """The first round of `remaining` that fits one transaction, and what it did."""
+        """The first round of `remaining` that fits one transaction, and what it did; a round
+        whose transaction was refused as stale (nothing of it recorded) is planned again."""
         batch: Sequence[str] = remaining[:PUBLICATIONS_PER_TRANSACTION]
         for _ in range(MAX_REPLANS):
-            done = self._round(lease, batch, timeout_s)
+            try:
+                done = self._round(lease, batch, timeout_s)
+            except StalePublicationError as exc:  # a merge moved a chain since the plan
+                log.info("%s: %s; the round is planned again", self.publisher.table, exc)
+                continue
             if isinstance(done, tuple):
                 return batch, done
             batch = done

@@ -6,6 +6,7 @@ the date that took it; across merges and the switch; the checks pass on the tabl
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import replace
 from functools import partial
@@ -165,3 +166,32 @@ def test_a_date_taken_from_with_rows_of_its_own_or_a_moved_chain(
     published, revised = keyed.world.store.publications(TABLE_NAME, DT3)[-2:]
     assert (published.revises, published.upper) == (0, before.upper + 1)
     assert revised.revises == published.seq and revised.upper == published.upper
+
+
+def test_a_round_refused_as_stale_is_planned_again(
+    keyed: LatestKeyed, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A merge commits between a round's plan and its record: the one transaction is refused
+    as stale (nothing recorded), and the round is planned again with the new chain."""
+    caplog.set_level(logging.INFO, logger=latest_round.__name__)
+    keyed.commit(DT, [("a", 1.0)])
+    keyed.commit(DT2, [("b", 1.0)])
+    keyed.publish()
+    keyed.world.close(DT2)
+    keyed.world.merge(DT2)
+    keyed.publish()
+    keyed.commit(DT2, [("c", 1.0)])  # delayed, merged: DT2 is due as merged
+    keyed.world.merge(DT2)
+    keyed.commit(DT, [("b", 2.0)])  # takes b from DT2
+    interrupted: list[str] = []
+
+    def merge_meanwhile(step: str, dt: str) -> None:
+        if step == "written" and dt == DT2 and not interrupted:
+            interrupted.append(dt)
+            keyed.commit(DT2, [("d", 1.0)])
+            keyed.world.merge(DT2)
+
+    outcomes = keyed.world.publisher(on_step=merge_meanwhile).publish([DT])
+    assert interrupted and all(o.ok for o in outcomes), [o.describe() for o in outcomes]
+    assert "older chain" in caplog.text and "the round is planned again" in caplog.text
+    keyed.assert_serves_each_key_by_its_latest_record()
