@@ -17,7 +17,7 @@ earlier; under `latest` the row that beat it stays ahead of it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,11 +196,11 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
         new_order = w.order.filter(pa.array(matched)).cast(old.order.type)
         beats[matched] = _beats(new_order, old.order.take(pa.array(at[matched])))
     replaced = at[matched & beats]  # index positions whose winner is now a new row
-    lost = _concat_rows(
+    lost = concat_rows(
         [
-            _take(new, lost_new),
-            _take(w, np.nonzero(matched & ~beats)[0]),
-            _take(old, replaced),
+            take_rows(new, lost_new),
+            take_rows(w, np.nonzero(matched & ~beats)[0]),
+            take_rows(old, replaced),
         ]
     )
 
@@ -394,12 +394,19 @@ def _merged(
     return KeyedRows(column(old.h1, w.h1), column(old.h2, w.h2), column(old.row, w.row), order)
 
 
-def _take(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
+def take_rows(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
+    """The rows of `rows` at the positions `at`, in that order. Pure."""
     order = None if rows.order is None else rows.order.take(pa.array(at, pa.int64()))
     return KeyedRows(rows.h1[at], rows.h2[at], rows.row[at], order)
 
 
-def _concat_rows(parts: list[KeyedRows]) -> KeyedRows:
+def concat_rows(parts: Sequence[KeyedRows], order_type: pa.DataType | None = None) -> KeyedRows:
+    """`parts` one after the other; order values kept when every part has them (cast to the
+    first's type), and of `order_type` for no parts at all. Pure."""
+    if not parts:
+        none = np.zeros(0, np.uint64)
+        empty = None if order_type is None else pa.array([], order_type)
+        return KeyedRows(none, none.copy(), np.zeros(0, np.int64), empty)
     orders = [p.order for p in parts if p.order is not None]
     order = None
     if orders and len(orders) == len(parts):

@@ -40,10 +40,12 @@ from resources.dedupe.key_index import (
     KeyIndex,
     KeyIndexError,
     Resolution,
+    concat_rows,
     object_of,
     one_per_key,
     resolve,
     row_ids,
+    take_rows,
     winners_of,
 )
 from resources.dedupe.keys import HASH_NAME, KeyHashes, hash_ids
@@ -175,25 +177,20 @@ class DedupedFiles:
         version_key: str,
         foreign: np.ndarray | None = None,
         taken: np.ndarray | None = None,
+        retracted: np.ndarray | None = None,
     ) -> tuple[list[DataFile], ServedState]:
         """`serve`'s resolution and writes for `p`; under `scope: table`, `foreign` (a mask over
         `p.new`) marks the rows that lost to another date before the date's own resolution,
         and `taken` (a mask over `p.index`'s entries, under `latest`) the keys another date
-        took: they leave the index and the files that served them. Raises what `serve`
-        raises."""
-        new, lost_elsewhere = p.new, _take_rows(p.new, np.zeros(0, np.int64))
-        if foreign is not None and foreign.any():
-            lost_elsewhere = _take_rows(p.new, np.nonzero(foreign)[0])
-            new = _take_rows(p.new, np.nonzero(~foreign)[0])
-        index = p.index
-        if taken is not None and taken.any():
-            entries = index.entries
-            lost_elsewhere = _concat(
-                [lost_elsewhere, _take_rows(entries, np.nonzero(taken)[0])], self.order_type
-            )
-            index = replace(index, entries=_take_rows(entries, np.nonzero(~taken)[0]))
+        took: they leave the index and the files that served them. `retracted` (row ids,
+        `resources.publication.retraction`) lose wherever they are: new rows and index entries.
+        Raises what `serve` raises."""
+        if retracted is not None and len(retracted):
+            foreign = _or(foreign, np.isin(p.new.row, retracted))
+            taken = _or(taken, np.isin(p.index.entries.row, retracted))
+        index, new, lost_elsewhere = self._left_out(p, foreign, taken)
         resolution = resolve(index, new, p.upper, self.latest)
-        lost = _by_row(_concat([resolution.lost, lost_elsewhere], self.order_type))
+        lost = _by_row(concat_rows([resolution.lost, lost_elsewhere], self.order_type))
         small_urls = {o.url for o in p.small}
         before = p.state.by_source() if p.state is not None else {}
 
@@ -227,6 +224,24 @@ class DedupedFiles:
                 f", {len(lost_elsewhere)} to other dates" if len(lost_elsewhere) else "", copies,
             )  # fmt: skip
         return [DataFile(f.url, f.bytes, f.rows) for f in served if f.served], result
+
+    def _left_out(
+        self, p: PendingDate, foreign: np.ndarray | None, taken: np.ndarray | None
+    ) -> tuple[KeyIndex, KeyedRows, KeyedRows]:
+        """`p`'s index without the `taken` entries, its new rows without the `foreign` ones,
+        and both of those, which lose whatever the date's own resolution says."""
+        new, lost_elsewhere = p.new, take_rows(p.new, np.zeros(0, np.int64))
+        if foreign is not None and foreign.any():
+            lost_elsewhere = take_rows(p.new, np.nonzero(foreign)[0])
+            new = take_rows(p.new, np.nonzero(~foreign)[0])
+        index = p.index
+        if taken is not None and taken.any():
+            entries = index.entries
+            lost_elsewhere = concat_rows(
+                [lost_elsewhere, take_rows(entries, np.nonzero(taken)[0])], self.order_type
+            )
+            index = replace(index, entries=take_rows(entries, np.nonzero(~taken)[0]))
+        return index, new, lost_elsewhere
 
     def _from_merged(
         self, files: Sequence[DataFile], spans: dict[str, Span], hash_name: str, upper: int
@@ -446,22 +461,6 @@ def _same_type(ids: list[pa.Array]) -> list[pa.Array]:
     return [a.cast(pa.string()) for a in ids]
 
 
-def _concat(parts: Sequence[KeyedRows], order_type: pa.DataType | None) -> KeyedRows:
-    if not parts:
-        none = np.zeros(0, np.uint64)
-        order = None if order_type is None else pa.array([], order_type)
-        return KeyedRows(none, none.copy(), np.zeros(0, np.int64), order)
-    order = None
-    if order_type is not None:
-        order = pa.concat_arrays([p.order for p in parts if p.order is not None])
-    return KeyedRows(
-        np.concatenate([p.h1 for p in parts]),
-        np.concatenate([p.h2 for p in parts]),
-        np.concatenate([p.row for p in parts]),
-        order,
-    )
-
-
 def _committed_at(small: Sequence[RegisteredObject], rows: KeyedRows) -> np.ndarray:
     """Per row of `rows`, its small object's commit time (0 where unknown): looked up once per
     run of rows of one object (their rows are read object by object)."""
@@ -476,9 +475,8 @@ def _committed_at(small: Sequence[RegisteredObject], rows: KeyedRows) -> np.ndar
     return out
 
 
-def _take_rows(rows: KeyedRows, at: np.ndarray) -> KeyedRows:
-    order = None if rows.order is None else rows.order.take(pa.array(at, pa.int64()))
-    return KeyedRows(rows.h1[at], rows.h2[at], rows.row[at], order)
+def _or(mask: np.ndarray | None, more: np.ndarray) -> np.ndarray:
+    return more if mask is None else mask | more
 
 
 def _positions_kept(table: pa.Table, gone: np.ndarray) -> np.ndarray:

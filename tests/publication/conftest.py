@@ -21,6 +21,7 @@ from resources.catalog.local import LocalCatalog
 from resources.compaction.merge_runner import MERGED, MergeOutcome, MergeRunner
 from resources.compaction.merge_writer import MergeWriter
 from resources.ledger.model import RegisteredObject, SmallObject
+from resources.ledger.provenance import Sources
 from resources.ledger.publication import Publication
 from resources.objects.base import ObjectStore
 from resources.publication.current_keys import current_keys
@@ -117,10 +118,16 @@ def world(lake: Lake, store: CoordinationStore, tmp_path: Path, spark: Any) -> W
 
 
 def commit_keyed(
-    world: World, dt: str, name: str, ids: list[str], users: list[str], amounts: list[float]
+    world: World,
+    dt: str,
+    name: str,
+    ids: list[str],
+    users: list[str],
+    amounts: list[float],
+    sources: Sources = (),
 ) -> RegisteredObject:
     """One small object of these records (event times at random in `dt`, seeded by `name`),
-    committed by a source partition of its own."""
+    committed by a source partition of its own (`keyed/<name>`), with `sources`."""
     rng = random.Random(name)
     table = pa.table(
         {
@@ -136,7 +143,7 @@ def commit_keyed(
     path = world.lake.table_dir / f"dt={dt}" / f"{name}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
-    small = SmallObject(TABLE, dt, f"file://{path}", path.stat().st_size, len(ids))
+    small = SmallObject(TABLE, dt, f"file://{path}", path.stat().st_size, len(ids), sources=sources)
     (o,) = commit_source(world.store, f"keyed/{name}", [small], merge_after_s=600.0)
     return o
 
