@@ -112,6 +112,9 @@ class MainJobReport:
     """One line per publication made current: table partition, version, kind, files, rows,
     the Spectrum manifest's URL."""
     switched_now: int = 0
+    revised_now: int = 0
+    """Publications that revised a date's current version (keys taken by later records on
+    other dates)."""
     not_published: dict[str, str] = field(default_factory=dict)
     """`dt=<date>` -> why its publication failed (it stays due; the sensor asks again)."""
     rollup_runs: int = 0
@@ -203,6 +206,7 @@ class MainJobReport:
         line."""
         self.not_published.pop(f"dt={dt}", None)
         self.switched_now += bool(metadata["switched_now"])
+        self.revised_now += bool(metadata.get("revises"))
         line = f"{stream} dt={dt}: {publication_line(metadata)}"
         self.publications.append(line)
         return line
@@ -318,9 +322,14 @@ def publication_summary(report: MainJobReport) -> str:
     """The publication stage's finishing line."""
     if not report.publications and not report.not_published:
         return "nothing new to publish"
+    revised = (
+        f"; {report.revised_now} revised: keys taken by later records on other dates"
+        if report.revised_now
+        else ""
+    )
     line = (
         f"{_count(len(report.publications), 'table partition')} published "
-        f"({report.switched_now} switched to merged files)"
+        f"({report.switched_now} switched to merged files{revised})"
     )
     return _with_failures(line, report.not_published, "published")
 
@@ -343,6 +352,8 @@ def publication_line(metadata: Mapping[str, Any]) -> str:
     published-table asset's metadata."""
     verb = "catalog repaired to" if metadata["outcome"] == "catalog_repaired" else "published"
     kind = str(metadata["kind"]) + (", switched now" if metadata["switched_now"] else "")
+    if metadata.get("revises"):
+        kind += f", a revision of v{metadata['revises']}"
     return (
         f"{verb} v{metadata['seq']} ({kind}): {_count(int(metadata['files']), 'file')}, "
         f"{metadata['rows']} rows, manifest {metadata['manifest']}"

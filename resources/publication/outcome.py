@@ -58,6 +58,7 @@ class PublicationOutcome:
             "bytes": p.bytes if p else 0,
             "location": self.location if p else "",
             "dropped_by_key": self.dropped,
+            "revises": p.revises if p else 0,
         }
 
     def describe(self) -> str:
