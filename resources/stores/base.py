@@ -299,6 +299,20 @@ class CoordinationStore(
         assert stored is not None  # unfenced: nothing to refuse it but the raised errors
         return stored[0]
 
+    def record_publications(self, publications: Sequence[Publication]) -> list[Publication]:
+        """Record each of `publications` (each of another table partition) as
+        `record_publication` does, all in ONE transaction: every reader of the ledger sees
+        all of them current or none (a replacement's dates). Returns the records as stored,
+        in order. Raises what `record_publication` raises (for any one of them: then none is
+        recorded), and `LeaseholdError` for more than `PUBLICATIONS_PER_TRANSACTION` or two of
+        one partition, before anything is written."""
+        _check_one_transaction(publications)
+        if not publications:
+            return []
+        stored, _ = self._record_publications(publications, None, None)
+        assert stored is not None  # unfenced: nothing to refuse it but the raised errors
+        return stored
+
     def record_fenced_publication(
         self, token: LeaseToken, publication: Publication, *, timeout_s: float = 60.0
     ) -> Publication:
@@ -323,12 +337,7 @@ class CoordinationStore(
         Raises what `record_fenced_publication` raises (for any one of them: then none is
         recorded), and `LeaseholdError` for more than `PUBLICATIONS_PER_TRANSACTION` or two of
         one partition, before anything is written."""
-        dates = [p.dt for p in publications]
-        if len(publications) > PUBLICATIONS_PER_TRANSACTION or len(set(dates)) < len(dates):
-            raise LeaseholdError(
-                f"{len(publications)} publications of {len(set(dates))} table partitions in one "
-                f"transaction: at most {PUBLICATIONS_PER_TRANSACTION}, one per partition"
-            )
+        _check_one_transaction(publications)
         if not publications:
             return []
         change = self.renewal(token, timeout_s, NOT_GIVEN)
@@ -426,4 +435,13 @@ class CoordinationStore(
         raise StoreUnavailableError(
             f"rollup {rollup} dt={dt}: keys kept moving under batch {txid}; "
             "is a second writer running without the lease?"
+        )
+
+
+def _check_one_transaction(publications: Sequence[Publication]) -> None:
+    dates = [p.dt for p in publications]
+    if len(publications) > PUBLICATIONS_PER_TRANSACTION or len(set(dates)) < len(dates):
+        raise LeaseholdError(
+            f"{len(publications)} publications of {len(set(dates))} table partitions in one "
+            f"transaction: at most {PUBLICATIONS_PER_TRANSACTION}, one per partition"
         )

@@ -379,3 +379,21 @@ def test_several_dates_are_recorded_in_one_fenced_transaction_or_none(
         store.record_fenced_publications(lease.token, [publication(3)])
     assert store.table_partitions(TABLE) == before
     assert store.record_fenced_publications(successor.token, [publication(3)])[0].seq == 2
+
+
+def test_several_dates_are_recorded_in_one_transaction_unfenced_or_none(
+    store: CoordinationStore,
+) -> None:
+    # A replacement's dates: one transaction, no lease (the records' own conditions fence).
+    ingest(store, obj("a"))
+    ingest(store, obj("c", OTHER))
+    recorded = store.record_publications([publication(1), publication(1, dt=OTHER)])
+    assert [(p.dt, p.seq) for p in recorded] == [(DT, 1), (OTHER, 1)]
+    ingest(store, obj("d"))
+    before = store.table_partitions(TABLE)
+    with pytest.raises(StalePublicationError):  # OTHER has that version: none recorded
+        store.record_publications([publication(2), publication(1, dt=OTHER, token="again")])
+    assert store.table_partitions(TABLE) == before
+    with pytest.raises(LeaseholdError, match="one per partition"):
+        store.record_publications([publication(2), publication(2, token="x")])
+    assert store.record_publications([]) == []
