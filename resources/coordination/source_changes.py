@@ -10,7 +10,9 @@ record and changes nothing — with when it was first seen and what became of it
   the `changed_sources` check until an operator acknowledges it (`leasehold changes ack`);
 - `acknowledged`: an operator decided; nothing more happens;
 - `appended`: its new content is held by a unit of its own (`on_change: append`), ingested
-  exactly once as any unit is.
+  exactly once as any unit is;
+- `replaced`: its new content is held by a unit of its own that retracts the earlier content's
+  rows in the same publication (`on_change: replace`).
 
 A row per changed object, never per record of data. Both stores implement `SourceChanges`
 (the shared contract suite tests them).
@@ -25,7 +27,8 @@ from dataclasses import dataclass, replace
 PENDING = "pending"
 ACKNOWLEDGED = "acknowledged"
 APPENDED = "appended"
-STATES = (PENDING, ACKNOWLEDGED, APPENDED)
+REPLACED = "replaced"
+STATES = (PENDING, ACKNOWLEDGED, APPENDED, REPLACED)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.ingestion.discovery import Lister
 from resources.ingestion.notification_discovery import SourceLocation
+from resources.ingestion.replacement import ReplacementMarkers
 from resources.ingestion.runner import IngestionRunner
 from resources.ingestion.source_listing import source_lister
 from resources.ingestion.split_task import StoreAddress
@@ -138,6 +139,9 @@ class LakeResource(settings_resource(LakeSettings)):  # type: ignore[misc]
             commit_every_bytes=config.partition.commit_every_bytes,
             delayed_merge_after_s=config.merge.delayed_interval_s,
             progressing=progressing,
+            replacements=ReplacementMarkers(
+                store, self.object_store(config.table), stream, self.table_name(stream)
+            ),
         )
 
     def store_address(self, config: StreamConfig) -> StoreAddress:

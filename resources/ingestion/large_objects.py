@@ -12,7 +12,7 @@ from resources.ingestion.batch_results import ReadLarge
 from resources.ingestion.outcomes import COMMITTED, PartitionOutcome
 from resources.ingestion.unit_commit import UnitCommits
 from resources.ingestion.unit_progress import CHUNK
-from resources.ingestion.work_units import unit_objects
+from resources.ingestion.work_units import replaced_by, unit_objects
 
 # The runner's logger: what a unit's ingestion logs is found under one name, as before the split.
 log = logging.getLogger("resources.ingestion.runner")
@@ -24,9 +24,12 @@ class LargeObjects(UnitCommits):
     read_large: ReadLarge | None
 
     def _is_large(self, progress: Any, key: str) -> bool:
+        """A one-object unit read chunk by chunk (never a replacement: its rows and markers
+        commit in one transaction)."""
         objects = unit_objects(key, progress)
         return (
-            self.commit_every_bytes is not None
+            replaced_by(progress) is None
+            and self.commit_every_bytes is not None
             and self.read_large is not None
             and len(objects) == 1
             and objects[0].size > self.commit_every_bytes

@@ -48,6 +48,7 @@ from resources.ingestion.outcomes import (
     PartitionOutcome,
     committed_outcome,
 )
+from resources.ingestion.replacement import ReplacementMarkers
 from resources.ingestion.unit_progress import failures, to_read
 from resources.ingestion.work_units import UnitObject, unit_objects
 from resources.stores.base import CoordinationStore
@@ -115,6 +116,7 @@ class IngestionRunner(LargeObjects):
         commit_every_bytes: int | None = None,
         delayed_merge_after_s: float | None = None,
         progressing: Callable[[], bool] = lambda: True,
+        replacements: ReplacementMarkers | None = None,
     ) -> None:
         self.stream = stream
         self.table = table
@@ -141,6 +143,9 @@ class IngestionRunner(LargeObjects):
         self.delayed_merge_after_s = (
             {} if delayed_merge_after_s is None else {table: delayed_merge_after_s}
         )
+        # Writes the retraction markers a replacement unit commits (`on_change: replace`);
+        # None: such a unit is closed for a retry by a runner that has them.
+        self.replacements = replacements
 
     def ingest(self, source_keys: Sequence[str]) -> Iterator[PartitionOutcome]:
         """One outcome per key, in order; never raises for a single unit's failure.

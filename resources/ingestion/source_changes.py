@@ -1,5 +1,5 @@
-"""What discovery does with a source object rewritten in place: detect, record, then ignore
-or append (the stream's `on_change`; `resources/coordination/source_changes.py` keeps the
+"""What discovery does with a source object rewritten in place: detect, record, then ignore,
+append or replace (the stream's `on_change`; `resources/coordination/source_changes.py` keeps the
 records).
 
 An object is changed when a unit holds its key and no version a unit holds has its
@@ -15,6 +15,9 @@ is recorded once per key and fingerprint, whatever `on_change` says, so none is 
   then the record is `appended`. A crash between those steps leaves the record `pending`:
   the next sighting (the next pass, the redelivered event) does the rest, creating nothing
   twice. A `pending` change of a stream switched to `append` is appended at its next sighting.
+- `replace`: the same, and the new unit names the unit it replaces (the one holding the last
+  version: `WorkUnit.replaces`); its commit retracts that unit's rows of the object
+  (`resources.ingestion.replacement`), then the record is `replaced`.
 
 The new unit reads the object as it is when the run reads it: should it be rewritten again
 in between, those newer bytes are read, and the next sighting records that newer version as a
@@ -27,10 +30,10 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from resources.coordination.object_claims import ObjectClaim
-from resources.coordination.source_changes import APPENDED, PENDING, SourceChange
+from resources.coordination.source_changes import APPENDED, PENDING, REPLACED, SourceChange
 from resources.ingestion.discovery import ListedObject
 from resources.ingestion.work_units import HeldVersion, UnitObject, WorkUnit, version_unit_key
-from resources.key_settings import APPEND
+from resources.key_settings import APPEND, REPLACE
 from resources.objects.fingerprint import same_content
 from resources.stores.base import CoordinationStore
 
@@ -60,8 +63,9 @@ def detect_change(
 
 
 class ChangeHandler:
-    """Records one stream's changed objects and, under `on_change: append`, makes each new
-    version a unit of its own (claimed when `claims`: the stream discovers by notifications)."""
+    """Records one stream's changed objects and, under `on_change: append` or `replace`, makes
+    each new version a unit of its own (claimed when `claims`: the stream discovers by
+    notifications)."""
 
     def __init__(
         self, store: CoordinationStore, stream: str, on_change: str, *, claims: bool = False
@@ -73,10 +77,10 @@ class ChangeHandler:
         self.claims = claims
 
     def handle(self, changes: Iterable[SourceChange]) -> list[str]:
-        """Record `changes` (idempotently; a new one is logged as a warning) and, appending,
-        make a unit of each still `pending`. Returns the keys of the units made (or found made
-        by an attempt that died before recording it). Raises the store errors: what was done
-        stays done, the next sighting does the rest."""
+        """Record `changes` (idempotently; a new one is logged as a warning) and, appending or
+        replacing, make a unit of each still `pending`. Returns the keys of the units made (or
+        found made by an attempt that died before recording it). Raises the store errors: what
+        was done stays done, the next sighting does the rest."""
         changes = list(changes)
         if not changes:
             return []
@@ -84,7 +88,7 @@ class ChangeHandler:
         for seen, record in zip(changes, stored, strict=True):
             if record == seen:
                 self._warn(record)
-        if self.on_change != APPEND:
+        if self.on_change not in (APPEND, REPLACE):
             return []
         return [self._append(c) for c in stored if c.state == PENDING]
 
@@ -92,6 +96,8 @@ class ChangeHandler:
         what = (
             "its new content is ingested as a new version"
             if self.on_change == APPEND
+            else "its earlier rows are retracted and its new content ingested, in one publication"
+            if self.on_change == REPLACE
             else "not read again (on_change: ignore); see leasehold changes ls "
             f"{self.stream}, clear with leasehold changes ack {self.stream} {change.key!r}"
         )
@@ -108,15 +114,18 @@ class ChangeHandler:
         )
 
     def _append(self, change: SourceChange) -> str:
-        """The new version's unit created (and claimed), then the record `appended`."""
+        """The new version's unit created (and claimed), then the record `appended` (or
+        `replaced`: the unit replaces the one that held the last version)."""
+        replacing = self.on_change == REPLACE
         unit = WorkUnit(
             version_unit_key(change.key, change.etag),
             (UnitObject(change.key, change.size, change.etag),),
+            replaces=change.unit if replacing else None,
         )
         self.store.create_partitions(self.sid, [unit.key], progress_states=[unit.progress_state()])
         if self.claims:
             self.store.claim_objects(
                 self.sid, [ObjectClaim(change.key, unit.key, change.size, change.etag)]
             )
-        self.store.set_change_state(self.sid, change, APPENDED)
+        self.store.set_change_state(self.sid, change, REPLACED if replacing else APPENDED)
         return unit.key

@@ -24,6 +24,11 @@ from resources.ingestion.outcomes import (
     UNREADABLE,
     PartitionOutcome,
 )
+from resources.ingestion.replacement import (
+    ReplacementMarkers,
+    ReplacementTooLargeError,
+    ReplacementWaitError,
+)
 from resources.ingestion.unit_progress import (
     FAILED_READS,
     PARTIAL,
@@ -33,7 +38,7 @@ from resources.ingestion.unit_progress import (
     failures,
     quarantine_table,
 )
-from resources.ingestion.work_units import DONE, done_objects
+from resources.ingestion.work_units import DONE, done_objects, replaced_by
 from resources.ledger.model import AlreadyCommittedError, SmallObject
 from resources.stores.base import CoordinationStore
 
@@ -58,6 +63,7 @@ class UnitCommits:
     on_step: Callable[[str, str], None]
     merge_after_s: dict[str, float]
     delayed_merge_after_s: dict[str, float]
+    replacements: ReplacementMarkers | None
 
     def _not_ingested(
         self, outcome: PartitionOutcome, exc: BaseException | None = None
@@ -139,6 +145,12 @@ class UnitCommits:
             return self._close_unreadable(lease, key, failures(result.failed))
         already: dict[str, int] = dict(partial["committed"]) if partial else {}
         objects = [(self._object(f, table), slot) for f, table, slot in self._plan(result, already)]
+        replaced = replaced_by(progress)
+        if replaced is not None:
+            try:
+                objects = self._with_markers(key, replaced, objects)
+            except (ReplacementWaitError, ReplacementTooLargeError) as exc:
+                return self._close_unreadable(lease, key, str(exc))
         self.on_step("published", key)
         try:
             committed = self._commit_batches(
@@ -152,6 +164,17 @@ class UnitCommits:
             # The others are in; this unit is retried for the objects that failed.
             return self._close_unreadable(lease, key, failures(result.failed), committed=outcome)
         return outcome
+
+    def _with_markers(
+        self, key: str, replaced: tuple[str, str], objects: list[tuple[SmallObject, str]]
+    ) -> list[tuple[SmallObject, str]]:
+        """A replacement unit's objects and its retraction markers (`replacement`), to commit
+        in one transaction."""
+        if self.replacements is None:
+            raise ReplacementWaitError("this runner cannot write retraction markers")
+        slots = {id(o): slot for o, slot in objects}
+        every = self.replacements.with_markers(key, replaced, [o for o, _ in objects])
+        return [(o, slots.get(id(o), f"{o.table}|{o.dt}")) for o in every]
 
     def _plan(self, result: SourceBatchResult, already: dict[str, int]) -> list[Planned]:
         """The objects to commit, table then quarantine, in order."""

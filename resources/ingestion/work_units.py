@@ -13,7 +13,8 @@ an object is taken and what clean-up compares the object with before removing it
 is bounded (`MAX_UNIT_KEY_BYTES`, keys and fingerprints) to keep the item far below DynamoDB's
 400 KB. An item written before fingerprints lists `[key, size]`: its fingerprints are unknown
 (sizes are compared instead). A new version of an object rewritten in place
-(`on_change: append`) is a unit of its own, keyed `version_unit_key(key, etag)`.
+(`on_change: append` or `replace`) is a unit of its own, keyed `version_unit_key(key, etag)`; one
+that replaces the earlier version also names the unit it replaces (`REPLACES`).
 
 Pure: no store writes here, no Spark.
 """
@@ -33,6 +34,9 @@ UNIT = "unit"
 DONE = "done"
 """The progress-state field holding the objects an earlier attempt already committed (a unit
 closed for a retry after one of its objects could not be read commits the others first)."""
+REPLACES = "replaces"
+"""The progress-state field of a unit holding a new version of an object that replaces the
+earlier one (`on_change: replace`): `[the unit it replaces, the object's key]`."""
 
 MAX_UNIT_KEY_BYTES = 96 * 1024
 """Key bytes one unit lists at most: its item, rewritten by every commit, stays under a
@@ -62,13 +66,19 @@ class WorkUnit:
 
     key: str
     objects: tuple[UnitObject, ...]
+    replaces: str | None = None
+    """The key of the unit whose rows of this unit's one object it retracts (`on_change:
+    replace`); None for any other unit."""
 
     @property
     def size(self) -> int:
         return sum(max(o.size, 0) for o in self.objects)
 
     def progress_state(self) -> str:
-        return json.dumps({UNIT: [o.entry() for o in self.objects]})
+        state: dict[str, Any] = {UNIT: [o.entry() for o in self.objects]}
+        if self.replaces is not None:
+            state[REPLACES] = [self.replaces, self.objects[0].key]
+        return json.dumps(state)
 
 
 Listed = tuple[str, int] | tuple[str, int, str]
@@ -145,6 +155,12 @@ def unit_objects(key: str, progress: Any) -> tuple[UnitObject, ...]:
     )
 
 
+def replaced_by(progress: Any) -> tuple[str, str] | None:
+    """(the unit replaced, the object's key) of a replacement unit's progress; else None."""
+    entry = progress.get(REPLACES) if isinstance(progress, dict) else None
+    return (str(entry[0]), str(entry[1])) if entry else None
+
+
 def done_objects(progress: Any) -> set[str]:
     return set(progress.get(DONE, [])) if isinstance(progress, dict) else set()
 
@@ -197,6 +213,11 @@ class UnitCoverage:
             self.read.append(item.partition_key)
             held.add(item.partition_key)
             spans.append(unit_of(item))
+        # Units of new versions of the page's last object sort after it, past the range.
+        versions = last + VERSION_MARK
+        for item in self.store.items_between(self.sid, last, versions + "\U0010ffff"):
+            if item.partition_key.startswith(versions):
+                spans.append(unit_of(item))
         self.held = {}
         for unit in spans:
             held.update(o.key for o in unit.objects)

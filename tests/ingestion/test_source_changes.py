@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.coordination.source_changes import APPENDED, PENDING
+from resources.coordination.source_changes import APPENDED, PENDING, REPLACED
 from resources.ingestion.discovery import Discovery
 from resources.ingestion.reconciliation import ReconcileState, ReconcileStep, Reconciliation
 from resources.ingestion.source_changes import ChangeHandler
@@ -17,6 +17,7 @@ from resources.ingestion.source_listing import source_lister
 from resources.ingestion.work_units import (
     UnitObject,
     WorkUnit,
+    replaced_by,
     unit_of,
     version_unit_key,
 )
@@ -104,6 +105,25 @@ def test_append_makes_the_new_version_a_unit_once(
     # Rewritten once more: another version, another unit.
     newer = rewrite(source, KEYS[1], b'{"id": "3"}\n')
     assert reconcile(store, source, cursor, "append").created == [version_unit_key(KEYS[1], newer)]
+
+
+def test_replace_makes_a_unit_that_names_the_unit_it_replaces(
+    store: CoordinationStore, source: LocalObjectStore
+) -> None:
+    sid = store.source_identifier(STREAM)
+    cursor = discover(store, source)
+    etag = rewrite(source, KEYS[2], b'{"id": "7"}\n')
+    version = version_unit_key(KEYS[2], etag)
+    assert reconcile(store, source, cursor, "replace").created == [version]
+    item = store.get(sid, version)
+    assert item is not None and replaced_by(item.progress) == (KEYS[2], KEYS[2])
+    assert [c.state for c in store.source_changes(sid)] == [REPLACED]
+    # Rewritten again: the next replacement replaces the last version's unit.
+    newer = rewrite(source, KEYS[2], b'{"id": "77"}\n')
+    (again,) = reconcile(store, source, cursor, "replace").created
+    item = store.get(sid, again)
+    assert again == version_unit_key(KEYS[2], newer)
+    assert item is not None and replaced_by(item.progress) == (version, KEYS[2])
 
 
 def test_a_pending_change_is_appended_once_the_stream_appends(

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from resources.coordination.source_changes import APPENDED, PENDING
+from resources.coordination.source_changes import APPENDED, PENDING, REPLACED
 from resources.ingestion.reconciliation import ReconcileState
-from resources.ingestion.work_units import unit_of, version_unit_key
+from resources.ingestion.work_units import replaced_by, unit_of, version_unit_key
 from resources.stores.base import CoordinationStore
 from tests.notifications.test_notification_discovery import STREAM, drain, tick
 from tests.support.s3_notifications import NotifiedBucket, s3_message
@@ -49,24 +49,28 @@ def test_ignore_records_a_reupload_once_and_makes_no_unit(
 
 
 @pytest.mark.parametrize("body", [SAME_SIZE, OTHER_SIZE], ids=["same", "other"])
-def test_append_claims_the_new_version_for_a_unit_of_its_own_once(
-    store: CoordinationStore, bucket: NotifiedBucket, body: bytes
+@pytest.mark.parametrize("on_change", ["append", "replace"])
+def test_append_and_replace_claim_the_new_version_for_a_unit_of_its_own_once(
+    store: CoordinationStore, bucket: NotifiedBucket, body: bytes, on_change: str
 ) -> None:
     bucket.send(s3_message(bucket.put(KEY)))
-    drain(store, bucket, on_change="append")
+    drain(store, bucket, on_change=on_change)
     record = bucket.put(KEY, body)
     etag = record["s3"]["object"]["eTag"]
     bucket.send(s3_message(record))
-    step = tick(store, bucket, on_change="append")
+    step = tick(store, bucket, on_change=on_change)
     version = version_unit_key(KEY, etag)
     assert step.counts["changed"] == 1 and step.found.source_keys == [version]
     sid = store.source_identifier(STREAM)
     item = store.get(sid, version)
     assert item is not None and [(o.key, o.etag) for o in unit_of(item).objects] == [(KEY, etag)]
     assert held_by(store) == version
-    assert [c.state for c in store.source_changes(sid)] == [APPENDED]
+    assert [c.state for c in store.source_changes(sid)] == [
+        APPENDED if on_change == "append" else REPLACED
+    ]
+    assert replaced_by(item.progress) == (None if on_change == "append" else (KEY, KEY))
     bucket.send(s3_message(record))  # redelivered: the version is held now
-    again = drain(store, bucket, on_change="append")
+    again = drain(store, bucket, on_change=on_change)
     assert again["duplicates"] == 1 and again["changed"] == 0
     assert len(list(store.iter_items(sid))) == 2
 
