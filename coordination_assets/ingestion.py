@@ -68,7 +68,7 @@ from resources.ingestion.outcomes import (
     PartitionOutcome,
 )
 from resources.ingestion.partition_keys import from_partition_key
-from resources.publication.deduped_files import served_and_sources
+from resources.publication.publication_state import served_and_sources
 
 
 def main_job_cursor_key(stream: str) -> str:

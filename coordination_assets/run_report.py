@@ -36,7 +36,10 @@ class TablePartitionState:
     files: int = 0
     rows: int = 0
     dropped: int = 0
-    """Committed rows it does not serve: records that lost to another of their key."""
+    """Committed rows it does not serve: records that lost to another of their key, or that
+    a replacement took out."""
+    retracted: int = 0
+    """Of `dropped`, the rows replacements took out."""
 
     def describe(self) -> str:
         if self.seq == 0:
@@ -152,9 +155,17 @@ class MainJobReport:
 
     def dropped_now(self) -> int:
         """Committed rows the publications of this invocation left out, over what they had
-        left out before: records that lost to another of their key (a dedupe policy)."""
+        left out before: records that lost to another of their key (a dedupe policy), or that
+        a replacement took out (`retracted_now`, of these)."""
         return sum(
             state.dropped - (self.table_before[dt].dropped if dt in self.table_before else 0)
+            for dt, state in self.table.items()
+        )
+
+    def retracted_now(self) -> int:
+        """Of `dropped_now`, the rows replacements took out."""
+        return sum(
+            state.retracted - (self.table_before[dt].retracted if dt in self.table_before else 0)
             for dt, state in self.table.items()
         )
 
@@ -383,5 +394,6 @@ def table_states(instance: DagsterInstance, stream: str) -> dict[str, TableParti
             files=int(metadata["files"]),
             rows=int(metadata["rows"]),
             dropped=int(metadata.get("dropped_by_key", 0)),
+            retracted=int(metadata.get("retracted_rows", 0)),
         )
     return states

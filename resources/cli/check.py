@@ -78,7 +78,7 @@ def stream_checks(
     from resources.ingestion.check_suite import run_all
     from resources.ingestion.source_listing import source_lister
     from resources.publication import checks as publication_checks
-    from resources.publication.deduped_files import served_and_sources
+    from resources.publication.publication_state import served_and_sources
 
     objects = _object_stores(lake)
     outcomes = run_all(

@@ -119,14 +119,17 @@ def audit_line(stream: str, report: MainJobReport) -> str:
         rows["rows_written"],
     )
     published = sum(report.published_now().values())
-    by_key = report.dropped_now()
+    dropped, retracted = report.dropped_now(), report.retracted_now()
+    by_key = dropped - retracted
     duplicates = report.check_metadata.get("unique_record_ids", {}).get("duplicated_ids", 0)
-    lost = read - quarantined - published - by_key
+    lost = read - quarantined - published - dropped
     left_out = (
         f" + {by_key:,} records left out by dedupe (another record of their key is served)"
         if by_key
         else ""
     )
+    if retracted:
+        left_out += f" + {retracted:,} taken out by replacements (their object was rewritten)"
     net = "a net " if published < 0 else ""  # keys moved to later records, on other dates
     line = (
         f"{stream} audit: {read:,} source records read - {quarantined:,} quarantined = "

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from resources.errors import LeaseholdError
 from resources.ledger.merge import SENTINEL_UPPER, MergeRange, chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
+from resources.ledger.retraction_marker import retraction_of
 from resources.streams import StreamConfig
 
 
@@ -138,6 +139,10 @@ class MergePlanner:
             taken.append(obj)
             spent += obj.content_length
 
+        if any(retraction_of(o.sources) is not None for o in taken):
+            # A retraction marker's rows to retract may lie in the open range, as merged rows no
+            # longer named by id: a new range leaves them to the publication's key index.
+            rewrite = None
         # A rewrite keeps the open range's `lower` (never None: the open range is not the
         # sentinel); a new range starts where the chain ends.
         lower = previous_upper

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from resources.compaction.merge_planner import MergePlan, MergePlanner
 from resources.coordination.errors import LeaseStoreError, PartitionUnavailableError
 from resources.coordination.items import ItemType, iso_utc
@@ -43,6 +45,7 @@ from resources.ledger.merge import (
 )
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import merged_files
+from resources.ledger.retraction_marker import retracted_spans, retraction_of
 from resources.objects.base import ObjectStore
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -306,15 +309,19 @@ class MergeRunner:
 
     def _write_and_publish(self, lease: Lease, plan: MergePlan, scratch: Path) -> MergedObject:
         scratch.mkdir(parents=True, exist_ok=True)
-        served = self._served_inputs(plan)
+        retracted = retracted_positions(plan)
+        served = self._served_inputs(plan) if retracted is None else None
         urls = plan.inputs if served is None else served[0]
         inputs = [self._local(url, scratch) for url in urls]
         lease.check()
         name = merged_object_name(plan.lower, plan.upper)
         target = scratch / "out" / name
-        written = (
-            self.write(inputs, target) if served is None else self.write(inputs, target, served[1])
-        )
+        if retracted is not None:
+            written = self.write(inputs, target, retracted=retracted)
+        elif served is not None:
+            written = self.write(inputs, target, served[1])
+        else:
+            written = self.write(inputs, target)
         self.on_step("written", plan.dt)
         if written.row_count + written.dropped_now != plan.input_rows:
             left_out = f" and left out {written.dropped_now}" if written.dropped_now else ""
@@ -414,3 +421,23 @@ def served_inputs(
         return None
     left_out = sum(o.row_count for o in objects) - sum(f.rows for f in served)
     return [f.url for f in served if f.served], left_out
+
+
+def retracted_positions(plan: MergePlan) -> np.ndarray | None:
+    """Under a replacement, the positions (in the inputs' rows, in id order) of the rows the
+    retraction markers of `plan` retract among its own small objects; None when it holds no
+    marker. A range holding a marker never rewrites a merged object (`MergePlanner`), so
+    its inputs are its small objects, whose rows are named by id; rows retracted in earlier
+    ranges are the publication's to leave out. Raises `RetractionError`, `MarkerError`."""
+    objects = list(plan.objects)
+    if plan.rewrite is not None or not any(retraction_of(o.sources) for o in objects):
+        return None
+    spans = retracted_spans(objects, 0, plan.upper)
+    starts = np.cumsum([0] + [o.row_count for o in objects[:-1]])
+    offsets = {o.object_id: int(at) for o, at in zip(objects, starts, strict=True)}
+    parts = [
+        np.arange(offsets[object_id] + start, offsets[object_id] + stop, dtype=np.int64)
+        for object_id, found in spans.items()
+        for start, stop in found
+    ]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)

@@ -181,7 +181,12 @@ class MergeWriter:
         return self.config if self.follow is None else self.follow()
 
     def write(
-        self, inputs: Sequence[str], target: Path, served: ServedRange | None = None
+        self,
+        inputs: Sequence[str],
+        target: Path,
+        served: ServedRange | None = None,
+        *,
+        retracted: np.ndarray | None = None,
     ) -> WrittenObject:
         """Read exactly `inputs` (local paths or file:// URLs of Parquet objects, as the ledger
         names them: never list a directory), each by column name against the columns of the
@@ -192,7 +197,9 @@ class MergeWriter:
         inputs is kept; given `served` (under `first`), the inputs' leading rows are what a
         publication serves (each key's first record already) and are kept whole, and of the
         rows after them those whose key its index holds, or that repeat a key among them, are
-        left out (`after_served`). Raises `ValueError` for no inputs or a remote one,
+        left out (`after_served`). `retracted`: positions among the inputs' rows that a
+        replacement retracted (`merge_runner.retracted_positions`), left out before the policy
+        picks a row per key. Raises `ValueError` for no inputs or a remote one,
         `MergeWriteError` when an input is missing, unreadable or holds a column with another
         type than the version's; nothing is left at `target` then."""
         if not inputs:
@@ -206,13 +213,16 @@ class MergeWriter:
         if rows is not None:
             meta = version_metadata(config.schema_version)
             if config.dedupe.active:
+                held = rows.num_rows
+                if retracted is not None and len(retracted):
+                    rows = rows.filter(pa.array(_without(held, retracted)))
                 keep = (
                     self._one_per_key(rows, config)
                     if served is None
                     else after_served(rows, served, config)
                 )
                 kept = rows if keep is None else rows.filter(pa.array(keep))
-                dropped_now = rows.num_rows - kept.num_rows + (served.left_out if served else 0)
+                dropped_now = held - kept.num_rows + (served.left_out if served else 0)
                 total = dropped_now + sum(dropped_rows(pq.read_metadata(p)) for p in paths)
                 rows, meta = kept, {**meta, DROPPED_KEY: str(total).encode()}
             self._arrow_write(rows, target, meta)
@@ -350,6 +360,12 @@ def after_served(rows: pa.Table, served: ServedRange, config: StreamConfig) -> A
         first = one_per_key(keys, None, latest=False)
     keep = np.ones(rows.num_rows, bool)
     keep[served.served_rows :] = first & (winners_of(served.index, keys) < 0)
+    return keep
+
+
+def _without(rows: int, positions: np.ndarray) -> np.ndarray:
+    keep = np.ones(rows, bool)
+    keep[positions] = False
     return keep
 
 

@@ -68,6 +68,11 @@ class ServedState:
     index: str = INDEX_NAME
     """The name of its key index beside it (`LEGACY_INDEX_NAME` for a state that does not say:
     one written before the index was an Arrow file)."""
+    retracted: str = ""
+    """The name of the keys replacements retracted, beside it (`retracted_keys`); empty for
+    none."""
+    retracted_rows: int = 0
+    """Of `dropped_rows`, the rows replacements took out (their object was rewritten)."""
 
     @property
     def served_rows(self) -> int:
@@ -88,6 +93,9 @@ class ServedState:
             "index": self.index,
             "files": [asdict(f) for f in self.files],
         }
+        if self.retracted:
+            doc["retracted"] = self.retracted
+            doc["retracted_rows"] = self.retracted_rows
         return json.dumps(doc, indent=1).encode()
 
     @classmethod
@@ -99,7 +107,9 @@ class ServedState:
             index = str(doc.get("index", LEGACY_INDEX_NAME))
             if index not in (INDEX_NAME, LEGACY_INDEX_NAME):
                 raise ValueError(f"an index named {index!r}")
-            return cls(int(doc["upper"]), files, int(doc["committed_rows"]), index)
+            retracted, taken_out = str(doc.get("retracted", "")), int(doc.get("retracted_rows", 0))
+            committed = int(doc["committed_rows"])
+            return cls(int(doc["upper"]), files, committed, index, retracted, taken_out)
         except (ValueError, KeyError, TypeError) as exc:
             raise ServedStateError(f"{where}: not a dedupe state: {exc}") from exc
 

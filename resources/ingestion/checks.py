@@ -23,6 +23,7 @@ from resources.coordination.items import LeaseItem, PartitionStatus, priority_at
 from resources.coordination.lease_store import LeaseStore
 from resources.coordination.object_claims import ObjectClaims
 from resources.coordination.supplier import SUPPLIER_STATE
+from resources.dedupe.retracted_keys import RetractedKeys, RetractedKeysError
 from resources.dedupe.served import ServedStateError
 from resources.errors import ComponentUnreachableError
 from resources.ingestion.discovery import Lister
@@ -186,10 +187,14 @@ class DuplicateReport:
 ReadColumn = Callable[[list[str], str], pa.ChunkedArray]
 """(object URLs, column) -> the column's values across those objects, by name: nulls for the
 rows of an object that lacks the column (`ObjectStore.read_column`)."""
-ServedUrls = Callable[[str | None], tuple[list[str], list[str]]]
-"""(a publication's version directory, or None) -> the data files it serves and the ledger's
-files they were made from (`resources.publication.deduped_files.served_and_sources`): what
-readers read under a dedupe policy, and every key they must find there."""
+_UNREADABLE = (ObjectStoreError, OSError, pa.ArrowException, ServedStateError, RetractedKeysError)
+"""What a partition's files or states that cannot be read raise."""
+
+ServedUrls = Callable[[str | None], tuple[list[str], list[str], RetractedKeys]]
+"""(a publication's version directory, or None) -> the data files it serves, the ledger's
+files they were made from and the keys replacements retracted
+(`resources.publication.publication_state.served_and_sources`): what readers read under a dedupe
+policy, and every key they must find there but those."""
 
 
 def find_duplicate_ids(
@@ -217,18 +222,18 @@ def find_duplicate_ids(
     for tp in scope.changed(store.table_partitions(table)):
         dt = tp.dt
         try:
-            urls, sources = _judged_urls(store, table, tp, served_urls)
+            urls, sources, retracted = _judged_urls(store, table, tp, served_urls)
             ids = read_column(urls, record_id)
         except ComponentUnreachableError:
             raise  # the store did not answer: no verdict
-        except (ObjectStoreError, OSError, pa.ArrowException, ServedStateError) as exc:
+        except _UNREADABLE as exc:
             # A file the ledger names is gone or damaged: the partition cannot be vouched for.
             report.unreadable[dt] = f"{type(exc).__name__}: {exc}"
             continue
         if table_wide is not None:
             table_wide.add(dt, ids, _committed_ids(sources, record_id, read_column, dt))
         else:
-            lost = _not_served(ids, sources, record_id, read_column, dt)
+            lost = _not_served(ids, sources, record_id, read_column, dt, retracted)
             if lost:
                 report.missing[dt] = lost
         report.partitions_checked += 1
@@ -277,11 +282,21 @@ class _TableWide:
 
 
 def _not_served(
-    ids: pa.ChunkedArray, sources: list[str], record_id: str, read_column: ReadColumn, dt: str
+    ids: pa.ChunkedArray,
+    sources: list[str],
+    record_id: str,
+    read_column: ReadColumn,
+    dt: str,
+    retracted: RetractedKeys,
 ) -> list[str]:
-    """The ids the ledger files `sources` hold that `ids` (what is served) lacks."""
+    """The ids the ledger files `sources` hold that `ids` (what is served) lacks, but those a
+    replacement `retracted`."""
     committed = _committed_ids(sources, record_id, read_column, dt)
-    return sorted(committed - {str(i) for i in ids.drop_null().to_pylist()})
+    lacking = sorted(committed - {str(i) for i in ids.drop_null().to_pylist()})
+    if not lacking or not len(retracted):
+        return lacking
+    gone = retracted.holds(pa.array(lacking, pa.string()))
+    return [i for i, g in zip(lacking, gone.tolist(), strict=True) if not g]
 
 
 def _committed_ids(
@@ -302,10 +317,11 @@ def _committed_ids(
 
 def _judged_urls(
     store: Ledger, table: str, tp: TablePartition, served_urls: ServedUrls | None
-) -> tuple[list[str], list[str]]:
-    """The files `find_duplicate_ids` reads for `tp`, and those whose ids must all be among
-    theirs: what its current publication serves and the ledger files it was made from (given
-    `served_urls`), else every committed row once (and nothing more to compare)."""
+) -> tuple[list[str], list[str], RetractedKeys]:
+    """The files `find_duplicate_ids` reads for `tp`, those whose ids must all be among
+    theirs and the keys exempt from that: what its current publication serves, the ledger
+    files it was made from and the keys replacements retracted (given `served_urls`), else
+    every committed row once (and nothing more to compare)."""
     if served_urls is not None:
         publications = store.publications(table, tp.dt) if tp.publication_seq else []
         return served_urls(publications[-1].location if publications else None)
@@ -313,7 +329,7 @@ def _judged_urls(
     # Chain after objects: a merge committed in between covers ids this read holds, so every
     # committed row read is still named exactly once.
     files = current_data_files(objects, whole_chain(store, table, tp.dt))
-    return [f.url for f in files], []
+    return [f.url for f in files], [], RetractedKeys.empty()
 
 
 def whole_chain(store: Ledger, table: str, dt: str, attempts: int = 5) -> list[MergeRange]:

@@ -39,7 +39,6 @@ from resources.publication.check_support import (
     published_partitions,
     where_of,
 )
-from resources.publication.deduped_files import served_state
 from resources.publication.manifest import (
     SYMLINK_DIR,
     SYMLINK_NAME,
@@ -47,6 +46,7 @@ from resources.publication.manifest import (
     parse_symlink_text,
     read_spectrum,
 )
+from resources.publication.publication_state import served_state
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
 

@@ -10,7 +10,8 @@ from functools import partial
 
 from resources.dedupe.key_index import KeyIndex
 from resources.dedupe.served import ServedState
-from resources.publication.deduped_files import DedupedFiles, served_state
+from resources.publication.deduped_files import DedupedFiles
+from resources.publication.publication_state import served_state
 from resources.stores.base import CoordinationStore
 
 

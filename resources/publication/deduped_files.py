@@ -27,7 +27,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -49,12 +49,15 @@ from resources.dedupe.key_index import (
     winners_of,
 )
 from resources.dedupe.keys import HASH_NAME, KeyHashes, hash_ids
+from resources.dedupe.retracted_keys import RETRACTED_NAME, RetractedKeys
 from resources.dedupe.served import INDEX_NAME, NOTHING, STATE_NAME, ServedFile, ServedState
 from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import DataFile, Publication
 from resources.objects.base import ObjectStore, ObjectStoreError
-from resources.publication.manifest import read_spectrum
+from resources.publication.pending_date import PendingDate, Span
+from resources.publication.publication_state import served_state
+from resources.publication.retraction import retracted_keys, retracted_rows
 from resources.schema.arrow import arrow_type
 from resources.streams import StreamConfig
 
@@ -69,7 +72,6 @@ READ_THREADS = 16
 """Objects fetched (or copied) at once: a publication reads every new small object's key
 column, and an object store answers one GET in tens of milliseconds."""
 
-Span = tuple[int, int]
 RowMask = Callable[[pa.Table], np.ndarray]
 """Which rows of a file's table to serve."""
 
@@ -169,7 +171,9 @@ class DedupedFiles:
             new = self._from_merged(files, spans, index.hash_name, upper)
         else:
             new = self._keyed(named, tables, index.hash_name)
-        return PendingDate(dt, state, index, new, small, files, spans, upper)
+        retracted = retracted_rows(small, above, upper)
+        before = self._retracted_keys(base, state, index.hash_name)
+        return PendingDate(dt, state, index, new, small, files, spans, upper, retracted, before)
 
     def finish(
         self,
@@ -185,6 +189,8 @@ class DedupedFiles:
         took: they leave the index and the files that served them. `retracted` (row ids,
         `resources.publication.retraction`) lose wherever they are: new rows and index entries.
         Raises what `serve` raises."""
+        if len(p.retracted):
+            retracted = p.retracted if retracted is None else np.union1d(retracted, p.retracted)
         if retracted is not None and len(retracted):
             foreign = _or(foreign, np.isin(p.new.row, retracted))
             taken = _or(taken, np.isin(p.index.entries.row, retracted))
@@ -213,9 +219,7 @@ class DedupedFiles:
             index_written = pool.submit(lambda: self._write_index(version_key, resolution.index))
             served = list(pool.map(served_for, p.files))
             index_written.result()
-        committed = sum(o.row_count for o in p.small if o.object_id <= p.upper)
-        result = ServedState(p.upper, tuple(served), committed)
-        self.objects.put_bytes(version_key + STATE_NAME, result.to_json())
+        result = self._write_state(p, version_key, served, retracted)
         copies = sum(1 for f in served if f.copied)
         if copies or result.dropped_rows:
             log.info(
@@ -224,6 +228,25 @@ class DedupedFiles:
                 f", {len(lost_elsewhere)} to other dates" if len(lost_elsewhere) else "", copies,
             )  # fmt: skip
         return [DataFile(f.url, f.bytes, f.rows) for f in served if f.served], result
+
+    def _write_state(
+        self,
+        p: PendingDate,
+        version_key: str,
+        served: list[ServedFile],
+        retracted: np.ndarray | None,
+    ) -> ServedState:
+        """The state (and the keys replacements retracted) written under `version_key`."""
+        committed = sum(o.row_count for o in p.small if o.object_id <= p.upper)
+        gone, taken_out = retracted_keys(p, retracted)
+        if len(gone):
+            self.objects.put_bytes(version_key + RETRACTED_NAME, gone.to_bytes())
+        result = ServedState(
+            p.upper, tuple(served), committed, retracted=RETRACTED_NAME if len(gone) else "",
+            retracted_rows=taken_out,
+        )  # fmt: skip
+        self.objects.put_bytes(version_key + STATE_NAME, result.to_json())
+        return result
 
     def _left_out(
         self, p: PendingDate, foreign: np.ndarray | None, taken: np.ndarray | None
@@ -302,7 +325,10 @@ class DedupedFiles:
         if prev is not None and (not len(lost) or not prev.served):
             return prev
         if prev is None and is_small and span[1] > base:
-            # A new small object: the rows of it that lost, by position.
+            # A new small object: the rows of it that lost, by position (nothing of one of no
+            # rows, a retraction marker's: an engine has no use for it).
+            if not f.row_count:
+                return ServedFile(f.url, NOTHING, 0, 0, *span)
             if not len(lost):
                 return ServedFile(f.url, f.url, f.row_count, f.content_length, *span)
             gone = lost.row & POSITION_MASK
@@ -392,54 +418,18 @@ class DedupedFiles:
             return pa.nulls(table.num_rows, self.order_type)
         return table.column(self.order_by).combine_chunks().cast(self.order_type)
 
+    def _retracted_keys(
+        self, base: Publication | None, state: ServedState | None, hash_name: str
+    ) -> RetractedKeys:
+        if base is None or state is None or not state.retracted:
+            return RetractedKeys.empty(hash_name)
+        key = self.objects.key_of(base.location + state.retracted)
+        return RetractedKeys.from_bytes(self.objects.get_bytes(key))
+
     def _write_index(self, version_key: str, index: KeyIndex) -> None:
         # An Arrow file: the next publication reads it without decoding it (hashes are random:
         # compressing them would only cost time).
         self.objects.put_bytes(version_key + INDEX_NAME, index.to_bytes())
-
-
-def served_state(objects: ObjectStore, publication: Publication) -> ServedState | None:
-    """What `publication` serves under a dedupe policy (its `dedupe.json`, in the table's
-    `objects`); None for one recorded without a policy. Raises `ObjectStoreError`,
-    `ServedStateError`."""
-    key = objects.key_of(publication.location + STATE_NAME)
-    if objects.size(key) is None:
-        return None
-    return ServedState.from_json(objects.get_bytes(key), objects.url(key))
-
-
-def served_and_sources(objects: ObjectStore, location: str | None) -> tuple[list[str], list[str]]:
-    """The data files the publication whose version directory is `location` serves (its
-    manifest) and the ledger files they were made from (its `dedupe.json`; none for a
-    publication recorded without a policy); nothing for no publication. Raises
-    `ObjectStoreError`, `ServedStateError`."""
-    if location is None:
-        return [], []
-    urls = [e.url for e in read_spectrum(objects, location)]
-    key = objects.key_of(location + STATE_NAME)
-    if objects.size(key) is None:
-        return urls, []
-    state = ServedState.from_json(objects.get_bytes(key), objects.url(key))
-    return urls, [f.source for f in state.files]
-
-
-@dataclass(frozen=True)
-class PendingDate:
-    """A date between `DedupedFiles.prepare` and `finish`: what its resolution starts from."""
-
-    dt: str
-    state: ServedState | None
-    index: KeyIndex
-    new: KeyedRows
-    small: Sequence[RegisteredObject]
-    files: Sequence[DataFile]
-    spans: dict[str, Span]
-    upper: int
-
-    def committed_at_ms(self) -> np.ndarray:
-        """Per row of `new`, when its small object was committed (0: not known); asked only
-        under `scope: table`, whose cross-date order it is."""
-        return _committed_at(self.small, self.new)
 
 
 def _groups(sizes: Sequence[int], rows: int) -> Iterator[tuple[int, int]]:
@@ -459,20 +449,6 @@ def _same_type(ids: list[pa.Array]) -> list[pa.Array]:
     if all(a.type == ids[0].type for a in ids):
         return ids
     return [a.cast(pa.string()) for a in ids]
-
-
-def _committed_at(small: Sequence[RegisteredObject], rows: KeyedRows) -> np.ndarray:
-    """Per row of `rows`, its small object's commit time (0 where unknown): looked up once per
-    run of rows of one object (their rows are read object by object)."""
-    when = {o.object_id: o.committed_at_ms or 0 for o in small}
-    objects = object_of(rows.row)
-    if not len(objects):
-        return np.zeros(0, np.int64)
-    starts = np.concatenate([[0], np.flatnonzero(objects[1:] != objects[:-1]) + 1])
-    lengths = np.diff(np.append(starts, len(objects)))
-    at = np.array([when.get(int(o), 0) for o in objects[starts]], np.int64)
-    out: np.ndarray = np.repeat(at, lengths)
-    return out
 
 
 def _or(mask: np.ndarray | None, more: np.ndarray) -> np.ndarray:

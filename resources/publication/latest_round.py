@@ -49,9 +49,10 @@ from resources.ledger.publication import (
     StalePublicationError,
     live_files,
 )
-from resources.publication.deduped_files import READ_THREADS, DedupedFiles, PendingDate, Span
+from resources.publication.deduped_files import READ_THREADS, DedupedFiles
 from resources.publication.manifest import new_version_key
 from resources.publication.outcome import PendingSwitch, PublicationOutcome, PublicationPlan
+from resources.publication.pending_date import PendingDate, Span
 from resources.stores.base import PUBLICATIONS_PER_TRANSACTION, CoordinationStore
 
 log = logging.getLogger(__name__)

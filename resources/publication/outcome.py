@@ -10,7 +10,7 @@ from typing import Any
 from resources.catalog.target import PartitionSwitch
 from resources.ledger.model import TablePartition
 from resources.ledger.publication import DataFile, Publication, PublicationKind
-from resources.publication.deduped_files import Span
+from resources.publication.pending_date import Span
 
 PUBLISHED = "published"
 UP_TO_DATE = "up_to_date"
@@ -36,7 +36,10 @@ class PublicationOutcome:
     `symlink/` directory, or an Iceberg table's root); empty without a publication."""
     dropped: int = 0
     """Rows committed for the ids it covers that it does not serve: records that lost to
-    another record of their key under the stream's dedupe policy."""
+    another record of their key under the stream's dedupe policy, or that a replacement took
+    out."""
+    retracted: int = 0
+    """Of `dropped`, the rows replacements took out (`on_change: replace`)."""
 
     @property
     def ok(self) -> bool:
@@ -58,6 +61,7 @@ class PublicationOutcome:
             "bytes": p.bytes if p else 0,
             "location": self.location if p else "",
             "dropped_by_key": self.dropped,
+            "retracted_rows": self.retracted,
             "revises": p.revises if p else 0,
         }
 

@@ -19,7 +19,8 @@ that keeps every reader safe:
    lower `seq` too. The switch's summary carries the ledger's positions (`dt:seq`).
 
 Under `dedupe.scope: table` steps 1-3 run for every date of the run together, under the table's
-keys lease, each record fenced by it (`TableKeysPublication`).
+keys lease, each record fenced by it (`TableKeysPublication`); under `scope: date` the dates a
+replacement touched are recorded in one transaction (`ReplacementGroups`).
 
 A crash between 3 and 4 leaves the table behind the ledger: the next run sees the target's
 `seq` below the partition's `publication_seq` and switches it to the ledger's current
@@ -55,7 +56,7 @@ from resources.ledger.publication import (
     publication_due,
 )
 from resources.objects.base import ObjectStore
-from resources.publication.deduped_files import DedupedFiles, Span, served_state
+from resources.publication.deduped_files import DedupedFiles
 from resources.publication.manifest import (
     new_version_key,
     read_spectrum,
@@ -71,6 +72,9 @@ from resources.publication.outcome import (
     PublicationOutcome,
     PublicationPlan,
 )
+from resources.publication.pending_date import Span
+from resources.publication.publication_state import served_state
+from resources.publication.replacement_groups import ReplacementGroups
 from resources.publication.table_keys import TableKeysPublication
 from resources.stores.base import CoordinationStore
 from resources.stores.stream_schema import followed_config
@@ -131,6 +135,12 @@ class Publisher:
         )
         """Prepares and records the due dates together under the table's keys lease
         (`dedupe.scope: table`); None: each date on its own."""
+        self.groups = (
+            ReplacementGroups(self, self.deduped)
+            if self.deduped is not None and self.table_keys is None
+            else None
+        )
+        """Prepares a `scope: date` stream's dates, each replacement's recorded together."""
         self._cataloged_version: int | None = None
         """The schema version whose columns this publisher last gave the table (None: it has
         not ensured the table yet)."""
@@ -181,6 +191,8 @@ class Publisher:
         extra: list[PendingSwitch] = []
         if self.table_keys is not None:
             prepared, extra = self.table_keys.prepare(dts)
+        elif self.groups is not None:
+            prepared, extra = self.groups.prepare(dts)
         else:
             prepared = [self.guarded(dt, self._prepare) for dt in dts]
         pending = [p for p in prepared if isinstance(p, PendingSwitch)]
@@ -214,19 +226,13 @@ class Publisher:
         return PublicationOutcome(dt, FAILED, message, None, False)
 
     def _prepare(self, dt: str) -> PendingSwitch | PublicationOutcome:
-        """Steps 1-3 of `dt`: the publication recorded (or the current one to repair to),
-        waiting for the switch; `UP_TO_DATE` when there is nothing to switch."""
+        """Steps 1-3 of `dt` without a dedupe policy: the publication recorded (or the current
+        one to repair to), waiting for the switch; `UP_TO_DATE` when there is nothing to
+        switch."""
         plan = self.plan(dt)
         if not isinstance(plan, PublicationPlan):
             return plan
-        dropped = 0
-        if self.deduped is not None:
-            files, state = self.deduped.serve(
-                dt, self.dedupe_base(plan), self.small_objects(plan), plan.files, plan.spans,
-                plan.upper, plan.version_key,
-            )  # fmt: skip
-            plan, dropped = replace(plan, files=files), state.dropped_rows
-        return self.record(plan, dropped)
+        return self.record(plan, 0)
 
     def plan(self, dt: str) -> PublicationPlan | PendingSwitch | PublicationOutcome:
         """Step 1 of `dt`: what its due publication covers; the repair (or `UP_TO_DATE`) when

@@ -1,9 +1,10 @@
-"""Which rows of a table partition one source object's earlier content contributed: what a
-replacement of that object (`on_change: replace`) retracts (docs/concepts/keys-and-changes.md).
+"""Which rows of a table partition one source object's earlier content contributed, as the key
+index names them: what a replacement of that object (`on_change: replace`) retracts
+(docs/concepts/keys-and-changes.md).
 
-The ledger keeps each small object's sources (`resources.ledger.provenance`): the runs of rows
-each source object of its unit gave, in row order. The rows `key` gave are found there, by row
-id (`resources.dedupe.key_index.row_ids`), which a date's key index names long after the small
+The ledger finds them (`resources.ledger.retraction_marker`: each small object's sources, the
+runs of rows each source object of its unit gave, in row order); here they become row ids
+(`resources.dedupe.key_index.row_ids`), which a date's key index names long after the small
 objects were merged and collected. A retracted row loses as a row beaten under `latest` does:
 its key leaves the index unless another row of it wins, and the files serving it are copied
 without it (`DedupedFiles.finish`). Pure.
@@ -16,39 +17,53 @@ from collections.abc import Sequence
 import numpy as np
 
 from resources.dedupe.key_index import ROW_BITS
-from resources.errors import LeaseholdError
+from resources.dedupe.retracted_keys import RetractedKeys
 from resources.ledger.model import RegisteredObject
-from resources.ledger.provenance import positions_of
+from resources.ledger.retraction_marker import (
+    RetractionError,
+    Spans,
+    contributed_spans,
+    retracted_spans,
+)
+from resources.publication.pending_date import PendingDate
 
-
-class RetractionError(LeaseholdError):
-    """The ledger cannot say which rows an object's earlier content contributed."""
+__all__ = ["RetractionError", "contributed_rows", "retracted_keys", "retracted_rows"]
 
 
 def contributed_rows(
     objects: Sequence[RegisteredObject], unit: str, key: str, *, only_object: bool
 ) -> np.ndarray:
     """The row ids, ascending, of the rows the source object `key` gave to the small objects
-    of work unit `unit` among `objects` (a table partition's). An object committed without
-    sources counts whole when `only_object` (the unit held `key` alone). Raises
-    `RetractionError` for one without sources otherwise."""
-    parts = []
-    for o in sorted(objects, key=lambda o: o.object_id):
-        if o.source_partition_key != unit or not o.row_count:
-            continue
-        if o.sources:
-            spans = positions_of(o.sources, key)
-        elif only_object:
-            spans = [(0, o.row_count)]
-        else:
-            raise RetractionError(
-                f"{o.table} dt={o.dt}: small object {o.object_id} of unit {unit!r} was committed "
-                f"without its sources (by an earlier version), and the unit held other objects "
-                f"than {key!r}: which of its rows came from {key!r} is not known"
-            )
-        base = np.int64(o.object_id) << ROW_BITS
-        parts += [base + np.arange(start, stop, dtype=np.int64) for start, stop in spans]
-    if not parts:
-        return np.zeros(0, np.int64)
-    rows: np.ndarray = np.concatenate(parts)
-    return rows
+    of work unit `unit` among `objects` (`contributed_spans`). Raises `RetractionError`."""
+    return _row_ids(contributed_spans(objects, unit, key, only_object=only_object))
+
+
+def retracted_rows(objects: Sequence[RegisteredObject], lower: int, upper: int) -> np.ndarray:
+    """The row ids, ascending, that the retraction markers among `objects` (a table
+    partition's) with `lower < id <= upper` retract. Raises `RetractionError`, `MarkerError`."""
+    return _row_ids(retracted_spans(objects, lower, upper))
+
+
+def retracted_keys(p: PendingDate, retracted: np.ndarray | None) -> tuple[RetractedKeys, int]:
+    """The keys retracted up to `p`'s state and those of the rows `retracted` among `p`'s new
+    rows and its index's entries (what the date served, or was about to); and how many rows
+    replacements took out up to now (those rows, and the state's)."""
+    before = p.retracted_before
+    earlier = p.state.retracted_rows if p.state is not None else 0
+    if retracted is None or not len(retracted):
+        return before, earlier
+    new, served = np.isin(p.new.row, retracted), np.isin(p.index.entries.row, retracted)
+    keys = before.with_keys(
+        np.concatenate([p.new.h1[new], p.index.entries.h1[served]]),
+        np.concatenate([p.new.h2[new], p.index.entries.h2[served]]),
+    )
+    return keys, earlier + int(new.sum() + served.sum())
+
+
+def _row_ids(spans: Spans) -> np.ndarray:
+    parts = [
+        (np.int64(object_id) << ROW_BITS) + np.arange(start, stop, dtype=np.int64)
+        for object_id, found in spans.items()
+        for start, stop in found
+    ]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)

@@ -39,7 +39,7 @@ from resources.dedupe.keys import HASH_NAME
 from resources.dedupe.table_scope import DateKeys, lost_to_other_dates, no_rows
 from resources.errors import LeaseholdError
 from resources.ledger.publication import publication_due
-from resources.publication.deduped_files import READ_THREADS, DedupedFiles, PendingDate
+from resources.publication.deduped_files import READ_THREADS, DedupedFiles
 from resources.publication.latest_round import (
     LatestTableRounds,
     RoundSteps,
@@ -47,6 +47,7 @@ from resources.publication.latest_round import (
     plan_dates,
 )
 from resources.publication.outcome import PendingSwitch, PublicationOutcome, PublicationPlan
+from resources.publication.pending_date import PendingDate
 
 log = logging.getLogger(__name__)
 

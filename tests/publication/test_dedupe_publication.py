@@ -25,9 +25,9 @@ from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import FIRST, LATEST, NONE, DedupeSettings
 from resources.ledger.model import SmallObject
 from resources.publication import checks
-from resources.publication.deduped_files import served_and_sources, served_state
 from resources.publication.manifest import read_spectrum
 from resources.publication.outcome import FAILED, PUBLISHED
+from resources.publication.publication_state import served_and_sources, served_state
 from resources.publication.reader import read_partition
 from resources.rollup.cursor import rollup_id
 from resources.rollup.spec import parse_rollups

@@ -16,7 +16,7 @@ import pytest
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import LATEST, TABLE, DedupeSettings
 from resources.publication import checks, latest_round
-from resources.publication.deduped_files import served_and_sources
+from resources.publication.publication_state import served_and_sources
 from tests.publication.conftest import DT, World, commit_keyed, served_by_date
 from tests.support.merge_child import TABLE as TABLE_NAME
 

@@ -15,8 +15,8 @@ from resources.coordination.lease import LeaseTiming
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import DATE, FIRST, TABLE, DedupeSettings
 from resources.publication import checks
-from resources.publication.deduped_files import served_and_sources
 from resources.publication.outcome import FAILED, PUBLISHED, PublicationOutcome
+from resources.publication.publication_state import served_and_sources
 from resources.publication.publisher import Publisher
 from tests.publication.conftest import DT, World, commit_keyed, served_by_date
 from tests.support.merge_child import TABLE as TABLE_NAME

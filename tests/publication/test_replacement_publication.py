@@ -1,0 +1,156 @@
+"""A replacement (`on_change: replace`) as the publisher and merges see it, on both backends:
+the new content's rows and a retraction marker on every date it touches committed in one
+transaction; the earlier content's rows leave their dates in the same publication as the new
+content joins its own — held back together while one of the dates is closed and its merge has
+not taken the marker yet — and recorded in one store transaction; a merge of a range holding
+both contents keeps the new one (under `first` the earlier would otherwise win); the
+`unique_record_ids` check knows the retracted keys."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.dedupe.key_index import row_ids
+from resources.ingestion.check_suite import unique_record_ids
+from resources.key_settings import DATE, FIRST, LATEST, DedupeSettings
+from resources.ledger.model import RegisteredObject, SmallObject
+from resources.ledger.retraction_marker import (
+    Retraction,
+    contributed_spans,
+    marker_sources,
+    retraction_of,
+)
+from resources.publication.outcome import PUBLISHED, UP_TO_DATE
+from resources.publication.publication_state import served_and_sources
+from resources.publication.retraction import retracted_rows
+from tests.publication.conftest import DT, World, commit_keyed, served_by_date
+from tests.support.merge_child import TABLE, commit_source, epoch_us
+
+D2 = "2027-01-16"
+
+
+def marker(
+    world: World, dt: str, group: str, dates: tuple[str, ...], **retracts: object
+) -> SmallObject:
+    """A marker on `dt` of the replacement `group` (retracting `retracts`: unit, key)."""
+    sink = io.BytesIO()
+    pq.write_table(pa.table({}), sink)
+    url = world.objects.put_bytes(
+        f"_retractions/dt={dt}/{group.replace('/', '_')}.parquet", sink.getvalue()
+    )
+    retraction = Retraction(group, dates, only_object=True, **retracts)  # type: ignore[arg-type]
+    return SmallObject(TABLE, dt, url, len(sink.getvalue()), 0, sources=marker_sources(retraction))
+
+
+def content(world: World, dt: str, name: str, ids: list[str], users: list[str]) -> SmallObject:
+    """An object of `ids` on `dt`, not committed (from `f.jsonl`)."""
+    table = pa.table(
+        {
+            "event_id": ids,
+            "user_id": users,
+            "amount": pa.array([1.0] * len(ids), pa.float64()),
+            "event_time": pa.array(
+                [epoch_us(dt) + 3_600_000_000] * len(ids),
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    path = world.lake.table_dir / f"dt={dt}" / f"{name}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return SmallObject(
+        TABLE, dt, f"file://{path}", path.stat().st_size, len(ids), sources=(("f.jsonl", len(ids)),)
+    )
+
+
+def check(world: World) -> bool:
+    outcome = unique_record_ids(
+        world.store, TABLE, "event_id", world.objects.read_column,
+        served_urls=partial(served_and_sources, world.objects),
+    )  # fmt: skip
+    assert outcome.passed, outcome.summary
+    return True
+
+
+def test_markers_round_trip_and_name_the_rows_to_retract() -> None:
+    r = Retraction("k@etag:2", ("2027-01-15", "2027-01-16"), "u", "f.jsonl", True)
+    assert retraction_of(marker_sources(r)) == r
+    assert retraction_of((("f.jsonl", 3),)) is None
+    rows, mark = (("g", 2), ("f.jsonl", 3)), marker_sources(r)
+    objects = [
+        RegisteredObject(TABLE, DT, 1, "file:///1", 1, 5, "s", "u", 1, False, sources=rows),
+        RegisteredObject(TABLE, DT, 2, "file:///2", 1, 0, "s", r.group, 1, False, sources=mark),
+    ]
+    assert contributed_spans(objects, "u", "f.jsonl", only_object=False) == {1: [(2, 5)]}
+    assert retracted_rows(objects, 0, 2).tolist() == row_ids(1, 5)[2:].tolist()
+    assert retracted_rows(objects, 2, 2).tolist() == []  # the marker is below the range
+
+
+@pytest.mark.parametrize("mode", [FIRST, LATEST])
+def test_a_replacement_is_published_with_all_its_dates_once_the_closed_one_is_merged(
+    world: World, mode: str
+) -> None:
+    order_by = "amount" if mode == LATEST else None
+    world.config = replace(world.config, dedupe=DedupeSettings(mode, order_by, DATE))
+    commit_keyed(
+        world, DT, "old", ["x", "y", "z"], ["x0", "y0", "z0"], [1.0] * 3, sources=(("f.jsonl", 3),)
+    )
+    commit_keyed(world, DT, "other", ["q"], ["q0"], [1.0])
+    publisher = world.publisher()
+    assert publisher.publish_one(DT).ok
+    world.merge()
+    world.close()
+    assert publisher.publish_one(DT).switched_now
+    assert sorted(u for _, _, u in served_by_date(world, {DT})) == ["q0", "x0", "y0", "z0"]
+
+    # f.jsonl rewritten: y and w, on the next day. One transaction: content and markers.
+    group, dates = "keyed/new", (DT, D2)
+    new = [
+        content(world, D2, "new", ["y", "w"], ["y1", "w1"]),
+        marker(world, DT, group, dates, unit="keyed/old", key="f.jsonl"),
+        marker(world, D2, group, dates, key="f.jsonl"),
+    ]
+    commit_source(world.store, group, new, merge_after_s=600.0)
+    # DT is closed: its marker waits for a merge; D2's new rows wait with it.
+    (held,) = publisher.publish([D2])
+    assert held.outcome == UP_TO_DATE and "held back" in held.message, held
+    assert sorted(u for _, _, u in served_by_date(world, {DT})) == ["q0", "x0", "y0", "z0"]
+    switched: list[str] = []
+    world.merge()
+    outcomes = world.publisher(
+        lambda step, dt: switched.append(dt) if step == "cataloged" else None
+    ).publish([D2])
+    assert [(o.dt, o.outcome) for o in outcomes] == [(D2, PUBLISHED), (DT, PUBLISHED)]
+    assert sorted(switched) == [DT, D2]  # one switch of both
+    assert served_by_date(world, {DT, D2}) == [("q", DT, "q0"), ("w", D2, "w1"), ("y", D2, "y1")]
+    assert check(world)
+    # A later publication carries the retracted keys forward.
+    commit_keyed(world, D2, "later", ["v"], ["v0"], [1.0])
+    assert publisher.publish_one(D2).outcome == PUBLISHED
+    assert check(world)
+
+
+def test_a_merge_of_both_contents_keeps_the_new_one(world: World) -> None:
+    world.config = replace(world.config, dedupe=DedupeSettings(FIRST, None, DATE))
+    commit_keyed(world, DT, "old", ["x", "y"], ["x0", "y0"], [1.0] * 2, sources=(("f.jsonl", 2),))
+    group = "keyed/new"
+    new = [
+        content(world, DT, "new", ["y", "w"], ["y1", "w1"]),
+        marker(world, DT, group, (DT,), unit="keyed/old", key="f.jsonl"),
+    ]
+    commit_source(world.store, group, new, merge_after_s=600.0)
+    (merged,) = world.merge()
+    local = world.objects.local_copy(
+        world.objects.key_of(merged.url), world.lake.table_dir / "check"
+    )
+    assert sorted(pq.read_table(local).column("user_id").to_pylist()) == ["w1", "y1"]
+    world.close()
+    assert world.publish().switched_now
+    assert served_by_date(world, {DT}) == [("w", DT, "w1"), ("y", DT, "y1")]
+    assert check(world)
