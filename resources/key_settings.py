@@ -6,7 +6,7 @@
       mode: first              # first | latest | none
       order_by: updated_at     # latest: the greatest value wins (ties: the later commit)
       scope: date              # date | table
-    on_change: ignore          # ignore | append (a source object rewritten in place)
+    on_change: ignore          # ignore | append | replace (a source object rewritten in place)
 
 `first` keeps the record committed first (ledger order: the dense ids commits assign); `latest`
 keeps the greatest `order_by` (Hudi's precombine field); `none` keeps every record and lets the
@@ -42,7 +42,6 @@ IGNORE = "ignore"
 APPEND = "append"
 REPLACE = "replace"
 ON_CHANGE_MODES = (IGNORE, REPLACE, APPEND)
-SUPPORTED_ON_CHANGE = (IGNORE, APPEND)
 DEFAULT_ON_CHANGE = IGNORE
 """A source object rewritten in place is counted, named in `leasehold status` and warned by the
 `changed_sources` check, never read again by default: a rewrite is ambiguous (a correction, or a
@@ -79,7 +78,10 @@ def parse_keys(
             "latest with rollups is not built: a later record would have to take an earlier "
             "one's values out of aggregates (first and none keep rollups exact)",
         )
-    return dedupe, parse_on_change(raw.get("on_change"))
+    on_change = parse_on_change(raw.get("on_change"))
+    if on_change == REPLACE:
+        _check_replace(dedupe, bool(raw.get("rollups")))
+    return dedupe, on_change
 
 
 def parse_dedupe(raw: Any, record_id: str | None, names: list[str]) -> DedupeSettings:
@@ -110,12 +112,28 @@ def parse_dedupe(raw: Any, record_id: str | None, names: list[str]) -> DedupeSet
 def parse_on_change(raw: Any) -> str:
     """The `on_change` field: what a source object rewritten in place does (default `ignore`).
     Raises `ConfigError` naming the field."""
-    mode = _one_of("on_change", DEFAULT_ON_CHANGE if raw is None else raw, ON_CHANGE_MODES)
-    if mode not in SUPPORTED_ON_CHANGE:
+    return _one_of("on_change", DEFAULT_ON_CHANGE if raw is None else raw, ON_CHANGE_MODES)
+
+
+def _check_replace(dedupe: DedupeSettings, rollups: bool) -> None:
+    """`on_change: replace` takes rows out of published dates through the key index, date by
+    date. Raises `ConfigError` naming the field where the stream cannot."""
+    if not dedupe.active:
         raise ConfigError(
-            "on_change", f"{mode!r} is not built yet; one of {', '.join(SUPPORTED_ON_CHANGE)}"
+            "on_change",
+            "replace needs a dedupe policy (first or latest): the key index is how the "
+            "earlier content's rows leave the table",
         )
-    return mode
+    if dedupe.scope == TABLE:
+        raise ConfigError(
+            "on_change", "replace with dedupe.scope: table is not built (scope: date is)"
+        )
+    if rollups:
+        raise ConfigError(
+            "on_change",
+            "replace with rollups is not built: the earlier content's rows would have to be "
+            "taken out of aggregates (ignore and append keep rollups exact)",
+        )
 
 
 def _one_of(field_name: str, value: Any, allowed: tuple[str, ...]) -> str:

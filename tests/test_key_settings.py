@@ -77,3 +77,30 @@ def test_latest_with_rollups_is_refused_naming_why(tmp_path: Path) -> None:
     with pytest.raises(StreamConfigError) as raised:
         load_streams(streams(tmp_path, extra))
     assert raised.value.field == "dedupe.mode" and "rollups is not built" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "record_id", "words"),
+    [
+        ("", False, "needs a dedupe policy"),
+        ("    dedupe: {mode: none}\n", True, "needs a dedupe policy"),
+        ("    dedupe: {scope: table}\n", True, "scope: table is not built"),
+        ("    rollups: {per_v: {group_by: [v], aggregates: {n: count}}}\n", True, "rollups"),
+    ],
+)
+def test_replace_is_refused_where_it_cannot_keep_its_promise(
+    tmp_path: Path, extra: str, record_id: bool, words: str
+) -> None:
+    path = streams(
+        tmp_path,
+        extra + "    on_change: replace\n",
+        record_id="    record_id: id\n" if record_id else "",
+    )
+    with pytest.raises(StreamConfigError) as raised:
+        load_streams(path)
+    assert raised.value.field == "on_change" and words in str(raised.value), str(raised.value)
+
+
+def test_replace_under_a_policy_per_date_is_accepted(tmp_path: Path) -> None:
+    config = load_streams(streams(tmp_path, "    on_change: replace\n"))["events"]
+    assert (config.on_change, config.dedupe.mode) == ("replace", "first")

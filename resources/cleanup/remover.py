@@ -1,16 +1,16 @@
 """Archive or delete one work unit's source objects, so that doing it again is harmless.
 
-An object whose fingerprint is not the one its unit recorded (S3's ETag, a local file's mtime and
-size: `resources/objects/fingerprint.py`; the size where the unit recorded no fingerprint) was
-rewritten after it was ingested: those bytes were never read by this unit, so it is kept, logged
-and reported (`Removed.kept`) — whatever its size. Under `on_change: append` its new content is
-a unit of its own, which removes it once that unit's rows are published. The fingerprint is
-read just before the object is copied or deleted: a rewrite in the instant between is not seen.
-Delete mode deletes each object. Archive mode copies each to `archive_to` under the same key
-(relative to the source), then deletes the unit's sources in one batch: a crash between the
-copy and the delete leaves both, and the next pass copies again (replacing the copy with the
-same bytes) and deletes. An object already gone counts as done — removed by a pass that
-stopped before it could count it, or by someone else — whatever the archive holds: clean-up
+An object whose fingerprint is not the one its unit recorded (S3's ETag, a local file's mtime
+and size: `resources/objects/fingerprint.py`; the size where the unit recorded no fingerprint)
+was rewritten after it was ingested: those bytes were never read by this unit, so it is kept,
+logged and reported (`Removed.kept`) — whatever its size. Under `on_change: append` or `replace`
+its new content is a unit of its own, which removes it once that unit's rows are published. The
+fingerprint is read just before the object is copied or deleted: a rewrite in the instant
+between is not seen. Delete mode deletes each object. Archive mode copies each to `archive_to`
+under the same key (relative to the source), then deletes the unit's sources in one batch: a
+crash between the copy and the delete leaves both, and the next pass copies again (replacing the
+copy with the same bytes) and deletes. An object already gone counts as done — removed by a pass
+that stopped before it could count it, or by someone else — whatever the archive holds: clean-up
 never recreates a source object, and it deletes a source only after its copy landed.
 """
 

@@ -6,8 +6,8 @@ Discovery records each such change once per key and new fingerprint
 `pending` — in `leasehold status`, the run's story and the `changed_sources` check — until it is
 acknowledged here: the operator has decided (the rewrite was a producer's retry; the new data
 went under a new key; the object was deleted by hand). `ack` changes nothing else: the object is
-still not read, and acknowledging twice is harmless. A change appended (`on_change: append`)
-needs nothing.
+still not read, and acknowledging twice is harmless. A change appended or replaced
+(`on_change: append | replace`) needs nothing.
 """
 
 from __future__ import annotations
