@@ -40,7 +40,7 @@ from resources.catalog.target import PartitionFile, PartitionSwitch, Publication
 from resources.coordination.items import LeaseToken
 from resources.coordination.lease import LeaseTiming
 from resources.errors import LeaseholdError
-from resources.key_settings import TABLE
+from resources.key_settings import REPLACE, TABLE
 from resources.ledger.merge import chain_problems
 from resources.ledger.model import RegisteredObject, TablePartition
 from resources.ledger.publication import (
@@ -156,14 +156,16 @@ class Publisher:
 
     def due(self) -> list[str]:
         """The dts whose publication is due, or whose served partition lags the ledger's
-        current publication (a publisher crashed between recording and switching), by dt.
-        Read-only. Raises the store errors (`LeaseStoreError`) and `CatalogError`."""
+        current publication (a publisher crashed between recording and switching), by dt; not
+        those a replacement holds back. Read-only. Raises the store errors and `CatalogError`."""
         served = self._served_seqs()
-        return sorted(
+        due = sorted(
             tp.dt
             for tp in self.store.table_partitions(self.table)
             if publication_due(tp) is not None or _lags(tp, served.get(tp.dt))
         )
+        held = self.groups.held(due) if self.groups and self.config.on_change == REPLACE else ()
+        return [dt for dt in due if dt not in held]
 
     def _served_seqs(self) -> dict[str, int]:
         """dt -> the `seq` the target serves (none before the table exists)."""

@@ -75,6 +75,36 @@ class ReplacementGroups:
         """Steps 1-3 for `dts`: their items (recorded and waiting for the switch, or the
         outcome), in order, then the failures of the other dates their replacements named
         (those held or not due need no word); and those other dates recorded."""
+        read, groups = self._read_all(dts)
+        order = list(read)
+        results: dict[str, Item] = {}
+        for members in groups:
+            results |= self._group(members, read)
+        for dt in order:
+            if dt not in results:
+                found = read[dt]
+                results[dt] = self._one(found) if isinstance(found, DateRead) else found
+        others = [results[dt] for dt in order[len(dts) :]]
+        failed = [o for o in others if isinstance(o, PublicationOutcome) and o.outcome == FAILED]
+        recorded = [o for o in others if isinstance(o, PendingSwitch)]
+        return [results[dt] for dt in dts] + failed, recorded
+
+    def held(self, dts: Sequence[str]) -> set[str]:
+        """Of `dts` (due dates), those a replacement holds back now (step 2): a publication
+        run would publish nothing of them. Read-only; raises nothing (a date that cannot be
+        read is not held: its run says why)."""
+        read, groups = self._read_all(dts)
+        held: set[str] = set()
+        for members in groups:
+            if self._waiting(members, read) is not None:
+                held |= {dt for m in members for dt in m.dates}
+        return held & set(dts)
+
+    def _read_all(
+        self, dts: Sequence[str]
+    ) -> tuple[dict[str, DateRead | Item], list[list[Retraction]]]:
+        """Step 1 of `dts`, then of the dates their replacements name (in that order), and
+        the replacements joined by shared dates."""
         p = self.publisher
         read: dict[str, DateRead | Item] = {dt: p.guarded(dt, self._read) for dt in dts}
         order = list(read)
@@ -87,17 +117,7 @@ class ReplacementGroups:
                     if named not in read:
                         read[named] = p.guarded(named, self._read)
                         order.append(named)
-        results: dict[str, Item] = {}
-        for members in _joined(groups.values()):
-            results |= self._group(members, read)
-        for dt in order:
-            if dt not in results:
-                found = read[dt]
-                results[dt] = self._one(found) if isinstance(found, DateRead) else found
-        others = [results[dt] for dt in order[len(dts) :]]
-        failed = [o for o in others if isinstance(o, PublicationOutcome) and o.outcome == FAILED]
-        recorded = [o for o in others if isinstance(o, PendingSwitch)]
-        return [results[dt] for dt in dts] + failed, recorded
+        return read, _joined(groups.values())
 
     def _read(self, dt: str) -> DateRead | Item:
         """Step 1 of `dt`."""

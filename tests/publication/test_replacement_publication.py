@@ -97,7 +97,9 @@ def test_a_replacement_is_published_with_all_its_dates_once_the_closed_one_is_me
     world: World, mode: str
 ) -> None:
     order_by = "amount" if mode == LATEST else None
-    world.config = replace(world.config, dedupe=DedupeSettings(mode, order_by, DATE))
+    world.config = replace(
+        world.config, dedupe=DedupeSettings(mode, order_by, DATE), on_change="replace"
+    )
     commit_keyed(
         world, DT, "old", ["x", "y", "z"], ["x0", "y0", "z0"], [1.0] * 3, sources=(("f.jsonl", 3),)
     )
@@ -121,8 +123,10 @@ def test_a_replacement_is_published_with_all_its_dates_once_the_closed_one_is_me
     (held,) = publisher.publish([D2])
     assert held.outcome == UP_TO_DATE and "held back" in held.message, held
     assert sorted(u for _, _, u in served_by_date(world, {DT})) == ["q0", "x0", "y0", "z0"]
+    assert publisher.due() == []  # the sensor asks for no run that would publish nothing
     switched: list[str] = []
     world.merge()
+    assert publisher.due() == [DT, D2]
     outcomes = world.publisher(
         lambda step, dt: switched.append(dt) if step == "cataloged" else None
     ).publish([D2])
