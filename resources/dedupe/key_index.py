@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.dedupe.keys import HASH_NAME, HASHES, KeyHashes
+from resources.dedupe.word_sort import stable_argsort
 from resources.errors import LeaseholdError
 
 ROW_BITS = 32
@@ -33,6 +35,12 @@ POSITION_MASK = (1 << ROW_BITS) - 1
 INDEX_UPPER_KEY = b"leasehold.keys.upper"
 INDEX_HASH_KEY = b"leasehold.keys.hash"
 PARQUET_MAGIC = b"PAR1"
+RANGE_BITS = 1
+RANGES = 1 << RANGE_BITS
+"""A large resolution's ranges of h1, resolved at once: the machines leasehold runs on have
+at least two cores."""
+PARALLEL_ROWS = 1 << 21
+"""Index entries and new rows together below which a resolution runs in one thread."""
 
 
 class KeyIndexError(LeaseholdError):
@@ -101,18 +109,23 @@ class KeyIndex:
         meta = {INDEX_UPPER_KEY: str(self.upper).encode(), INDEX_HASH_KEY: self.hash_name.encode()}
         return pa.table(columns).replace_schema_metadata(meta)
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self) -> memoryview:
         """The index as an Arrow IPC file (`to_table`, one batch, uncompressed): read back by
-        `from_bytes` without decoding or copying its columns."""
+        `from_bytes` without decoding or copying its columns. Written once into a buffer of
+        its exact size (measured by writing it to nowhere first): a growing buffer, or a
+        copy into `bytes`, would cost more than the writing (hundreds of MB at 10⁷ keys)."""
         table = self.to_table()
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table, max_chunksize=max(1, table.num_rows))
-        data: bytes = sink.getvalue().to_pybytes()
-        return data
+        chunk = max(1, table.num_rows)
+        measure = pa.MockOutputStream()
+        with pa.ipc.new_file(measure, table.schema) as writer:
+            writer.write_table(table, max_chunksize=chunk)
+        data = pa.allocate_buffer(measure.size())
+        with pa.ipc.new_file(pa.FixedSizeBufferWriter(data), table.schema) as writer:
+            writer.write_table(table, max_chunksize=chunk)
+        return memoryview(data)
 
     @classmethod
-    def from_bytes(cls, data: bytes, order_type: pa.DataType | None) -> KeyIndex:
+    def from_bytes(cls, data: bytes | memoryview, order_type: pa.DataType | None) -> KeyIndex:
         """The index `to_bytes` wrote (its arrays views of `data`, read-only), or one an earlier
         version wrote as Parquet (`to_table`'s columns). Raises `KeyIndexError` for anything
         else, and as `from_table` does."""
@@ -177,12 +190,48 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
     the first row committed (`latest` False) or the greatest order value, ties to the later
     row (`latest` True). Sorts the new rows only, then merges them into the sorted index
     (one merge of the two sorted runs; binary searches and an insertion where two keys share an
-    h1). Pure."""
+    h1). Large inputs are resolved as `RANGES` ranges of h1 at once, one thread each (a key
+    lies in one range, so each range is resolved alone; numpy's sorts and copies release the
+    GIL); `lost` is then in no particular order. Pure."""
     if upper < index.upper:
         raise KeyIndexError(f"resolving up to {upper}, below the index's {index.upper}")
-    old = index.entries
-    if latest and (old.order is None or new.order is None):
+    if latest and (index.entries.order is None or new.order is None):
         raise KeyIndexError("a latest policy needs order values for every row")
+    if len(index) + len(new) < PARALLEL_ROWS:
+        return _resolve(index.entries, new, upper, latest, index.hash_name)
+    with ThreadPoolExecutor(RANGES) as pool:
+        parts = list(
+            pool.map(lambda r: _resolve(*_in_range(index, new, r), upper, latest, index.hash_name),
+                     range(RANGES))
+        )  # fmt: skip
+    order_type = None if index.entries.order is None else index.entries.order.type
+
+    def build_index() -> KeyIndex:
+        with ThreadPoolExecutor(RANGES) as pool:
+            indexes = list(pool.map(lambda part: part.index.entries, parts))
+        return KeyIndex(concat_rows(indexes, order_type), upper, index.hash_name)
+
+    lost = concat_rows([part.lost for part in parts], order_type)
+    return Resolution(lost, index.hash_name, build_index)
+
+
+def _in_range(index: KeyIndex, new: KeyedRows, r: int) -> tuple[KeyedRows, KeyedRows]:
+    """The index entries (a slice: they are sorted by h1) and the new rows whose h1 lies in
+    the `r`-th of `RANGES` equal ranges."""
+    shift = np.uint64(64 - RANGE_BITS)
+    lo, hi = np.searchsorted(index.entries.h1, [np.uint64(r) << shift, np.uint64(r + 1) << shift])
+    if r == RANGES - 1:
+        hi = len(index)
+    old = index.entries
+    order = None if old.order is None else old.order.slice(lo, hi - lo)
+    part = KeyedRows(old.h1[lo:hi], old.h2[lo:hi], old.row[lo:hi], order)
+    return part, take_rows(new, np.flatnonzero((new.h1 >> shift) == r))
+
+
+def _resolve(
+    old: KeyedRows, new: KeyedRows, upper: int, latest: bool, hash_name: str
+) -> Resolution:
+    """`resolve` in one thread."""
     w, lost_new = _one_per_key(new, latest)
     interleaved = _Interleaved.of(old, w)
     if interleaved is None:  # keys share an h1: found by search, inserted by position
@@ -209,9 +258,9 @@ def resolve(index: KeyIndex, new: KeyedRows, upper: int, latest: bool) -> Resolu
             merged = _merged(old, w, at, insert_at, beats)
         else:
             merged = interleaved.merged(old, w, beats)
-        return KeyIndex(merged, upper, index.hash_name)
+        return KeyIndex(merged, upper, hash_name)
 
-    return Resolution(lost, index.hash_name, build_index)
+    return Resolution(lost, hash_name, build_index)
 
 
 def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[KeyedRows, np.ndarray]:
@@ -237,28 +286,6 @@ def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[KeyedRows, np.ndarray]:
     keep = slice(None) if bool(first.all()) else first  # no key twice: no copy of the hashes
     order = None if rows.order is None else rows.order.take(pa.array(won))
     return KeyedRows(s1[keep], s2[keep], row[won], order), by[~first]
-
-
-def stable_argsort(h1: np.ndarray) -> np.ndarray:
-    """`np.argsort(h1, kind="stable")` of uint64 hashes in about 60 % of its time at 10⁷ rows:
-    numpy sorts plain integers with SIMD but an argsort without, so it sorts words of h1's high
-    bits over the position, then orders each run of equal high bits (equal keys, and about
-    n²/2⁶⁵⁻ᵇ pairs of distinct ones for n < 2ᵇ rows) by (h1, position). Pure."""
-    n = len(h1)
-    bits = max(1, (n - 1).bit_length())
-    mask = np.uint64((1 << bits) - 1)
-    words = (h1 & ~mask) | np.arange(n, dtype=np.uint64)
-    words.sort()
-    by: np.ndarray = (words & mask).astype(np.int64)
-    tied = (words[1:] >> np.uint64(bits)) == (words[:-1] >> np.uint64(bits))
-    if tied.any():
-        in_run = np.zeros(n, bool)
-        in_run[1:] |= tied
-        in_run[:-1] |= tied
-        at = np.nonzero(in_run)[0]
-        run = by[at]  # runs in order of their high bits, which (h1, position) keeps
-        by[at] = run[np.lexsort((run, h1[run]))]
-    return by
 
 
 def _find(entries: KeyedRows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:

@@ -32,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from resources.dedupe.key_index import KeyedRows, find_keys, stable_argsort
+from resources.dedupe.key_index import KeyedRows, find_keys
+from resources.dedupe.word_sort import stable_argsort
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,11 @@ class ObjectStore(ABC):
         botocore's `ClientError` `NoSuchKey` on S3): a caller that may meet one asks `size`
         first."""
 
+    def get_buffer(self, key: str) -> bytes | memoryview:
+        """`get_bytes`, for content that is large and only read (a key index): raises as it
+        does. Here `get_bytes`; a local store maps the file instead of copying it."""
+        return self.get_bytes(key)
+
     def head_bytes(self, key: str, n: int) -> bytes:
         """The object's first `n` bytes (all of it when shorter): enough to sample a source
         without fetching whole objects. Here by reading it all; backends read only the head.
@@ -110,9 +115,10 @@ class ObjectStore(ABC):
         return self.get_bytes(key)[start:end]
 
     @abstractmethod
-    def put_bytes(self, key: str, data: bytes) -> str:
-        """Write `data` as the object `key`, replacing any, atomically for readers; returns
-        its URL. Raises `ObjectStoreError` (S3: after the retry), `OSError` locally."""
+    def put_bytes(self, key: str, data: bytes | memoryview) -> str:
+        """Write `data` (bytes, or a view of them) as the object `key`, replacing any,
+        atomically for readers; returns its URL. Raises `ObjectStoreError` (S3: after the
+        retry), `OSError` locally."""
 
     @abstractmethod
     def delete(self, key: str) -> None:

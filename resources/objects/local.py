@@ -125,6 +125,14 @@ class LocalObjectStore(ObjectStore):
     def get_bytes(self, key: str) -> bytes:
         return self._path(key).read_bytes()
 
+    def get_buffer(self, key: str) -> bytes | memoryview:
+        """A read-only map of the file: its pages are read as they are used, and the mapping
+        keeps them even if the key is replaced or removed meanwhile."""
+        path = self._path(key)
+        if not path.stat().st_size:  # an empty file cannot be mapped
+            return b""
+        return memoryview(pa.memory_map(str(path)).read_buffer())
+
     def head_bytes(self, key: str, n: int) -> bytes:
         return self.read_range(key, 0, n)
 
@@ -133,7 +141,7 @@ class LocalObjectStore(ObjectStore):
             f.seek(start)
             return f.read(max(end - start, 0))
 
-    def put_bytes(self, key: str, data: bytes) -> str:
+    def put_bytes(self, key: str, data: bytes | memoryview) -> str:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")

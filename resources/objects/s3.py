@@ -168,11 +168,12 @@ class S3ObjectStore(ObjectStore):
                 return b""  # `start` at or past the object's end
             raise ObjectStoreError(f"S3 ranged get of {self.url(key)} failed: {exc}") from exc
 
-    def put_bytes(self, key: str, data: bytes) -> str:
+    def put_bytes(self, key: str, data: bytes | memoryview) -> str:
+        body = data if isinstance(data, bytes) else bytes(data)  # botocore sends bytes or files
         self._call(
             "put",
             key,
-            lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data),
+            lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=body),
         )
         return self.url(key)
 

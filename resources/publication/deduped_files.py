@@ -51,6 +51,7 @@ from resources.dedupe.key_index import (
 from resources.dedupe.keys import HASH_NAME, KeyHashes, hash_ids
 from resources.dedupe.retracted_keys import RETRACTED_NAME, RetractedKeys
 from resources.dedupe.served import INDEX_NAME, NOTHING, STATE_NAME, ServedFile, ServedState
+from resources.dedupe.word_sort import stable_argsort_small
 from resources.key_settings import LATEST
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import DataFile, Publication
@@ -71,6 +72,8 @@ their text stays far below Arrow's 2 GiB string offsets."""
 READ_THREADS = 16
 """Objects fetched (or copied) at once: a publication reads every new small object's key
 column, and an object store answers one GET in tens of milliseconds."""
+HASH_THREADS = 2
+"""Groups of ids hashed at once (the machines leasehold runs on have at least two cores)."""
 
 RowMask = Callable[[pa.Table], np.ndarray]
 """Which rows of a file's table to serve."""
@@ -111,7 +114,7 @@ class DedupedFiles:
         """The key index beside `state` (`publication`'s), empty of `hash_name` without one."""
         if state is None or publication is None:
             return KeyIndex.empty(self.order_type, hash_name)
-        data = self.objects.get_bytes(self.objects.key_of(publication.location + state.index))
+        data = self.objects.get_buffer(self.objects.key_of(publication.location + state.index))
         index = KeyIndex.from_bytes(data, self.order_type)
         if index.upper != state.upper:
             raise KeyIndexError(
@@ -196,7 +199,7 @@ class DedupedFiles:
             taken = _or(taken, np.isin(p.index.entries.row, retracted))
         index, new, lost_elsewhere = self._left_out(p, foreign, taken)
         resolution = resolve(index, new, p.upper, self.latest)
-        lost = _by_row(concat_rows([resolution.lost, lost_elsewhere], self.order_type))
+        lost = _by_object(concat_rows([resolution.lost, lost_elsewhere], self.order_type))
         small_urls = {o.url for o in p.small}
         before = p.state.by_source() if p.state is not None else {}
 
@@ -295,13 +298,18 @@ class DedupedFiles:
             [row_ids(object_id, n) for n, (_, object_id) in zip(sizes, named, strict=True)]
             or [np.zeros(0, np.int64)]
         )
-        start = 0
-        for lo, hi in _groups(sizes, HASH_GROUP_ROWS):
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+        def hash_group(group: tuple[int, int]) -> None:
+            lo, hi = group
             ids = _same_type([self._ids(t) for t in tables[lo:hi]])
             keys = hash_ids(pa.chunked_array(ids, ids[0].type), hash_name)
-            end = start + len(keys)
+            start, end = starts[lo], starts[hi]
             h1[start:end], h2[start:end], present[start:end] = keys.h1, keys.h2, keys.present
-            start = end
+
+        # Hashing is numpy's work on large arrays, which releases the GIL: one thread a core.
+        with ThreadPoolExecutor(HASH_THREADS) as pool:
+            list(pool.map(hash_group, _groups(sizes, HASH_GROUP_ROWS)))
         order = None
         if self.order_type is not None:
             orders = [self._order(t) for t in tables]
@@ -461,13 +469,14 @@ def _positions_kept(table: pa.Table, gone: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _by_row(rows: KeyedRows) -> KeyedRows:
-    """`rows` sorted by row id (so a file's rows are one slice: `_within`)."""
-    at = np.argsort(rows.row, kind="stable")
+def _by_object(rows: KeyedRows) -> KeyedRows:
+    """`rows` sorted by small object id (so a file's rows are one slice: `_within`)."""
+    at = stable_argsort_small(object_of(rows.row))
     return KeyedRows(rows.h1[at], rows.h2[at], rows.row[at], None)
 
 
 def _within(rows: KeyedRows, span: Span) -> KeyedRows:
-    """The rows of `rows` (sorted by row id) whose small object id lies in `span`."""
+    """The rows of `rows` (sorted by small object id: `_by_object`) whose small object id lies
+    in `span`."""
     lo, hi = np.searchsorted(rows.row, [(span[0] + 1) << ROW_BITS, (span[1] + 1) << ROW_BITS])
     return KeyedRows(rows.h1[lo:hi], rows.h2[lo:hi], rows.row[lo:hi], None)

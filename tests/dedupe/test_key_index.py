@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resources.dedupe import key_index
 from resources.dedupe.key_index import (
     KeyedRows,
     KeyIndex,
@@ -20,7 +21,6 @@ from resources.dedupe.key_index import (
     one_per_key,
     resolve,
     row_ids,
-    stable_argsort,
     winners_of,
 )
 from resources.dedupe.keys import hash_ids
@@ -30,8 +30,17 @@ from resources.dedupe.served import (
     ServedState,
     ServedStateError,
 )
+from resources.dedupe.word_sort import stable_argsort, stable_argsort_small
 
 Record = tuple[str | None, int | None]  # (id, order value)
+
+
+@pytest.fixture(params=["one thread", "ranges"])
+def resolution_threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each resolution test in one thread and as large inputs are resolved (ranges of h1 in
+    threads of their own), which must agree."""
+    if request.param == "ranges":
+        monkeypatch.setattr(key_index, "PARALLEL_ROWS", 0)
 
 
 def keyed(object_id: int, records: list[Record]) -> KeyedRows:
@@ -56,6 +65,7 @@ def brute(objects: list[list[Record]], latest: bool) -> dict[str, int]:
     return {k: v[1] for k, v in best.items()}
 
 
+@pytest.mark.usefixtures("resolution_threads")
 @pytest.mark.parametrize("latest", [False, True])
 @pytest.mark.parametrize("seed", range(12))
 def test_resolution_in_batches_matches_the_account_record_by_record(
@@ -169,17 +179,33 @@ def test_stable_argsort_of_random_hashes() -> None:
     assert stable_argsort(h1).tolist() == np.argsort(h1, kind="stable").tolist()
 
 
+@given(st.lists(st.sampled_from([0, 1, 2, 7, (1 << 31) + 3, (1 << 32) - 1]), max_size=300))
+def test_stable_argsort_small_is_numpys_stable_argsort(values: list[int]) -> None:
+    """Small object ids, many equal (the lost rows of one object keep their order)."""
+    array = np.array(values, dtype=np.int64)
+    assert stable_argsort_small(array).tolist() == np.argsort(array, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("values", [[-1], [1 << 32]])
+def test_stable_argsort_small_refuses_what_it_cannot_pack(values: list[int]) -> None:
+    with pytest.raises(ValueError, match="below 2"):
+        stable_argsort_small(np.array(values, dtype=np.int64))
+
+
+@pytest.mark.usefixtures("resolution_threads")
 @pytest.mark.parametrize("latest", [False, True])
 @pytest.mark.parametrize("seed", range(8))
 def test_resolution_holds_when_keys_share_their_first_hash_word(latest: bool, seed: int) -> None:
-    """Hashes drawn from a few h1 values (so runs of distinct keys share h1, old and new
-    interleaved): every batch's index holds each (h1, h2)'s winner, sorted by h1."""
+    """Hashes drawn from a few h1 values on both sides of the middle of h1's range (so runs
+    of distinct keys share h1, old and new interleaved, in both ranges): every batch's index
+    holds each (h1, h2)'s winner, sorted by h1."""
     rng = np.random.default_rng(seed)
     index = KeyIndex.empty(pa.int64() if latest else None)
     best: dict[tuple[int, int], tuple[int, int]] = {}  # key -> (order, row)
+    middle = np.array([(1 << 63) - 2, (1 << 63) - 1, 1 << 63, (1 << 63) + 1], np.uint64)
     for object_id in range(1, 6):
         n = int(rng.integers(1, 40))
-        h1 = rng.integers(0, 4, n).astype(np.uint64)
+        h1 = middle[rng.integers(0, 4, n)]
         h2 = rng.integers(0, 6, n).astype(np.uint64)
         order = rng.integers(0, 4, n)
         rows = row_ids(object_id, n)

@@ -45,6 +45,20 @@ def test_put_get_list_in_key_order_after_a_cursor(objects: ObjectStore) -> None:
     assert {o.size for o in objects.list_after(None, 100)} == {len(k.encode()) for k in KEYS}
 
 
+def test_a_buffer_holds_what_the_bytes_hold_after_the_key_is_replaced(
+    objects: ObjectStore,
+) -> None:
+    """`get_buffer` (a map of a local file) reads what `get_bytes` reads, the empty object
+    too, and keeps that content though the key is replaced and removed after it."""
+    objects.put_bytes("k/index", b"12345678" * 1000)
+    objects.put_bytes("k/empty", b"")
+    held = objects.get_buffer("k/index")
+    assert bytes(objects.get_buffer("k/empty")) == b"" == objects.get_bytes("k/empty")
+    objects.put_bytes("k/index", memoryview(b"other"))
+    objects.delete("k/index")
+    assert bytes(held) == b"12345678" * 1000
+
+
 TRICKY = [
     "a.txt", "a/b.txt", "a/b/c.json", "a/b/c/d", "a/b-x", "a/b0", "a!", "a/ü", "a/z/.hidden",
     "b", "c/a.tmp", "c/d", "ab", "a/b/c.tmp",
