@@ -45,7 +45,7 @@ from resources.ledger.merge import (
 )
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import merged_files
-from resources.ledger.retraction_marker import retracted_spans, retraction_of
+from resources.ledger.retraction_marker import retracted_spans, retraction_of, span_positions
 from resources.objects.base import ObjectStore
 from resources.stores.base import CoordinationStore
 from resources.streams import StreamConfig
@@ -434,10 +434,6 @@ def retracted_positions(plan: MergePlan) -> np.ndarray | None:
         return None
     spans = retracted_spans(objects, 0, plan.upper)
     starts = np.cumsum([0] + [o.row_count for o in objects[:-1]])
-    offsets = {o.object_id: int(at) for o, at in zip(objects, starts, strict=True)}
-    parts = [
-        np.arange(offsets[object_id] + start, offsets[object_id] + stop, dtype=np.int64)
-        for object_id, found in spans.items()
-        for start, stop in found
-    ]
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    return span_positions(
+        spans, {o.object_id: int(at) for o, at in zip(objects, starts, strict=True)}
+    )

@@ -75,7 +75,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from resources.compaction.parquet_footer import FooterPatchError, set_key_value
-from resources.dedupe.key_index import first_per_id, one_per_key, winners_of
+from resources.dedupe.key_index import one_per_key, winners_of
 from resources.dedupe.keys import hash_ids
 from resources.dedupe.served import DROPPED_KEY, ServedRange, dropped_rows
 from resources.errors import LeaseholdError
@@ -243,9 +243,7 @@ class MergeWriter:
         order_by = config.dedupe.order_by
         order = rows.column(order_by).combine_chunks() if order_by else None
         ids = rows.column(config.record_id or "").combine_chunks()
-        latest = config.dedupe.mode == LATEST
-        first = None if latest else first_per_id(ids)
-        return first if first is not None else one_per_key(hash_ids(ids), order, latest)
+        return one_per_key(hash_ids(ids), order, config.dedupe.mode == LATEST)
 
     def _arrow_rows(self, paths: list[str], config: StreamConfig) -> pa.Table | None:
         """Every input's rows as `config`'s columns, read by name (`read_by_name`: a column an
@@ -355,10 +353,8 @@ def after_served(rows: pa.Table, served: ServedRange, config: StreamConfig) -> A
         raise MergeWriteError("a merge of objects committed since the publication needs its index")
     ids = later.column(config.record_id or "").combine_chunks()
     keys = hash_ids(ids, served.index.hash_name)
-    first = first_per_id(ids)
-    if first is None:
-        first = one_per_key(keys, None, latest=False)
     keep = np.ones(rows.num_rows, bool)
+    first = one_per_key(keys, None, latest=False)
     keep[served.served_rows :] = first & (winners_of(served.index, keys) < 0)
     return keep
 

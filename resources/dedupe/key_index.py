@@ -461,24 +461,7 @@ def one_per_key(keys: KeyHashes, order: pa.Array | None, latest: bool) -> np.nda
     first row of a key, or under `latest` the greatest `order`, ties to the later row. A row
     without a key is always kept. Pure."""
     rows = np.arange(len(keys), dtype=np.int64)
-    empty = KeyIndex.empty(None if order is None else order.type)
-    won = resolve(empty, KeyedRows.of(keys, rows, order), 1, latest).index.entries.row
-    keep: np.ndarray = ~keys.present
-    keep[won] = True
-    return keep
-
-
-def first_per_id(ids: pa.Array) -> np.ndarray | None:
-    """`one_per_key` under `first` computed on the ids themselves (Arrow's hash grouping, about
-    three times faster than hashing them to 128 bits first): per row, whether it is the first
-    of its id; a null id always kept. For string and integer ids, whose equal values are equal
-    texts, so the keys agree with `hash_ids`'; None for another type (use `one_per_key`).
-    Pure."""
-    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
-        if not pa.types.is_integer(ids.type):
-            return None
-    rows = pa.table({"id": ids, "row": pa.array(np.arange(len(ids), dtype=np.int64))})
-    firsts = rows.group_by("id", use_threads=False).aggregate([("row", "min")])
-    keep: np.ndarray = ~ids.is_valid().to_numpy(zero_copy_only=False)
-    keep[firsts.column("row_min").to_numpy()] = True
+    lost = _one_per_key(KeyedRows.of(keys, rows, order), latest)[1]  # positions among the keyed
+    keep: np.ndarray = np.ones(len(keys), bool)
+    keep[rows[keys.present][lost]] = False
     return keep

@@ -24,8 +24,10 @@ Pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
@@ -145,3 +147,15 @@ def retracted_spans(objects: Sequence[RegisteredObject], lower: int, upper: int)
             ).items():
                 spans.setdefault(object_id, []).extend(found)
     return spans
+
+
+def span_positions(spans: Spans, first: Mapping[int, int]) -> np.ndarray:
+    """The positions, ascending and each once, of the rows `spans` names, where `first[id]` is
+    the position of small object `id`'s first row (its row id's base, or its offset among a
+    merge's inputs)."""
+    parts = [
+        np.arange(first[object_id] + start, first[object_id] + stop, dtype=np.int64)
+        for object_id, found in spans.items()
+        for start, stop in found
+    ]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)

@@ -24,6 +24,7 @@ from resources.ledger.retraction_marker import (
     Spans,
     contributed_spans,
     retracted_spans,
+    span_positions,
 )
 from resources.publication.pending_date import PendingDate
 
@@ -61,9 +62,4 @@ def retracted_keys(p: PendingDate, retracted: np.ndarray | None) -> tuple[Retrac
 
 
 def _row_ids(spans: Spans) -> np.ndarray:
-    parts = [
-        (np.int64(object_id) << ROW_BITS) + np.arange(start, stop, dtype=np.int64)
-        for object_id, found in spans.items()
-        for start, stop in found
-    ]
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    return span_positions(spans, {object_id: object_id << ROW_BITS for object_id in spans})

@@ -17,7 +17,6 @@ from resources.dedupe.key_index import (
     KeyedRows,
     KeyIndex,
     KeyIndexError,
-    first_per_id,
     one_per_key,
     resolve,
     row_ids,
@@ -146,20 +145,6 @@ def test_a_state_naming_another_index_file_is_refused() -> None:
     doc["index"] = "../../elsewhere"
     with pytest.raises(ServedStateError, match="here: not a dedupe state"):
         ServedState.from_json(json.dumps(doc).encode(), "here")
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_first_per_id_agrees_with_one_per_key(seed: int) -> None:
-    rng = random.Random(seed)
-    values = [rng.choice([None, *range(8)]) for _ in range(rng.randint(0, 60))]
-    for ids in (
-        pa.array(values, pa.int64()),
-        pa.array([None if v is None else f"k{v}" for v in values]),
-    ):
-        want = one_per_key(hash_ids(ids), None, latest=False)
-        got = first_per_id(ids)
-        assert got is not None and got.tolist() == want.tolist()
-    assert first_per_id(pa.array([1.5, 1.5])) is None
 
 
 HIGH = st.sampled_from([0, 1 << 40, (1 << 63) + 5, (1 << 64) - (1 << 20)])
