@@ -275,17 +275,20 @@ def _one_per_key(rows: KeyedRows, latest: bool) -> tuple[KeyedRows, np.ndarray]:
         by = stable_argsort(h1)  # rows in commit order: ties keep it
     else:
         by = np.lexsort((row, h1))
-    s1, s2 = h1[by], h2[by]
-    if bool(np.any((s1[1:] == s1[:-1]) & (s2[1:] != s2[:-1]))):
+    s1 = h1[by]
+    same = s1[1:] == s1[:-1]
+    at = np.flatnonzero(same)  # h2 is compared only where h1 repeats
+    if len(at) and bool(np.any(h2[by[at]] != h2[by[at + 1]])):
         # Two keys share h1 (1 in 10¹² at 10⁷ keys): group by the whole hash instead.
         by = np.lexsort((-row, rank, h2, h1)) if latest else np.lexsort((row, h2, h1))
         s1, s2 = h1[by], h2[by]
+        same = (s1[1:] == s1[:-1]) & (s2[1:] == s2[:-1])
     first = np.ones(len(by), bool)
-    first[1:] = (s1[1:] != s1[:-1]) | (s2[1:] != s2[:-1])
+    first[1:] = ~same
     won = by[first]
     keep = slice(None) if bool(first.all()) else first  # no key twice: no copy of the hashes
     order = None if rows.order is None else rows.order.take(pa.array(won))
-    return KeyedRows(s1[keep], s2[keep], row[won], order), by[~first]
+    return KeyedRows(s1[keep], h2[won], row[won], order), by[~first]
 
 
 def _find(entries: KeyedRows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
