@@ -33,14 +33,11 @@ from resources.errors import LeaseholdError
 from resources.ingestion.unit_progress import TABLE_PARTITIONS
 from resources.ingestion.work_units import unit_objects
 from resources.ledger.model import SmallObject, fits_one_commit
-from resources.ledger.retraction_marker import Retraction, marker_sources
+from resources.ledger.retraction_marker import MARKERS_PREFIX, Retraction, marker_sources
 from resources.objects.base import ObjectStore
 from resources.stores.base import CoordinationStore
 
 log = logging.getLogger(__name__)
-
-MARKERS_PREFIX = "_retractions/"
-"""Where markers are written, under the table's root."""
 
 
 class ReplacementWaitError(LeaseholdError):

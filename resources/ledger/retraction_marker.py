@@ -45,6 +45,20 @@ class RetractionError(LeaseholdError):
     """The ledger cannot say which rows an object's earlier content contributed."""
 
 
+MARKERS_PREFIX = "_retractions/"
+"""Where a replacement's markers are written, under the table's root: one object under
+`dt=<dt>/` for each date it touches, so a listing of this prefix names every date that may
+hold one."""
+
+
+def marked_date(key: str) -> str | None:
+    """The date of a marker's object key (under `MARKERS_PREFIX`), None for another key."""
+    if not key.startswith(MARKERS_PREFIX):
+        return None
+    folder = key.removeprefix(MARKERS_PREFIX).split("/", 1)[0]
+    return folder.removeprefix("dt=") if folder.startswith("dt=") else None
+
+
 Spans = dict[int, list[tuple[int, int]]]
 """Small object id -> the row positions `[start, stop)` of it retracted."""
 

@@ -30,7 +30,13 @@ from dataclasses import dataclass, replace
 from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.ledger.publication import Publication, StalePublicationError
-from resources.ledger.retraction_marker import Retraction, retractions_above
+from resources.ledger.retraction_marker import (
+    MARKERS_PREFIX,
+    Retraction,
+    marked_date,
+    retractions_above,
+)
+from resources.objects.base import ObjectStoreError
 from resources.publication.deduped_files import DedupedFiles
 from resources.publication.outcome import (
     FAILED,
@@ -91,14 +97,27 @@ class ReplacementGroups:
 
     def held(self, dts: Sequence[str]) -> set[str]:
         """Of `dts` (due dates), those a replacement holds back now (step 2): a publication
-        run would publish nothing of them. Read-only; raises nothing (a date that cannot be
-        read is not held: its run says why)."""
-        read, groups = self._read_all(dts)
+        run would publish nothing of them. Only the dates that hold a marker's object are
+        read (every date a replacement touches holds one): a backfill's thousands of due
+        dates cost one listing, not several store reads each. Read-only; raises nothing (a
+        date that cannot be read is not held: its run says why)."""
+        marked = self._marked_dates()
+        read, groups = self._read_all(dts if marked is None else [dt for dt in dts if dt in marked])
         held: set[str] = set()
         for members in groups:
             if self._waiting(members, read) is not None:
                 held |= {dt for m in members for dt in m.dates}
         return held & set(dts)
+
+    def _marked_dates(self) -> set[str] | None:
+        """The dates holding a marker's object now; None when the listing fails (then every
+        due date is read)."""
+        try:
+            keys = self.deduped.objects.list_prefix(MARKERS_PREFIX)
+            return {dt for o in keys if (dt := marked_date(o.key)) is not None}
+        except ObjectStoreError as exc:
+            log.warning("listing %s failed (%s): reading every due date", MARKERS_PREFIX, exc)
+            return None
 
     def _read_all(
         self, dts: Sequence[str]

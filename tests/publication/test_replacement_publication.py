@@ -9,6 +9,7 @@ both contents keeps the new one (under `first` the earlier would otherwise win);
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
 
@@ -26,6 +27,7 @@ from resources.ledger.retraction_marker import (
     marker_sources,
     retraction_of,
 )
+from resources.objects.base import ObjectInfo, ObjectStoreError
 from resources.publication.outcome import PUBLISHED, UP_TO_DATE
 from resources.publication.publication_state import served_and_sources
 from resources.publication.retraction import retracted_rows
@@ -138,6 +140,44 @@ def test_a_replacement_is_published_with_all_its_dates_once_the_closed_one_is_me
     commit_keyed(world, D2, "later", ["v"], ["v0"], [1.0])
     assert publisher.publish_one(D2).outcome == PUBLISHED
     assert check(world)
+
+
+@pytest.mark.parametrize("listing", ["lists", "fails"])
+def test_due_reads_the_ledger_of_the_dates_holding_a_marker_only(
+    world: World, monkeypatch: pytest.MonkeyPatch, listing: str
+) -> None:
+    """A backfill's due dates cost one listing of the markers, not store reads each; a failed
+    listing reads every due date, and the answer is the same."""
+    world.config = replace(
+        world.config, dedupe=DedupeSettings(FIRST, None, DATE), on_change="replace"
+    )
+    others = [f"2027-02-{day:02d}" for day in range(1, 7)]
+    for i, dt in enumerate(others):
+        commit_keyed(world, dt, f"o{i}", [f"k{i}"], ["u"], [1.0])
+    commit_keyed(world, DT, "old", ["x"], ["x0"], [1.0], sources=(("f.jsonl", 1),))
+    group, dates = "keyed/new", (DT, D2)
+    new = [
+        content(world, D2, "new", ["x"], ["x1"]),
+        marker(world, DT, group, dates, unit="keyed/old", key="f.jsonl"),
+        marker(world, D2, group, dates, key="f.jsonl"),
+    ]
+    commit_source(world.store, group, new, merge_after_s=600.0)
+    if listing == "fails":
+
+        def fail(prefix: str) -> Iterator[ObjectInfo]:
+            raise ObjectStoreError("the listing is down")
+
+        monkeypatch.setattr(world.objects, "list_prefix", fail)
+    read: list[str] = []
+    ledger_objects = world.store.ledger_objects
+
+    def spied(table: str, dt: str) -> list[RegisteredObject]:
+        read.append(dt)
+        return ledger_objects(table, dt)
+
+    monkeypatch.setattr(world.store, "ledger_objects", spied)
+    assert world.publisher().due() == sorted([DT, D2, *others])
+    assert set(read) == ({DT, D2, *others} if listing == "fails" else {DT, D2})
 
 
 def test_a_merge_of_both_contents_keeps_the_new_one(world: World) -> None:
