@@ -33,7 +33,7 @@ from resources.errors import LeaseholdError
 from resources.ingestion.unit_progress import TABLE_PARTITIONS
 from resources.ingestion.work_units import unit_objects
 from resources.ledger.model import SmallObject, fits_one_commit
-from resources.ledger.retraction_marker import MARKERS_PREFIX, Retraction, marker_sources
+from resources.ledger.retraction_marker import Retraction, marker_key, marker_sources
 from resources.objects.base import ObjectStore
 from resources.stores.base import CoordinationStore
 
@@ -105,7 +105,7 @@ class ReplacementMarkers:
         }
 
     def _marker(self, dt: str, retraction: Retraction) -> SmallObject:
-        name = f"{MARKERS_PREFIX}dt={dt}/{uuid.uuid4().hex}.parquet"
+        name = marker_key(dt, f"{uuid.uuid4().hex}.parquet")
         url = self.objects.put_bytes(name, self._empty)
         return SmallObject(
             self.table, dt, url, len(self._empty), 0, sources=marker_sources(retraction)

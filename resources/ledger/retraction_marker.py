@@ -51,6 +51,11 @@ MARKERS_PREFIX = "_retractions/"
 hold one."""
 
 
+def marker_key(dt: str, name: str) -> str:
+    """The object key of a marker `name` on `dt`: what `marked_date` reads back."""
+    return f"{MARKERS_PREFIX}dt={dt}/{name}"
+
+
 def marked_date(key: str) -> str | None:
     """The date of a marker's object key (under `MARKERS_PREFIX`), None for another key."""
     if not key.startswith(MARKERS_PREFIX):
