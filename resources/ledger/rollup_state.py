@@ -27,7 +27,7 @@ from resources.coordination.items import LeaseItem, LeaseToken
 from resources.coordination.transitions import Transition
 from resources.errors import LeaseholdError
 from resources.rollup.aggregates import Value
-from resources.rollup.state import KeyState
+from resources.rollup.state import KeyState, Removal
 
 KEYS_PER_TRANSACTION = 99
 """DynamoDB's `TransactWriteItems` takes 100 items: 99 keys and the lease renewal."""
@@ -35,12 +35,12 @@ KEYS_PER_TRANSACTION = 99
 
 @dataclass(frozen=True)
 class KeyWrite:
-    """Write `state` for `key` if the key's stored txid is still `expected_txid` (None: the
-    key has no record)."""
+    """Write `state` for `key` (`REMOVAL`: delete its record) if the key's stored txid is still
+    `expected_txid` (None: the key has no record)."""
 
     key: str
     expected_txid: int | None
-    state: KeyState
+    state: KeyState | Removal
 
 
 @overload
@@ -94,7 +94,8 @@ class RollupLedger(ABC):
         lease_change: Transition,
     ) -> tuple[bool, LeaseItem | None]:
         """In ONE transaction, if `lease_change`'s guard holds and every key's stored txid is
-        the write's `expected_txid`: write the states and apply `lease_change`. `(True, None)`
+        the write's `expected_txid`: write the states (delete the records of `REMOVAL`s) and
+        apply `lease_change`. `(True, None)`
         when it went through; `(False, the lease item as stored)` when the guard refused
         (nothing written).
         Raises `RollupKeyMovedError` when only a key's condition failed (nothing written)."""

@@ -17,6 +17,12 @@ An opaque replay must write every key an earlier attempt of the batch may have w
 only the keys of its own rows: a key only the dead attempt had would otherwise keep rows that
 are no longer in the batch. `replay_partials` gives such a key the identity, which restores
 its `prev_value`; the store finds those keys by their txid (`write_rollup_batch`).
+
+A stream whose published rows can leave (`dedupe: latest`, `on_change: replace`) keeps a
+rollup as the aggregate of what a date's publication serves, recomputed per publication
+(`apply_served`): a key's value is set, not combined, under the publication's txid, and a key
+the publication no longer serves is removed (`REMOVAL`). The transactional rule in its
+simplest case: a replay sets the same values again.
 """
 
 from __future__ import annotations
@@ -83,6 +89,29 @@ def apply_batch(
         prev = stored.value
     before = identity(aggregates) if prev is None else prev
     return KeyState(txid, combine(aggregates, before, partial), prev)
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A key's record leaves the state: no row the state aggregates has its key any more."""
+
+
+REMOVAL = Removal()
+
+
+def apply_served(
+    stored: KeyState | None, txid: int, value: Value | None
+) -> KeyState | Removal | None:
+    """The key's new state when the publication of txid `txid` serves rows of it whose
+    aggregate is `value` (None: it serves none), or None when there is nothing to write: the
+    key holds `txid` already (a replay: the same publication, the same value) or a later one
+    (a late writer; the lease fences such writers, and this keeps the rule safe without
+    them)."""
+    if stored is not None and stored.txid >= txid:
+        return None
+    if value is None:
+        return None if stored is None else REMOVAL
+    return KeyState(txid, value)
 
 
 def replay_partials(

@@ -51,7 +51,14 @@ from resources.ledger.rollup_state import (
 )
 from resources.ledger.schema_versions import SchemaRegistry, SchemaVersionTakenError
 from resources.rollup.aggregates import Aggregate, Value
-from resources.rollup.state import KeyState, Mode, apply_batch, replay_partials
+from resources.rollup.state import (
+    KeyState,
+    Mode,
+    Removal,
+    apply_batch,
+    apply_served,
+    replay_partials,
+)
 from resources.schema.columns import ColumnSpec
 from resources.schema.versions import SchemaOrigin, SchemaVersion, next_version, version_holding
 
@@ -381,21 +388,65 @@ class CoordinationStore(
                 k for k, s in self.rollup_states(rollup, dt).items() if s.txid in attempts
             ]
             partials = replay_partials(aggregates, partials, written_before)
-        keys = sorted(partials)
+        return self._write_rollup_keys_in_order(
+            token,
+            rollup,
+            dt,
+            sorted(partials),
+            lambda before, key: apply_batch(mode, aggregates, before, txid, partials[key], earlier),
+            txid,
+            timeout_s,
+            after_transaction,
+        )
 
+    def write_rollup_values(
+        self,
+        token: LeaseToken,
+        rollup: str,
+        dt: str,
+        txid: int,
+        values: Mapping[str, Value],
+        *,
+        timeout_s: float = 60.0,
+        after_transaction: Callable[[int], None] | None = None,
+    ) -> int:
+        """Set `rollup`'s state of `dt` to `values` (key -> value) as of `txid`, every other
+        key removed: a rollup recomputed from what a publication serves (`apply_served`).
+        Written as `write_rollup_batch` writes; a key holding `txid` is left as it is (a
+        replay completes the state), and nothing is written while any key holds a later txid.
+        Returns how many keys were written or removed. Raises `PartitionNotOwnedError` when
+        fenced (the transaction wrote nothing)."""
+        stored = self.rollup_states(rollup, dt)
+        if any(s.txid > txid for s in stored.values()):
+            return 0  # a later publication's state (or part of it) is there: this one is stale
+        return self._write_rollup_keys_in_order(
+            token,
+            rollup,
+            dt,
+            sorted(values.keys() | stored.keys()),
+            lambda before, key: apply_served(before, txid, values.get(key)),
+            txid,
+            timeout_s,
+            after_transaction,
+        )
+
+    def _write_rollup_keys_in_order(
+        self,
+        token: LeaseToken,
+        rollup: str,
+        dt: str,
+        keys: Sequence[str],
+        apply: Callable[[KeyState | None, str], KeyState | Removal | None],
+        txid: int,
+        timeout_s: float,
+        after_transaction: Callable[[int], None] | None,
+    ) -> int:
+        """`keys` (sorted) in transactions of `KEYS_PER_TRANSACTION` (`_write_rollup_chunk`),
+        `after_transaction(n)` told after the n-th; how many keys were written."""
         written = 0
         for n, start in enumerate(range(0, len(keys), KEYS_PER_TRANSACTION), 1):
-            written += self._write_rollup_chunk(
-                token,
-                rollup,
-                dt,
-                keys[start : start + KEYS_PER_TRANSACTION],
-                lambda before, key: apply_batch(
-                    mode, aggregates, before, txid, partials[key], earlier
-                ),
-                txid,
-                timeout_s,
-            )
+            chunk = keys[start : start + KEYS_PER_TRANSACTION]
+            written += self._write_rollup_chunk(token, rollup, dt, chunk, apply, txid, timeout_s)
             if after_transaction is not None:
                 after_transaction(n)
         return written
@@ -406,7 +457,7 @@ class CoordinationStore(
         rollup: str,
         dt: str,
         chunk: Sequence[str],
-        apply: Callable[[KeyState | None, str], KeyState | None],
+        apply: Callable[[KeyState | None, str], KeyState | Removal | None],
         txid: int,
         timeout_s: float,
     ) -> int:

@@ -4,6 +4,8 @@ rule), and replays after a writer died between two transactions of a batch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from resources.coordination.errors import PartitionNotOwnedError
@@ -49,13 +51,20 @@ def write(
     batch: dict[str, Value],
     die_after: int | None = None,
 ) -> int:
+    return store.write_rollup_batch(
+        lease.token, ROLLUP, DT, mode, AGGREGATES, txid, batch, timeout_s=T,
+        after_transaction=dying_after(die_after),
+    )  # fmt: skip
+
+
+def dying_after(die_after: int | None) -> Callable[[int], None]:
+    """A writer's `after_transaction` that dies after its `die_after`-th transaction."""
+
     def after(n: int) -> None:
         if n == die_after:
             raise Killed
 
-    return store.write_rollup_batch(
-        lease.token, ROLLUP, DT, mode, AGGREGATES, txid, batch, timeout_s=T, after_transaction=after
-    )
+    return after
 
 
 def values(store: CoordinationStore) -> dict[str, Value]:
@@ -180,3 +189,62 @@ def test_an_opaque_replay_taking_in_later_rows_replaces_the_dead_attempt(
     )
     assert values(store) == expected(base, bigger)
     assert {s.txid for s in store.rollup_states(ROLLUP, DT).values()} == {12}
+
+
+def set_values(
+    store: CoordinationStore,
+    lease: LeaseItem,
+    txid: int,
+    state: dict[str, Value],
+    die_after: int | None = None,
+) -> int:
+    return store.write_rollup_values(
+        lease.token, ROLLUP, DT, txid, state, timeout_s=T, after_transaction=dying_after(die_after)
+    )
+
+
+def test_values_set_as_of_a_publication_remove_the_keys_it_no_longer_serves(
+    store: CoordinationStore,
+) -> None:
+    lease = job(store, "w")
+    first = partials(range(KEYS))
+    assert set_values(store, lease, 3, first) == KEYS
+    later = partials(range(KEYS // 2, KEYS + 4), scale=3)  # half the keys gone, four new
+    assert set_values(store, lease, 7, later) == KEYS + 4
+    assert values(store) == later
+    assert {s.txid for s in store.rollup_states(ROLLUP, DT).values()} == {7}
+    assert set_values(store, lease, 7, later) == 0  # the same publication again: nothing
+
+
+def test_a_recomputation_killed_between_two_transactions_is_completed_by_the_next(
+    store: CoordinationStore,
+) -> None:
+    lease = job(store, "w")
+    set_values(store, lease, 3, partials(range(KEYS)))
+    halved = partials(range(0, KEYS, 2), scale=2)
+    with pytest.raises(Killed):
+        set_values(store, lease, 8, halved, die_after=1)
+    assert values(store) != halved
+    set_values(store, lease, 8, halved)  # the replay
+    assert values(store) == halved
+    newer = partials(range(1, KEYS, 3), scale=5)
+    with pytest.raises(Killed):
+        set_values(store, lease, 9, newer, die_after=2)
+    set_values(store, lease, 11, newer)  # a later publication's, after the dead attempt
+    assert values(store) == newer
+
+
+def test_an_older_recomputation_never_lands_on_a_newer_one_and_a_zombie_writes_nothing(
+    store: CoordinationStore, clock: FakeClock
+) -> None:
+    zombie = job(store, "zombie")
+    set_values(store, zombie, 9, partials(range(3)))
+    assert set_values(store, zombie, 5, partials(range(5), scale=4)) == 0
+    assert values(store) == partials(range(3))
+    clock.advance(T + 1)
+    successor = job(store, "successor")
+    with pytest.raises(PartitionNotOwnedError):
+        set_values(store, zombie, 12, {})
+    assert values(store) == partials(range(3))
+    set_values(store, successor, 12, {})
+    assert values(store) == {}

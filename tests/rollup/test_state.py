@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from resources.errors import ConfigError
 from resources.rollup.aggregates import Aggregate, Function, identity, of_rows
-from resources.rollup.state import KeyState, Mode, apply_batch, replay_partials
+from resources.rollup.state import (
+    REMOVAL,
+    KeyState,
+    Mode,
+    apply_batch,
+    apply_served,
+    replay_partials,
+)
 
 AGGREGATES = (
     Aggregate("events", Function.COUNT),
@@ -137,3 +144,13 @@ def test_an_opaque_replay_under_a_new_txid_recomputes_the_earlier_attempts_keys(
     )
     with pytest.raises(ValueError):
         apply_batch(Mode.TRANSACTIONAL, AGGREGATES, before, 6, (1, 1, 1, 1), earlier=[4])
+
+
+def test_a_served_value_is_set_not_combined_and_a_key_no_row_has_is_removed() -> None:
+    held = KeyState(5, (2, 10, 3, 7))
+    assert apply_served(held, 9, (1, 4, 4, 4)) == KeyState(9, (1, 4, 4, 4))
+    assert apply_served(held, 9, None) is REMOVAL
+    assert apply_served(None, 9, None) is None  # nothing held, nothing served
+    assert apply_served(held, 5, (1, 4, 4, 4)) is None  # a replay of the same publication
+    assert apply_served(held, 3, (1, 4, 4, 4)) is None  # an older publication's value
+    assert apply_served(None, 9, (1, 4, 4, 4)) == KeyState(9, (1, 4, 4, 4))

@@ -36,22 +36,24 @@ class DynamoDbRollups(LedgerAccess):
         writes: Sequence[KeyWrite],
         lease_change: Transition,
     ) -> tuple[bool, LeaseItem | None]:
-        """One `TransactWriteItems`: a `Put` per key, conditional on the txid read (or on the
-        key having no item), and the lease renewal with its guard."""
+        """One `TransactWriteItems`: a `Put` (a `Delete` for a `REMOVAL`) per key,
+        conditional on the txid read (or on the key having no item), and the lease renewal
+        with its guard."""
         sid = self._rollup_sid(rollup, dt)
         items: list[dict[str, Any]] = []
         for w in writes:
-            put: dict[str, Any] = {
-                "TableName": self.table_name,
-                "Item": {**codec.key(sid, w.key), **rollup_item(w.state)},
-            }
-            if w.expected_txid is None:
-                put["ConditionExpression"] = "attribute_not_exists(#sid)"
-                put["ExpressionAttributeNames"] = {"#sid": ATTR["sid"]}
+            action: dict[str, Any] = {"TableName": self.table_name}
+            if isinstance(w.state, KeyState):
+                action["Item"] = {**codec.key(sid, w.key), **rollup_item(w.state)}
             else:
-                put["ConditionExpression"] = "txid = :txid"
-                put["ExpressionAttributeValues"] = {":txid": codec.n(w.expected_txid)}
-            items.append({"Put": put})
+                action["Key"] = codec.key(sid, w.key)
+            if w.expected_txid is None:
+                action["ConditionExpression"] = "attribute_not_exists(#sid)"
+                action["ExpressionAttributeNames"] = {"#sid": ATTR["sid"]}
+            else:
+                action["ConditionExpression"] = "txid = :txid"
+                action["ExpressionAttributeValues"] = {":txid": codec.n(w.expected_txid)}
+            items.append({"Put" if isinstance(w.state, KeyState) else "Delete": action})
         outcome = self._fenced_transact(token, lease_change, items)
         if (reasons := outcome.reasons) is None:
             return True, None

@@ -434,7 +434,12 @@ class SqliteLedger:
                         encode_value(w.state.prev_value),
                     )
                     for w in writes
+                    if isinstance(w.state, KeyState)
                 ],
+            )
+            db.executemany(
+                "DELETE FROM rollup_keys WHERE rollup = ? AND dt = ? AND key = ?",
+                [(rollup, dt, w.key) for w in writes if not isinstance(w.state, KeyState)],
             )
             self._apply_in(db, sid, key, lease_change)
             return True, None
