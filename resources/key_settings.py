@@ -32,7 +32,7 @@ DEFAULT_DEDUPE_MODE = FIRST
 """Of a stream with a `record_id` and no `dedupe`: what at-least-once producers need (their
 re-sends are the same record again, for which `first` and `latest` agree), at the lowest cost:
 a re-sent record loses to the one already published, so only new objects are ever rewritten
-and rollups never retract (docs/concepts/keys-and-changes.md)."""
+and rollups add batches, never recompute (docs/concepts/keys-and-changes.md)."""
 
 DATE = "date"
 TABLE = "table"
@@ -66,21 +66,22 @@ class DedupeSettings:
         return self.mode != NONE
 
 
+def published_rows_leave(dedupe: DedupeSettings, on_change: str) -> bool:
+    """A row the table serves can leave it again: a later record takes its key (`latest`) or
+    its object's earlier content is replaced (`replace`). Rollups of such a stream are
+    recomputed from what each publication serves (`resources/aggregation/served_rows.py`)."""
+    return dedupe.mode == LATEST or on_change == REPLACE
+
+
 def parse_keys(
     raw: dict[str, Any], record_id: str | None, names: list[str]
 ) -> tuple[DedupeSettings, str]:
     """A stream's `dedupe` section and `on_change` field (`raw` is the stream's mapping).
     Raises `ConfigError` naming the field."""
     dedupe = parse_dedupe(raw.get("dedupe"), record_id, names)
-    if dedupe.mode == LATEST and raw.get("rollups"):
-        raise ConfigError(
-            "dedupe.mode",
-            "latest with rollups is not built: a later record would have to take an earlier "
-            "one's values out of aggregates (first and none keep rollups exact)",
-        )
     on_change = parse_on_change(raw.get("on_change"))
     if on_change == REPLACE:
-        _check_replace(dedupe, bool(raw.get("rollups")))
+        _check_replace(dedupe)
     return dedupe, on_change
 
 
@@ -115,7 +116,7 @@ def parse_on_change(raw: Any) -> str:
     return _one_of("on_change", DEFAULT_ON_CHANGE if raw is None else raw, ON_CHANGE_MODES)
 
 
-def _check_replace(dedupe: DedupeSettings, rollups: bool) -> None:
+def _check_replace(dedupe: DedupeSettings) -> None:
     """`on_change: replace` takes rows out of published dates through the key index, date by
     date. Raises `ConfigError` naming the field where the stream cannot."""
     if not dedupe.active:
@@ -127,12 +128,6 @@ def _check_replace(dedupe: DedupeSettings, rollups: bool) -> None:
     if dedupe.scope == TABLE:
         raise ConfigError(
             "on_change", "replace with dedupe.scope: table is not built (scope: date is)"
-        )
-    if rollups:
-        raise ConfigError(
-            "on_change",
-            "replace with rollups is not built: the earlier content's rows would have to be "
-            "taken out of aggregates (ignore and append keep rollups exact)",
         )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.key_settings import DATE, FIRST, IGNORE, LATEST, NONE
+from resources.key_settings import DATE, FIRST, IGNORE, LATEST, NONE, published_rows_leave
 from resources.streams import StreamConfigError, load_streams
 
 
@@ -69,14 +69,23 @@ def test_an_invalid_field_is_named(
     assert "'events'" in str(raised.value)
 
 
-def test_latest_with_rollups_is_refused_naming_why(tmp_path: Path) -> None:
-    extra = (
-        "    dedupe: {mode: latest, order_by: v}\n"
-        "    rollups: {per_v: {group_by: [v], aggregates: {n: count}}}\n"
-    )
-    with pytest.raises(StreamConfigError) as raised:
-        load_streams(streams(tmp_path, extra))
-    assert raised.value.field == "dedupe.mode" and "rollups is not built" in str(raised.value)
+@pytest.mark.parametrize(
+    ("extra", "served"),
+    [
+        ("    dedupe: {mode: latest, order_by: v}\n", True),
+        ("    dedupe: {mode: latest, order_by: v, scope: table}\n", True),
+        ("    on_change: replace\n", True),
+        ("    dedupe: {mode: first}\n", False),
+        ("    dedupe: {mode: none}\n", False),
+    ],
+)
+def test_rollups_are_recomputed_per_publication_where_published_rows_can_leave(
+    tmp_path: Path, extra: str, served: bool
+) -> None:
+    extra += "    rollups: {per_v: {group_by: [v], aggregates: {n: count, top: max(v)}}}\n"
+    config = load_streams(streams(tmp_path, extra))["events"]
+    assert published_rows_leave(config.dedupe, config.on_change) is served
+    assert [s.name for s in config.rollups] == ["per_v"]
 
 
 @pytest.mark.parametrize(
@@ -85,7 +94,6 @@ def test_latest_with_rollups_is_refused_naming_why(tmp_path: Path) -> None:
         ("", False, "needs a dedupe policy"),
         ("    dedupe: {mode: none}\n", True, "needs a dedupe policy"),
         ("    dedupe: {scope: table}\n", True, "scope: table is not built"),
-        ("    rollups: {per_v: {group_by: [v], aggregates: {n: count}}}\n", True, "rollups"),
     ],
 )
 def test_replace_is_refused_where_it_cannot_keep_its_promise(

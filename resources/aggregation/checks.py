@@ -6,7 +6,8 @@ through the stream's `PublicationTarget`, as an engine does; they hold exactly t
 publication's `published_upper`) and, above those, the rows of the committed small objects up to
 `upto` (never collected: garbage collection keeps every small object above what is
 published). A partition whose state is behind what is published, or whose batch is being
-written, cannot be compared yet: that is reported (a warning), not judged.
+written, cannot be compared yet: that is reported (a warning), not judged; so is a rollup
+recomputed per publication (`latest`, `replace`) that is not at the partition's current one.
 
 Judged per partition changed since the check last passed — a partition's row or a rollup's
 cursor moved — like the other checks (`resources.ledger.check_scope`): the cost of a pass is
@@ -26,6 +27,7 @@ from resources.aggregation.partials import ArrowPartials, column_specs, read_fil
 from resources.aggregation.runner import cursors
 from resources.catalog.target import PublicationTarget
 from resources.check_outcome import CheckOutcome
+from resources.key_settings import published_rows_leave
 from resources.ledger.check_scope import CheckScope, partition_state, with_memory
 from resources.ledger.model import TablePartition
 from resources.objects.base import ObjectStore
@@ -110,11 +112,12 @@ def rollups_exact(
     name = "rollups_exact"
     schema = latest_columns(store, config)
     by_rollup = {spec.name: cursors(store, table, spec) for spec in config.rollups}
+    served = published_rows_leave(config.dedupe, config.on_change)
     judged, waiting, wrong = 0, [], []
     for tp in store.table_partitions(table):
         state = [
             *partition_state(tp),
-            *(c.get(tp.dt, RollupCursor()).upto for c in by_rollup.values()),
+            *(c.get(tp.dt, RollupCursor()).position for c in by_rollup.values()),
         ]
         if not scope.full and scope.remembered.get(tp.dt) == state:
             scope.skipped += 1
@@ -125,6 +128,13 @@ def rollups_exact(
             where = f"{spec.name} dt={tp.dt}"
             if cursor.pending is not None:
                 waiting.append(f"{where}: batch {cursor.pending[1]} is being written")
+                comparable = False
+                continue
+            if served and cursor.seq != tp.publication_seq:
+                waiting.append(
+                    f"{where}: state of publication {cursor.seq}, behind the current "
+                    f"{tp.publication_seq}"
+                )
                 comparable = False
                 continue
             if cursor.upto < tp.published_upper:

@@ -5,8 +5,9 @@ Published the way the stream's table is (docs/architecture.md), through the same
 a manifest version — its own directory, never written again, holding the Parquet file of the
 state (a row per key: the group_by columns, then the aggregates) and the two manifests — and a
 `PartitionSwitch` of the partition to that one file. The partition's `seq` is the state's
-position (the object id its batches reached): the target refuses a lower one, so a writer
-holding an older state (a zombie whose lease passed on) cannot move readers back.
+position (the object id its batches reached, or the `served_position` of the publication a
+recomputed state aggregates): the target refuses a lower one, so a writer holding an older
+state (a zombie whose lease passed on) cannot move readers back.
 
 The table's root is the stream table's URL with `_<rollup>` appended (`.../lake/events` ->
 `.../lake/events_per_user`): beside it, never under it, so the stream table's garbage
@@ -142,10 +143,10 @@ class RollupTable:
         return 0 if partition is None else partition.seq
 
     def publish(self, dt: str, upto: int) -> bool:
-        """Write the state of `dt` (as the store holds it now, at `upto`) as a new version and
-        switch the partition to its one file, as `seq` `upto`; False when the target already
-        serves `upto` or later (the version written is then an orphan, deleted with the old
-        versions). Raises `CatalogError`, `ObjectStoreError`, the store errors."""
+        """Write the state of `dt` (as the store holds it now, at position `upto`) as a new
+        version and switch the partition to its one file, as `seq` `upto`; False when the
+        target already serves `upto` or later (the version written is then an orphan, deleted
+        with the old versions). Raises `CatalogError`, `ObjectStoreError`, the store errors."""
         if self.published_upto(dt) >= upto:
             return False
         data = self._state_table(dt)

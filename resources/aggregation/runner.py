@@ -37,6 +37,7 @@ from pathlib import Path
 from resources.aggregation.first_records import FirstRecords
 from resources.aggregation.partials import EngineFor, Partials
 from resources.aggregation.rollup_table import RollupTable
+from resources.aggregation.served_rows import ServedRows
 from resources.coordination.errors import (
     LeaseStoreError,
     PartitionNotOwnedError,
@@ -49,7 +50,7 @@ from resources.errors import LeaseholdError
 from resources.ledger.model import RegisteredObject
 from resources.objects.base import ObjectStore
 from resources.rollup.batches import Batch, StrictOrder, plan_batches
-from resources.rollup.cursor import RollupCursor, rollup_id
+from resources.rollup.cursor import RollupCursor, rollup_id, served_position
 from resources.rollup.spec import RollupSpec
 from resources.rollup.state import Mode
 from resources.stores.base import CoordinationStore
@@ -113,11 +114,14 @@ class RollupRunner:
         on_step: Callable[[str, str], None] | None = None,
         publish_to: RollupTable | None = None,
         first_records: FirstRecords | None = None,
+        served_rows: ServedRows | None = None,
     ) -> None:
         """`publish_to`: where the state is published for readers after each date's batches (None:
         not published, as in the chaos tests, whose verdict is the state itself).
         `first_records`: the stream keeps each key's first record (`dedupe: first`): batches
-        count those only, up to what its publications cover."""
+        count those only, up to what its publications cover. `served_rows`: published rows can
+        leave (`dedupe: latest`, `on_change: replace`): the state is recomputed from what each
+        publication serves, instead of batches (`_recompute`)."""
         self.store = store
         self.objects = objects
         self.table = table
@@ -131,6 +135,7 @@ class RollupRunner:
         self.on_step = on_step or (lambda step, dt: None)
         self.publish_to = publish_to
         self.first_records = first_records
+        self.served_rows = served_rows
         self.rollup = rollup_id(table, spec)
         self.job_sid = store.source_identifier(self.rollup, ItemType.ROLLUP_JOB)
 
@@ -174,6 +179,8 @@ class RollupRunner:
     def _held(self, lease: Lease, dt: str, outcome: RollupOutcome, scratch: Path) -> RollupOutcome:
         cursor = RollupCursor.of(lease.progress)
         outcome.upto = cursor.upto
+        if self.served_rows is not None:
+            return self._recompute(self.served_rows, lease, cursor, outcome, scratch)
         objects, index = self._unrolled(dt, cursor.upto)
         ids = [o.object_id for o in objects]
         batches: list[Batch] = []
@@ -191,7 +198,7 @@ class RollupRunner:
         batches = batches[: self.max_batches]
         if not batches:
             outcome.outcome = UP_TO_DATE
-            self._publish(lease, outcome)
+            self._publish(lease, outcome, cursor.position)
             return outcome
         files = {
             b.txid: [
@@ -225,18 +232,67 @@ class RollupRunner:
             cursor, earlier = RollupCursor(batch.upto), ()
             outcome.batches += 1
             outcome.upto = batch.upto
-        self._publish(lease, outcome)
+        self._publish(lease, outcome, outcome.upto)
         log.info("%s", outcome.describe())
         return outcome
 
-    def _publish(self, lease: Lease, outcome: RollupOutcome) -> None:
-        """The rollup table's partition switched to the state just committed, if it lags. A
-        failure leaves the state committed and the table behind: the outcome fails, and the
-        rollup sensor asks for the date again (`due_dates` compares the catalog's position)."""
-        if self.publish_to is None or outcome.upto == 0:
+    def _recompute(
+        self,
+        served: ServedRows,
+        lease: Lease,
+        cursor: RollupCursor,
+        outcome: RollupOutcome,
+        scratch: Path,
+    ) -> RollupOutcome:
+        """The state set to the aggregate of what the date's current publication serves, as
+        of its position (`ServedRows`), unless it is that already. A writer that died
+        between two transactions left some keys at the new position: its replay (of this
+        publication or a later one) sets every key again (`write_rollup_values`)."""
+        dt = outcome.dt
+        publication = served.current(dt)
+        if publication is None or (cursor.pending is None and cursor.seq == publication.seq):
+            outcome.outcome = UP_TO_DATE
+            self._publish(lease, outcome, cursor.position)
+            return outcome
+        outcome.replayed = cursor.pending is not None
+        entries = served.files(publication)
+        position = served_position(publication.upper, publication.seq)
+        paths = [self._local(e.url, scratch) for e in entries]
+        engine = self.engine_for(sum(e.content_length for e in entries))
+        values = engine.compute(self.spec, {position: paths})[position]
+        self.on_step("computed", dt)
+        lease.check()
+        pending = (cursor.upto, publication.upper)
+        lease.save_progress(RollupCursor(cursor.upto, pending, seq=cursor.seq).state())
+        self.on_step("pending", dt)
+        try:
+            outcome.keys_written = self.store.write_rollup_values(
+                lease.token,
+                self.rollup,
+                dt,
+                position,
+                values,
+                timeout_s=self.timing.ownership_timeout_s,
+                after_transaction=lambda n: self.on_step("transaction", dt),
+            )
+        except PartitionNotOwnedError as exc:
+            raise LeaseLostError(str(exc)) from exc
+        lease.save_progress(RollupCursor(publication.upper, seq=publication.seq).state())
+        self.on_step("committed", dt)
+        outcome.batches, outcome.upto = 1, publication.upper
+        self._publish(lease, outcome, position)
+        log.info("%s (publication %d recomputed)", outcome.describe(), publication.seq)
+        return outcome
+
+    def _publish(self, lease: Lease, outcome: RollupOutcome, position: int) -> None:
+        """The rollup table's partition switched to the state just committed (at `position`,
+        the cursor's), if it lags. A failure leaves the state committed and the table behind:
+        the outcome fails, and the rollup sensor asks for the date again (`due_dates` compares
+        the catalog's position)."""
+        if self.publish_to is None or position == 0:
             return
         lease.check()
-        if self.publish_to.publish(outcome.dt, outcome.upto):
+        if self.publish_to.publish(outcome.dt, position):
             outcome.table_published = True
 
     def _commit(
@@ -305,11 +361,14 @@ def due_dates(
     table: str,
     specs: Sequence[RollupSpec],
     published: Mapping[str, Mapping[str, int]] | None = None,
+    *,
+    served: bool = False,
 ) -> list[str]:
     """The table partitions some rollup of `specs` has not brought up to their last committed
-    id (or whose batch is being written), or whose state the rollup's table does not serve
-    yet (`published`: rollup name -> dt -> the position its catalog partition serves), by dt:
-    one read of the partitions and one query of each rollup's job leases."""
+    id (`served`, rollups recomputed per publication: to their current publication), or whose
+    batch is being written, or whose state the rollup's table does not serve yet
+    (`published`: rollup name -> dt -> the position its catalog partition serves), by dt: one
+    read of the partitions and one query of each rollup's job leases."""
     if not specs:
         return []
     by_rollup = [(spec.name, cursors(store, table, spec)) for spec in specs]
@@ -317,8 +376,13 @@ def due_dates(
     for tp in store.table_partitions(table):
         for name, by_dt in by_rollup:
             cursor = by_dt.get(tp.dt, RollupCursor())
-            behind = cursor.pending is not None or cursor.upto < tp.next_object_id - 1
-            unserved = published is not None and published[name].get(tp.dt, 0) < cursor.upto
+            if served:
+                behind = cursor.seq < tp.publication_seq
+            else:
+                behind = cursor.upto < tp.next_object_id - 1
+            behind = behind or cursor.pending is not None
+            position = cursor.position
+            unserved = published is not None and published[name].get(tp.dt, 0) < position
             if behind or unserved:
                 due.append(tp.dt)
                 break

@@ -22,6 +22,7 @@ from resources.aggregation.first_records import FirstRecords
 from resources.aggregation.partials import SizedPartials
 from resources.aggregation.rollup_table import RollupTable, rollup_table_name
 from resources.aggregation.runner import RollupRunner
+from resources.aggregation.served_rows import ServedRows
 from resources.catalog.opening import target_for
 from resources.catalog.settings import CatalogSettings
 from resources.catalog.target import PublicationTarget
@@ -30,7 +31,7 @@ from resources.dagster_resources.door import failing_the_run
 from resources.dagster_resources.env import settings_resource
 from resources.dagster_resources.lake import LakeResource
 from resources.dagster_resources.spark import SparkResource
-from resources.key_settings import FIRST
+from resources.key_settings import FIRST, published_rows_leave
 from resources.publication.garbage import GarbageCollector
 from resources.publication.publisher import Publisher
 from resources.publication.settings import PublicationSettings
@@ -106,10 +107,11 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
         added read it as nulls."""
         config = followed_config(coordination.store, lake.stream(stream))
         engines = SizedPartials(spark.session, config.columns)
-        first_records = None
-        if config.dedupe.mode == FIRST:
-            objects = lake.object_store(config.table)
-            table_name = lake.table_name(stream)
+        objects, table_name = lake.object_store(config.table), lake.table_name(stream)
+        first_records, served_rows = None, None
+        if published_rows_leave(config.dedupe, config.on_change):
+            served_rows = ServedRows(coordination.store, objects, table_name)
+        elif config.dedupe.mode == FIRST:
             first_records = FirstRecords(config, coordination.store, objects, table_name)
         runners = []
         for spec in config.rollups:
@@ -125,8 +127,8 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
             runners.append(
                 RollupRunner(
                     coordination.store,
-                    lake.object_store(config.table),
-                    lake.table_name(stream),
+                    objects,
+                    table_name,
                     spec,
                     engines.for_bytes,
                     owner=owner,
@@ -134,6 +136,7 @@ class CatalogResource(settings_resource(CatalogSettings, PublicationSettings)): 
                     work_dir=lake.scratch_dir(),
                     publish_to=table,
                     first_records=first_records,
+                    served_rows=served_rows,
                 )
             )
         return runners

@@ -19,6 +19,7 @@ from resources.aggregation.runner import due_dates
 from resources.coordination.metrics import flush_or_keep
 from resources.dagster_resources.range_tick import RangeTick
 from resources.dagster_resources.runs import ROLLUP_TAG
+from resources.key_settings import published_rows_leave
 
 MAX_ROLLUPS_PER_RUN = 100
 """Table partitions one rollup run brings up to date."""
@@ -40,6 +41,7 @@ class RollupTick(RangeTick):
             self.lake.table_name(self.stream),
             config.rollups,
             self.catalog.rollup_positions(self.stream, self.lake),
+            served=published_rows_leave(config.dedupe, config.on_change),
         )
         dates = self._dates(due)
         wanted = [dt for dt in due if dates.free(dt)]

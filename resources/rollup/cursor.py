@@ -13,6 +13,20 @@ from typing import Any
 
 from resources.rollup.spec import RollupSpec
 
+SEQ_BITS = 20
+"""A served rollup's position packs the publication's `upper` above its `seq` in this many bits
+(`served_position`): a date published a million times would need more."""
+
+
+def served_position(upper: int, seq: int) -> int:
+    """The position of a rollup recomputed from the publication `seq` of ids `1..upper`: it
+    grows with every publication of the date (a revision keeps `upper`, its `seq` grows) and is
+    never below an id a rollup counting batches reached (`upper` itself), so the txids and table
+    positions of such a state stay ordered after it. Raises `ValueError` past `SEQ_BITS`."""
+    if not 0 < seq < 1 << SEQ_BITS:
+        raise ValueError(f"publication seq {seq} outside 1..{(1 << SEQ_BITS) - 1}")
+    return upper << SEQ_BITS | seq
+
 
 def rollup_id(table: str, spec: RollupSpec) -> str:
     """The rollup's name in the store: its state records and its job lease."""
@@ -32,6 +46,15 @@ class RollupCursor:
     earlier: tuple[int, ...] = ()
     """Opaque: the txids of earlier attempts of the pending batch, which died; its keys may
     hold any of them."""
+    seq: int = 0
+    """A served rollup's (recomputed per publication): the `seq` of the publication whose rows
+    the state aggregates, `upto` being its `upper`; 0 for a rollup counting batches."""
+
+    @property
+    def position(self) -> int:
+        """Where the state is, as its txids and its table's partition say: `upto`, or a served
+        rollup's `served_position`."""
+        return served_position(self.upto, self.seq) if self.seq else self.upto
 
     @staticmethod
     def of(progress: Any) -> RollupCursor:
@@ -43,11 +66,13 @@ class RollupCursor:
             int(progress["upto"]),
             None if pending is None else (int(pending[0]), int(pending[1])),
             tuple(int(t) for t in progress.get("earlier", ())),
+            int(progress.get("seq", 0)),
         )
 
     def state(self) -> dict[str, Any]:
-        return {
+        state = {
             "upto": self.upto,
             "pending": None if self.pending is None else list(self.pending),
             "earlier": list(self.earlier),
         }
+        return {**state, "seq": self.seq} if self.seq else state

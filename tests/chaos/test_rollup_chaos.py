@@ -8,7 +8,9 @@ keys until its lease has passed to a successor that finishes, then woken: a zomb
 replay takes in what was committed since the attempt that died (a bigger batch, other rows, a
 new txid): its contents differ from the dead attempt's, and the state is still exact. After every
 disturbance and at the end, the state equals a from-scratch aggregation of the rows the test
-itself wrote (the verdict does not come from the store), and the zombie wrote nothing.
+itself wrote (the verdict does not come from the store), and the zombie wrote nothing. The same
+holds for a rollup recomputed per publication (`dedupe: latest`), whose corrections move keys
+between groups.
 """
 
 from __future__ import annotations
@@ -29,14 +31,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources.aggregation.partials import ArrowPartials
+from resources.aggregation.partials import ArrowPartials, encode_key
 from resources.aggregation.runner import LOST_LEASE, ROLLED_UP, UP_TO_DATE
+from resources.catalog.hive_target import HiveManifestsTarget
+from resources.catalog.local import LocalCatalog
+from resources.key_settings import DATE, LATEST, DedupeSettings
+from resources.ledger.model import SmallObject
 from resources.ledger.rollup_state import KEYS_PER_TRANSACTION
+from resources.publication.publisher import Publisher
 from resources.rollup.aggregates import Value
 from resources.rollup.cursor import rollup_id
 from resources.stores.settings import StoreSettings
 from tests.support.child_processes import child_processes, spawn_child, wait_for
-from tests.support.merge_child import TABLE, Lake, commit_source, write_small
+from tests.support.merge_child import TABLE, Lake, commit_source, epoch_us, write_small
 from tests.support.rollup_child import per_user, runner
 
 pytestmark = pytest.mark.slow
@@ -115,6 +122,7 @@ def killed_at(
     step: str,
     nth: int,
     do: str = "kill",
+    served: bool = False,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     marker = tmp / f"{step}-{nth}-{len(children)}.json"
     proc = spawn_child(
@@ -130,6 +138,7 @@ def killed_at(
             "do": do,
             "marker": str(marker),
             "out": str(tmp / f"out-{len(children)}.json"),
+            "served": served,
         },
     )
     wait_for(marker, proc, limit_s=60)
@@ -139,12 +148,12 @@ def killed_at(
     return proc, marker
 
 
-def run_to_end(lake: Lake, mode: str, owner: str) -> list[Any]:
+def run_to_end(lake: Lake, mode: str, owner: str, served: bool = False) -> list[Any]:
     """A writer in this process, with a patient lease (the children's short ones are tested)."""
     store = replace(lake, timeout_s=30, renew_s=5).store()
     try:
         patient = replace(lake, timeout_s=30, renew_s=5)
-        return runner(patient, store, mode, owner).run([DT])
+        return runner(patient, store, mode, owner, served=served).run([DT])
     finally:
         store.close_store()
 
@@ -182,18 +191,119 @@ def test_killed_and_zombie_writers_leave_the_rollup_exact(
     # A zombie: stopped after recording its first batch as pending, before its keys; its lease
     # passes to a successor that rolls everything up; woken, it must write nothing.
     wave(lake, 3, rng)
-    zombie, marker = killed_at(children, lake, tmp_path, mode, "pending", 1, do="pause")
+    zombie_after_its_successor(children, lake, tmp_path, mode, lambda: reference(lake, mode))
+
+
+def zombie_after_its_successor(
+    children: list[subprocess.Popen[bytes]],
+    lake: Lake,
+    tmp: Path,
+    mode: str,
+    want: Callable[[], dict[str, Value]],
+    served: bool = False,
+) -> None:
+    """A writer stopped after recording its batch as pending, before its keys; its lease
+    passes to a successor that brings the state to `want()`; woken, it writes nothing."""
+    out = tmp / f"out-{len(children)}.json"
+    zombie, marker = killed_at(children, lake, tmp, mode, "pending", 1, "pause", served)
     os.kill(zombie.pid, signal.SIGSTOP)
     wait_lease_expiry(lake)
-    [outcome] = run_to_end(lake, mode, "successor")
+    [outcome] = run_to_end(lake, mode, "successor", served)
     assert outcome.outcome == ROLLED_UP
     settled = state(lake, mode)
-    assert_equal(settled, reference(lake, mode))
+    assert_equal(settled, want())
     marker.with_name(marker.name + ".release").touch()
     os.kill(zombie.pid, signal.SIGCONT)
     assert zombie.wait(60) == 0
-    [zombie_outcome] = json.loads(Path(tmp_path / "out-3.json").read_text())
+    [zombie_outcome] = json.loads(out.read_text())
     assert zombie_outcome["outcome"] == LOST_LEASE, zombie_outcome
     assert state(lake, mode) == settled
-    [again] = run_to_end(lake, mode, "again")
+    [again] = run_to_end(lake, mode, "again", served)
     assert again.outcome == UP_TO_DATE
+
+
+class LatestTable:
+    """The lake's `events` table under `dedupe: latest` (the greatest amount wins), published to
+    a local catalog by this process; what it must serve is kept here, apart from the store."""
+
+    def __init__(self, lake: Lake, tmp: Path) -> None:
+        self.lake = lake
+        self.config = replace(lake.config(), dedupe=DedupeSettings(LATEST, "amount", DATE))
+        self.target = HiveManifestsTarget(LocalCatalog(tmp / "catalog.json"))
+        self.served: dict[str, tuple[str, float]] = {}
+        self.waves = 0
+
+    def wave(self, rng: random.Random, new: int, resent: int) -> None:
+        """`new` records, and `resent` served ones again with a greater amount and another
+        user (a correction: the key leaves its group), in objects of `ROWS` records."""
+        self.waves += 1
+        rows = [
+            (f"w{self.waves}-{i}", f"user-{rng.randrange(USERS)}", rng.uniform(0, 100))
+            for i in range(new)
+        ]
+        again = rng.sample(sorted(self.served), resent)
+        rows += [(k, f"user-{rng.randrange(USERS)}", self.served[k][1] + 100) for k in again]
+        rng.shuffle(rows)
+        store = self.lake.store()
+        for n, start in enumerate(range(0, len(rows), ROWS)):
+            part = rows[start : start + ROWS]
+            path = self.lake.table_dir / f"dt={DT}" / f"latest-{self.waves}-{n}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            times = [epoch_us(DT) + rng.randrange(86_400_000_000) for _ in part]
+            pq.write_table(
+                pa.table(
+                    {
+                        "event_id": [r[0] for r in part],
+                        "user_id": [r[1] for r in part],
+                        "amount": pa.array([r[2] for r in part], pa.float64()),
+                        "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+                    }
+                ),
+                path,
+            )
+            small = SmallObject(TABLE, DT, f"file://{path}", path.stat().st_size, len(part))
+            commit_source(store, f"latest-{self.waves}-{n}", [small], merge_after_s=3600)
+        store.close_store()
+        for key, user, amount in rows:
+            self.served[key] = (user, amount)
+
+    def publish(self) -> None:
+        store = self.lake.store()
+        try:
+            assert (
+                Publisher(self.config, store, self.lake.objects(), self.target).publish_one(DT).ok
+            )
+        finally:
+            store.close_store()
+
+    def reference(self) -> dict[str, Value]:
+        """Per user, from what the table must serve: events, total and largest amount."""
+        by_user: dict[str, list[float]] = {}
+        for user, amount in self.served.values():
+            by_user.setdefault(user, []).append(amount)
+        return {encode_key([u]): (len(a), sum(a), max(a)) for u, a in by_user.items()}
+
+
+def test_a_rollup_recomputed_per_publication_stays_exact_through_kills_and_a_zombie(
+    lake: Lake, children: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """Under `latest` a correction moves a key to another group: the rollup is recomputed per
+    publication; writers killed between two of its transactions and after computing, and a
+    zombie woken after its successor finished, leave it what the published table serves."""
+    mode, rng, table = "transactional", random.Random(45), LatestTable(lake, tmp_path)
+    table.wave(rng, new=8 * ROWS, resent=0)
+    table.publish()
+    killed_at(children, lake, tmp_path, mode, "transaction", 1, served=True)
+    partial = state(lake, mode)
+    assert 0 < len(partial) <= KEYS_PER_TRANSACTION
+    killed_at(children, lake, tmp_path, mode, "computed", 1, served=True)
+    assert state(lake, mode) == partial
+    table.wave(rng, new=2 * ROWS, resent=3 * ROWS)
+    table.publish()
+    [outcome] = run_to_end(lake, mode, "finisher", served=True)
+    assert outcome.outcome == ROLLED_UP and outcome.replayed, outcome
+    assert_equal(state(lake, mode), table.reference())
+
+    table.wave(rng, new=ROWS, resent=4 * ROWS)
+    table.publish()
+    zombie_after_its_successor(children, lake, tmp_path, mode, table.reference, served=True)

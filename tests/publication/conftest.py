@@ -5,6 +5,7 @@ parametrized store backend (the store's clock is the fake one)."""
 
 from __future__ import annotations
 
+import io
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from resources.compaction.merge_writer import MergeWriter
 from resources.ledger.model import RegisteredObject, SmallObject
 from resources.ledger.provenance import Sources
 from resources.ledger.publication import Publication
+from resources.ledger.retraction_marker import Retraction, marker_sources
 from resources.objects.base import ObjectStore
 from resources.publication.current_keys import current_keys
 from resources.publication.deduped_files import DedupedFiles
@@ -158,3 +160,37 @@ def served_by_date(world: World, dates: set[str]) -> list[tuple[str, str, str]]:
         ids, users = rows.column("event_id").to_pylist(), rows.column("user_id").to_pylist()
         out += [(i, dt, u) for i, u in zip(ids, users, strict=True)]
     return sorted(out)
+
+
+def marker(
+    world: World, dt: str, group: str, dates: tuple[str, ...], **retracts: object
+) -> SmallObject:
+    """A marker on `dt` of the replacement `group` (retracting `retracts`: unit, key)."""
+    sink = io.BytesIO()
+    pq.write_table(pa.table({}), sink)
+    url = world.objects.put_bytes(
+        f"_retractions/dt={dt}/{group.replace('/', '_')}.parquet", sink.getvalue()
+    )
+    retraction = Retraction(group, dates, only_object=True, **retracts)  # type: ignore[arg-type]
+    return SmallObject(TABLE, dt, url, len(sink.getvalue()), 0, sources=marker_sources(retraction))
+
+
+def content(world: World, dt: str, name: str, ids: list[str], users: list[str]) -> SmallObject:
+    """An object of `ids` on `dt`, not committed (from `f.jsonl`)."""
+    table = pa.table(
+        {
+            "event_id": ids,
+            "user_id": users,
+            "amount": pa.array([1.0] * len(ids), pa.float64()),
+            "event_time": pa.array(
+                [epoch_us(dt) + 3_600_000_000] * len(ids),
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    path = world.lake.table_dir / f"dt={dt}" / f"{name}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return SmallObject(
+        TABLE, dt, f"file://{path}", path.stat().st_size, len(ids), sources=(("f.jsonl", len(ids)),)
+    )

@@ -8,19 +8,17 @@ both contents keeps the new one (under `first` the earlier would otherwise win);
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from resources.dedupe.key_index import row_ids
 from resources.ingestion.check_suite import unique_record_ids
 from resources.key_settings import DATE, FIRST, LATEST, DedupeSettings
-from resources.ledger.model import RegisteredObject, SmallObject
+from resources.ledger.model import RegisteredObject
 from resources.ledger.retraction_marker import (
     Retraction,
     contributed_spans,
@@ -31,44 +29,10 @@ from resources.objects.base import ObjectInfo, ObjectStoreError
 from resources.publication.outcome import PUBLISHED, UP_TO_DATE
 from resources.publication.publication_state import served_and_sources
 from resources.publication.retraction import retracted_rows
-from tests.publication.conftest import DT, World, commit_keyed, served_by_date
-from tests.support.merge_child import TABLE, commit_source, epoch_us
+from tests.publication.conftest import DT, World, commit_keyed, content, marker, served_by_date
+from tests.support.merge_child import TABLE, commit_source
 
 D2 = "2027-01-16"
-
-
-def marker(
-    world: World, dt: str, group: str, dates: tuple[str, ...], **retracts: object
-) -> SmallObject:
-    """A marker on `dt` of the replacement `group` (retracting `retracts`: unit, key)."""
-    sink = io.BytesIO()
-    pq.write_table(pa.table({}), sink)
-    url = world.objects.put_bytes(
-        f"_retractions/dt={dt}/{group.replace('/', '_')}.parquet", sink.getvalue()
-    )
-    retraction = Retraction(group, dates, only_object=True, **retracts)  # type: ignore[arg-type]
-    return SmallObject(TABLE, dt, url, len(sink.getvalue()), 0, sources=marker_sources(retraction))
-
-
-def content(world: World, dt: str, name: str, ids: list[str], users: list[str]) -> SmallObject:
-    """An object of `ids` on `dt`, not committed (from `f.jsonl`)."""
-    table = pa.table(
-        {
-            "event_id": ids,
-            "user_id": users,
-            "amount": pa.array([1.0] * len(ids), pa.float64()),
-            "event_time": pa.array(
-                [epoch_us(dt) + 3_600_000_000] * len(ids),
-                pa.timestamp("us", tz="UTC"),
-            ),
-        }
-    )
-    path = world.lake.table_dir / f"dt={dt}" / f"{name}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
-    return SmallObject(
-        TABLE, dt, f"file://{path}", path.stat().st_size, len(ids), sources=(("f.jsonl", len(ids)),)
-    )
 
 
 def check(world: World) -> bool:

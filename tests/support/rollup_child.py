@@ -2,7 +2,8 @@
 
 `python -m tests.support.rollup_child '<json>'` runs `RollupRunner.run(dts)` over the lake
 (`tests.support.merge_child.Lake`) with the `events` table's rollup `per_user` in the given
-mode, computing partials with pyarrow (`ArrowPartials`: no JVM per child). At the `nth` time
+mode, computing partials with pyarrow (`ArrowPartials`: no JVM per child); with `served`, recomputed
+from what each publication serves (`ServedRows`, as under `dedupe: latest`). At the `nth` time
 the runner reaches `step` ("computed", "pending", "transaction", "committed") it writes
 `marker` and then SIGKILLs itself (`do: kill`) or blocks until `<marker>.release` exists
 (`do: pause`; the test SIGSTOPs it meanwhile, so it wakes a zombie). Outcomes go to `out`.
@@ -21,6 +22,7 @@ from typing import Any
 
 from resources.aggregation.partials import ArrowPartials
 from resources.aggregation.runner import RollupRunner
+from resources.aggregation.served_rows import ServedRows
 from resources.rollup.spec import RollupSpec, parse_rollups
 from resources.stores.base import CoordinationStore
 from tests.support.merge_child import TABLE, Lake, write_atomically
@@ -45,6 +47,7 @@ def runner(
     owner: str,
     on_step: Any = None,
     max_objects_per_batch: int = 4,
+    served: bool = False,
 ) -> RollupRunner:
     return RollupRunner(
         store,
@@ -57,6 +60,7 @@ def runner(
         work_dir=Path(lake.root) / "work" / owner,
         max_objects_per_batch=max_objects_per_batch,
         on_step=on_step,
+        served_rows=ServedRows(store, lake.objects(), TABLE) if served else None,
     )
 
 
@@ -80,7 +84,10 @@ def main(args: dict[str, Any]) -> None:
             time.sleep(0.02)
 
     store = lake.store()
-    outcomes = runner(lake, store, args["mode"], args["owner"], on_step).run(args["dts"])
+    served = bool(args.get("served"))
+    outcomes = runner(lake, store, args["mode"], args["owner"], on_step, served=served).run(
+        args["dts"]
+    )
     write_atomically(Path(args["out"]), [asdict(o) for o in outcomes])
     store.close_store()
 
