@@ -59,17 +59,23 @@ def cmd_rollup_read(args: argparse.Namespace) -> int:
                 for row in rows:
                     print(json.dumps({"rollup": spec.name, "dt": args.date, **row}))
                 continue
-            pending = (
-                f"; batch up to id {cursor.pending[1]} is being written" if cursor.pending else ""
-            )
-            print(
-                f"rollup {args.stream}.{spec.name} dt={args.date} ({spec.mode.value}): state "
-                f"at object id {cursor.upto}{pending}"
-            )
+            print(f"rollup {args.stream}.{spec.name} dt={args.date} {_where(spec, cursor)}")
             print(rows_text(rows))
     finally:
         store.close_store()
     return 0
+
+
+def _where(spec: RollupSpec, cursor: RollupCursor) -> str:
+    """What the state covers: the ids its batches reached, or the publication it was
+    recomputed from (a stream whose published rows can leave), and a write in progress."""
+    pending = f"; batch up to id {cursor.pending[1]} is being written" if cursor.pending else ""
+    if cursor.seq:
+        return (
+            f"(recomputed per publication): state of publication {cursor.seq}, ids "
+            f"1..{cursor.upto}{pending}"
+        )
+    return f"({spec.mode.value}): state at object id {cursor.upto}{pending}"
 
 
 def add_rollup_parser(add: Callable[[str, str], argparse.ArgumentParser], common: Any) -> None:
