@@ -142,23 +142,23 @@ class RollupTable:
         partition = self.target.partition(self.name, dt)
         return 0 if partition is None else partition.seq
 
-    def publish(self, dt: str, upto: int) -> bool:
-        """Write the state of `dt` (as the store holds it now, at position `upto`) as a new
-        version and switch the partition to its one file, as `seq` `upto`; False when the
-        target already serves `upto` or later (the version written is then an orphan, deleted
+    def publish(self, dt: str, position: int) -> bool:
+        """Write the state of `dt` (as the store holds it now, at `position`) as a new
+        version and switch the partition to its one file, as `seq` `position`; False when the
+        target already serves `position` or later (the version written is then an orphan, deleted
         with the old versions). Raises `CatalogError`, `ObjectStoreError`, the store errors."""
-        if self.published_upto(dt) >= upto:
+        if self.published_upto(dt) >= position:
             return False
         data = self._state_table(dt)
-        key = f"dt={dt}/v{upto:019d}-{uuid.uuid4().hex[:12]}/"
+        key = f"dt={dt}/v{position:019d}-{uuid.uuid4().hex[:12]}/"
         sink = io.BytesIO()
         pq.write_table(data, sink)
         url = self.objects.put_bytes(key + DATA_NAME, sink.getvalue())
         size = len(sink.getvalue())
         version = write_version(self.objects, key, [DataFile(url, size, data.num_rows)])
         self.target.ensure_table(self.definition())
-        state = PartitionSwitch(dt, upto, version, (PartitionFile(url, size, data.num_rows),))
-        switched = self.target.switch(self.name, [state], summary={SUMMARY_KEY: f"{dt}:{upto}"})
+        state = PartitionSwitch(dt, position, version, (PartitionFile(url, size, data.num_rows),))
+        switched = self.target.switch(self.name, [state], summary={SUMMARY_KEY: f"{dt}:{position}"})
         self._forget_old_versions(dt)
         return dt in switched
 

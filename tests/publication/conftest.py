@@ -194,3 +194,14 @@ def content(world: World, dt: str, name: str, ids: list[str], users: list[str]) 
     return SmallObject(
         TABLE, dt, f"file://{path}", path.stat().st_size, len(ids), sources=(("f.jsonl", len(ids)),)
     )
+
+
+def commit_replacement(world: World, new: SmallObject, earlier: str) -> None:
+    """`f.jsonl` rewritten, as one transaction (the replacement `keyed/new`): its new content
+    `new` and a retraction marker on each date it touches — `earlier`, where unit `keyed/old`
+    ingested it, and the new content's date."""
+    group, dates = "keyed/new", tuple(sorted({earlier, new.dt}))
+    markers = [marker(world, earlier, group, dates, unit="keyed/old", key="f.jsonl")]
+    if new.dt != earlier:
+        markers.append(marker(world, new.dt, group, dates, key="f.jsonl"))
+    commit_source(world.store, group, [new, *markers], merge_after_s=600.0)

@@ -29,8 +29,15 @@ from resources.objects.base import ObjectInfo, ObjectStoreError
 from resources.publication.outcome import PUBLISHED, UP_TO_DATE
 from resources.publication.publication_state import served_and_sources
 from resources.publication.retraction import retracted_rows
-from tests.publication.conftest import DT, World, commit_keyed, content, marker, served_by_date
-from tests.support.merge_child import TABLE, commit_source
+from tests.publication.conftest import (
+    DT,
+    World,
+    commit_keyed,
+    commit_replacement,
+    content,
+    served_by_date,
+)
+from tests.support.merge_child import TABLE
 
 D2 = "2027-01-16"
 
@@ -78,13 +85,7 @@ def test_a_replacement_is_published_with_all_its_dates_once_the_closed_one_is_me
     assert sorted(u for _, _, u in served_by_date(world, {DT})) == ["q0", "x0", "y0", "z0"]
 
     # f.jsonl rewritten: y and w, on the next day. One transaction: content and markers.
-    group, dates = "keyed/new", (DT, D2)
-    new = [
-        content(world, D2, "new", ["y", "w"], ["y1", "w1"]),
-        marker(world, DT, group, dates, unit="keyed/old", key="f.jsonl"),
-        marker(world, D2, group, dates, key="f.jsonl"),
-    ]
-    commit_source(world.store, group, new, merge_after_s=600.0)
+    commit_replacement(world, content(world, D2, "new", ["y", "w"], ["y1", "w1"]), DT)
     # DT is closed: its marker waits for a merge; D2's new rows wait with it.
     (held,) = publisher.publish([D2])
     assert held.outcome == UP_TO_DATE and "held back" in held.message, held
@@ -119,13 +120,7 @@ def test_due_reads_the_ledger_of_the_dates_holding_a_marker_only(
     for i, dt in enumerate(others):
         commit_keyed(world, dt, f"o{i}", [f"k{i}"], ["u"], [1.0])
     commit_keyed(world, DT, "old", ["x"], ["x0"], [1.0], sources=(("f.jsonl", 1),))
-    group, dates = "keyed/new", (DT, D2)
-    new = [
-        content(world, D2, "new", ["x"], ["x1"]),
-        marker(world, DT, group, dates, unit="keyed/old", key="f.jsonl"),
-        marker(world, D2, group, dates, key="f.jsonl"),
-    ]
-    commit_source(world.store, group, new, merge_after_s=600.0)
+    commit_replacement(world, content(world, D2, "new", ["x"], ["x1"]), DT)
     if listing == "fails":
 
         def fail(prefix: str) -> Iterator[ObjectInfo]:
@@ -147,12 +142,7 @@ def test_due_reads_the_ledger_of_the_dates_holding_a_marker_only(
 def test_a_merge_of_both_contents_keeps_the_new_one(world: World) -> None:
     world.config = replace(world.config, dedupe=DedupeSettings(FIRST, None, DATE))
     commit_keyed(world, DT, "old", ["x", "y"], ["x0", "y0"], [1.0] * 2, sources=(("f.jsonl", 2),))
-    group = "keyed/new"
-    new = [
-        content(world, DT, "new", ["y", "w"], ["y1", "w1"]),
-        marker(world, DT, group, (DT,), unit="keyed/old", key="f.jsonl"),
-    ]
-    commit_source(world.store, group, new, merge_after_s=600.0)
+    commit_replacement(world, content(world, DT, "new", ["y", "w"], ["y1", "w1"]), DT)
     (merged,) = world.merge()
     local = world.objects.local_copy(
         world.objects.key_of(merged.url), world.lake.table_dir / "check"

@@ -23,8 +23,8 @@ from resources.objects.local import LocalObjectStore
 from resources.publication.reader import read_partition
 from resources.rollup.cursor import RollupCursor, rollup_id, served_position
 from resources.rollup.spec import RollupSpec, parse_rollups
-from tests.publication.conftest import DT, World, commit_keyed, content, marker
-from tests.support.merge_child import TABLE, commit_source
+from tests.publication.conftest import DT, World, commit_keyed, commit_replacement, content
+from tests.support.merge_child import TABLE
 
 D2 = "2027-01-16"
 Totals = dict[str, tuple[int, float, float, float]]
@@ -141,13 +141,7 @@ def test_a_replacement_takes_the_earlier_contents_rows_out_of_every_date_it_touc
     assert_agrees(world, spec, DT, {'["u0"]': (3, 11.0, 8.0, 1.0), '["u1"]': (1, 4.0, 4.0, 4.0)})
 
     # f.jsonl rewritten: y and w, on the next day; x, y and z leave DT.
-    group, dates = "keyed/new", (DT, D2)
-    new = [
-        content(world, D2, "new", ["y", "w"], ["u1", "u2"]),
-        marker(world, DT, group, dates, unit="keyed/old", key="f.jsonl"),
-        marker(world, D2, group, dates, key="f.jsonl"),
-    ]
-    commit_source(world.store, group, new, merge_after_s=600.0)
+    commit_replacement(world, content(world, D2, "new", ["y", "w"], ["u1", "u2"]), DT)
     assert [o.ok for o in world.publisher().publish([DT, D2])] == [True, True]
     assert due_dates(world.store, TABLE, [spec], served=True) == [DT, D2]
     assert [o.outcome for o in rolls.run([DT, D2])] == ["rolled up", "rolled up"]
