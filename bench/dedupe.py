@@ -1,11 +1,14 @@
 """Records by key: what a dedupe policy adds to committing and publishing, and to merges.
 
     .venv/bin/python bench/dedupe.py [--existing 1000000] [--objects 200] [--records 5000]
-        [--resend 0.2] [--merge-objects 400] [--repeats 2] [--work DIR]
+        [--resend 0.2] [--shape producers|scattered] [--merge-objects 400] [--repeats 2]
+        [--work DIR]
 
 One table partition already holding `--existing` records (published, so its key index exists),
-then `--objects` new small objects of `--records` records each, a `--resend` share of them ids
-already in the date or repeated across the new objects (an at-least-once producer), written as
+then `--objects` new small objects of `--records` records each, a `--resend` share of their
+records ids already in the date or repeated across the new objects, placed as `--shape` says
+(`producers`: whole objects retried under new names and writers repeating half an object after
+a rebalance; `scattered`: one by one in every object, the worst case for copies), written as
 ingestion writes them (`write_table_object`), each committed through the real fenced commit
 (SQLite store), then one publication (the manifests target: what the policy adds is the same
 for both formats). Timed, wall and CPU of this process: the writes + commits + publication,
@@ -128,11 +131,27 @@ class Table:
         return outcome
 
 
+SCATTERED, PRODUCERS = "scattered", "producers"
+SHAPES = (PRODUCERS, SCATTERED)
+"""How re-sends lie among the new objects: as the issue's producers make them, or one by one in
+every object (the worst case for copy-on-write: every new object loses rows and is copied)."""
+
+
 def batches(args: argparse.Namespace, seed: int) -> tuple[list[pa.Table], list[pa.Table]]:
-    """The existing records (in objects of 100,000) and the new objects, re-sends mixed in."""
+    """The existing records (in objects of 100,000) and the new objects, a `--resend` share of
+    their records re-sends, placed as `--shape` says."""
     rng = random.Random(seed)
     existing = [f"old-{i}" for i in range(args.existing)]
     old = [rows(existing[i : i + 100_000], rng) for i in range(0, args.existing, 100_000)]
+    place = producer_resends if args.shape == PRODUCERS else scattered_resends
+    return old, [rows(ids, rng) for ids in place(args, existing, rng)]
+
+
+def scattered_resends(
+    args: argparse.Namespace, existing: list[str], rng: random.Random
+) -> list[list[str]]:
+    """Each record of each new object a re-send of a random existing one with `--resend`'s
+    probability, a fresh id otherwise."""
     new, fresh = [], 0
     for _ in range(args.objects):
         ids = []
@@ -142,8 +161,37 @@ def batches(args: argparse.Namespace, seed: int) -> tuple[list[pa.Table], list[p
             else:
                 ids.append(f"new-{fresh}")
                 fresh += 1
-        new.append(rows(ids, rng))
-    return old, new
+        new.append(ids)
+    return new
+
+
+def producer_resends(
+    args: argparse.Namespace, existing: list[str], rng: random.Random
+) -> list[list[str]]:
+    """Re-sends as the producers of issue 45 make them, half of them each way:
+    - a retry under a new name: a `--resend` / 2 share of the new objects repeat a whole
+      object's records — an earlier new one, or (half of them) `--records` existing ones;
+    - an at-least-once writer after a rebalance: a `--resend` share of the new objects start
+      with the last half of the object before them (what it wrote since its last commit),
+      then go on with fresh records."""
+    n, size = args.objects, args.records
+    picked = rng.sample(range(n), min(n, round(n * args.resend * 1.5)))
+    retries = set(picked[: round(n * args.resend / 2)])
+    rewrites = set(picked[len(retries) :])
+    new: list[list[str]] = []
+    fresh = 0
+    for i in range(n):
+        if i in retries and (not new or rng.random() < 0.5):
+            start = rng.randrange(max(1, len(existing) - size))
+            ids = existing[start : start + size]
+        elif i in retries:
+            ids = list(rng.choice(new))
+        else:
+            head = (new[-1] if new else existing)[-(size // 2) :] if i in rewrites else []
+            ids = head + [f"new-{fresh + j}" for j in range(size - len(head))]
+            fresh += size - len(head)
+        new.append(ids)
+    return new
 
 
 def clocked(fn: Any) -> tuple[float, float, Any]:
@@ -213,6 +261,7 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=200)
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--resend", type=float, default=0.2)
+    parser.add_argument("--shape", choices=SHAPES, default=PRODUCERS)
     parser.add_argument("--merge-objects", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--work", type=Path, default=None)

@@ -1,7 +1,8 @@
 """Records by key over a whole ingestion: what a dedupe policy costs, against none, same run.
 
     .venv/bin/python bench/dedupe_ingest.py [--existing 10000000] [--objects 2000]
-        [--records 5000] [--resend 0.2] [--repeats 1] [--table-format iceberg] [--work DIR]
+        [--records 5000] [--resend 0.2] [--shape producers|scattered] [--repeats 1]
+        [--table-format iceberg] [--work DIR]
 
 One process and one SparkSession (as bench/ingest.py makes it: loopback, no UI; its start-up
 is outside every figure, and a warm-up cycle of both policies on a few small objects runs
@@ -11,12 +12,16 @@ SQLite store and Dagster instance, the embedded catalog of `--table-format`):
 - Not timed: one date already holding `--existing` records, written as JSON-lines source
   objects of 100,000 records, ingested by the real path and published, so its key index exists.
 - Then `--objects` new JSON-lines objects of `--records` records each, all on that date, a
-  `--resend` share of the records re-sends of ids already in the date (the same objects, seeded,
-  for both policies). Timed, wall and CPU core-seconds of this process and every process under
-  it (Spark's JVM and Python workers, `bench/ingest.py`'s `process_cpu`): the ingestion as
-  bench/ingest.py's leasehold path runs it (a discovery sensor tick, then each ingestion run it
-  requests, in process), then the publication as `leasehold run` does it (the publication
-  sensor ticked and each publication run it requests executed, until it requests none).
+  `--resend` share of the records re-sends (the same objects, seeded, for both policies),
+  placed as `--shape` says (`bench/dedupe.py`): `producers` as the producers of issue 45 send
+  them (retries of whole objects under new names, at-least-once writers repeating the half
+  object since their last commit), `scattered` one by one in every object (every new object
+  then loses rows and is copied: the worst case). Timed, wall and CPU core-seconds of this
+  process and every process under it (Spark's JVM and Python workers, `bench/ingest.py`'s
+  `process_cpu`): the ingestion as bench/ingest.py's leasehold path runs it (a discovery
+  sensor tick, then each ingestion run it requests, in process), then the publication as
+  `leasehold run` does it (the publication sensor ticked and each publication run it
+  requests executed, until it requests none).
 - Checked after each timed run, on the published table read as an engine reads it
   (`resources.publication.reader`): under `first` every id once, exactly the ids already there
   and the fresh ones; under `none` every row.
@@ -45,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dagster import DagsterInstance, Definitions  # noqa: E402
 
-from bench.dedupe import DT, batches, med  # noqa: E402
+from bench.dedupe import DT, PRODUCERS, SHAPES, batches, med  # noqa: E402
 from bench.ingest import (  # noqa: E402
     PIPELINED,
     STREAM,
@@ -89,7 +94,7 @@ def json_lines(table: pa.Table) -> str:
 
 def write_sources(args: argparse.Namespace, directory: Path, seed: int) -> pa.Array:
     """The existing and the new objects under `directory` (`EXISTING`, `NEW`); the distinct ids
-    of them all: what `first` serves (every re-send is of an id already in the date)."""
+    of them all: what `first` serves."""
     old, new = batches(args, seed)
     ids = []
     for folder, tables in ((EXISTING, old), (NEW, new)):
@@ -213,7 +218,8 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
     new_records = args.objects * args.records
     print(
         f"\n{args.existing:,} records in the date, {args.objects:,} new objects x "
-        f"{args.records:,} records ({args.resend:.0%} re-sent), {args.table_format}, "
+        f"{args.records:,} records ({args.resend:.0%} re-sent, {args.shape}), "
+        f"{args.table_format}, "
         f"{args.repeats} repeat(s), medians\n"
     )
     print(
@@ -244,7 +250,8 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
     )
     held = fw / nw <= 1.3 and fc / nc <= 1.3
     print(
-        f"\ntarget: whole ingestion under first <= 1.3x none: {fw / nw:.2f}x wall, "
+        f"\ntarget: whole ingestion under first <= 1.3x none ({args.shape}): "
+        f"{fw / nw:.2f}x wall, "
         f"{fc / nc:.2f}x CPU: {'met' if held else 'MISSED'}"
     )
     return held
@@ -256,6 +263,7 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--resend", type=float, default=0.2)
+    parser.add_argument("--shape", choices=SHAPES, default=PRODUCERS)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--table-format", choices=("iceberg", "manifests"), default="iceberg")
     parser.add_argument("--work", type=Path, default=None, help="scratch (default: a temp dir)")

@@ -340,6 +340,9 @@ class DedupedFiles:
             if not len(lost):
                 return ServedFile(f.url, f.url, f.row_count, f.content_length, *span)
             gone = lost.row & POSITION_MASK
+            if len(np.unique(gone)) == f.row_count:
+                # Every row lost (a producer's retry of a whole object): nothing to read.
+                return ServedFile(f.url, NOTHING, 0, 0, *span)
             return self._copy(dt, f, span, f.url, lambda t: _positions_kept(t, gone))
         if prev is not None:
             # Rows of it beaten now (latest): their keys go, from what it served.

@@ -123,6 +123,38 @@ def test_re_sent_and_repeated_records_are_served_once_at_every_publication(
     assert current.rows == len(keyed.expected()) < committed
 
 
+def test_an_object_whose_every_row_lost_is_served_as_nothing_and_read_once(
+    keyed: KeyedWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A producer's retry of a whole object under a new name: every row loses (under `latest`
+    # to greater versions), so the publication serves nothing for it from its key column
+    # alone, and never reads the whole object to copy none of it. One that keeps a row is
+    # read again, and copied.
+    keyed.commit([("a", 1), ("b", 1), ("c", 1)])
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.commit([("a", 0), ("b", 0), ("c", 0)])
+    keyed.commit([("a", 0), ("d", 1)])
+    objects = keyed.world.objects
+    reads: list[str] = []
+    get_bytes = objects.get_bytes
+    monkeypatch.setattr(objects, "get_bytes", lambda key: reads.append(key) or get_bytes(key))
+    assert keyed.world.publish().outcome == PUBLISHED
+    keyed.assert_serves_the_policy()
+    state = served_state(objects, keyed.world.current())
+    assert state is not None
+    retry, partial_resend = (
+        f for f in state.files if f.source.endswith(("0001.parquet", "0002.parquet"))
+    )
+    assert (retry.served, retry.rows, partial_resend.copied, partial_resend.rows) == (
+        False,
+        0,
+        True,
+        1,
+    )
+    assert reads.count(objects.key_of(retry.source)) == 1
+    assert reads.count(objects.key_of(partial_resend.source)) == 2
+
+
 def test_merges_keep_one_row_per_key_and_the_switch_serves_the_policy(
     keyed: KeyedWorld,
 ) -> None:
