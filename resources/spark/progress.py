@@ -169,6 +169,12 @@ class SparkWatch:
 
     def _watch(self, tag: str, job: _Job, done: threading.Event) -> None:
         while not done.wait(self.poll_s):
+            if job.cancelled:
+                # Again at every poll until the action ends: a cancel reaches only the jobs
+                # already submitted, and on a loaded driver the action may submit its job
+                # after the bound ran out (a doctor's probe once hung so, for ever).
+                self.tags.cancel(tag)
+                continue
             try:
                 job.clock.observe(self.sample(), self.now())
             except Exception:  # noqa: BLE001 - a failed sample is no progress; said once
@@ -178,7 +184,6 @@ class SparkWatch:
                 # Said by the error the job raises; here for --verbose and the run's log.
                 log.info("cancelling the Spark job: %s", job.cancelled)
                 self.tags.cancel(tag)
-                return
 
 
 # -- classic sessions ---------------------------------------------------------------------------

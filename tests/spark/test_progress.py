@@ -110,6 +110,30 @@ def test_a_job_without_progress_is_cancelled_with_one_sentence() -> None:
     assert spark.progressing()  # the job is over: nothing is held for it
 
 
+def test_a_job_submitted_after_the_bound_ran_out_is_cancelled_all_the_same() -> None:
+    # On a loaded driver the action may submit its job after the stall was noticed: the
+    # cancel then finds nothing to cancel, and the job, once submitted, would wait for ever.
+    class LateSession(Session):
+        submitted = threading.Event()
+
+        def interruptTag(self, tag: str) -> list[str]:  # noqa: N802
+            if not self.submitted.is_set():
+                return []  # no job of the tag yet
+            return super().interruptTag(tag)
+
+        def action(self) -> None:
+            time.sleep(1.0)  # preparing the job: longer than the bound
+            self.submitted.set()
+            super().action()
+
+    session = LateSession()
+    spark = watch(session, [ProgressSample({}, 0, 0)], bound_s=0.3)
+    with pytest.raises(SparkStalledError, match=r"^reading z: no executor$"):
+        with spark.job("reading z"):
+            session.action()
+    assert session.interrupted and session.tags == []
+
+
 def test_a_job_that_moves_is_left_alone() -> None:
     session = Session()
     moving = [ProgressSample({0: n}, 1, 1) for n in range(60)]
