@@ -219,8 +219,7 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
     print(
         f"\n{args.existing:,} records in the date, {args.objects:,} new objects x "
         f"{args.records:,} records ({args.resend:.0%} re-sent, {args.shape}), "
-        f"{args.table_format}, "
-        f"{args.repeats} repeat(s), medians\n"
+        f"{args.table_format}, {args.repeats} repeat(s), medians\n"
     )
     print(
         "| path | none wall s | first wall s | wall ratio | none CPU s | first CPU s | CPU ratio |"
@@ -251,8 +250,7 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
     held = fw / nw <= 1.3 and fc / nc <= 1.3
     print(
         f"\ntarget: whole ingestion under first <= 1.3x none ({args.shape}): "
-        f"{fw / nw:.2f}x wall, "
-        f"{fc / nc:.2f}x CPU: {'met' if held else 'MISSED'}"
+        f"{fw / nw:.2f}x wall, {fc / nc:.2f}x CPU: {'met' if held else 'MISSED'}"
     )
     return held
 
